@@ -1,0 +1,119 @@
+//! The crate's error type.
+
+use std::time::Duration;
+
+use crate::task::TaskId;
+
+/// What went wrong in a store operation.
+///
+/// Rejections of a fenced write (a stale or expired lease) are *not* errors:
+/// they are the [`Rejection`](crate::Rejection) inside a
+/// [`Fenced::Rejected`](crate::Fenced::Rejected) outcome, because a worker must
+/// handle them as a normal part of the protocol.
+///
+/// ```
+/// use taskfence::{Error, InvalidInput};
+/// let err = Error::from(InvalidInput::Blank { field: "key" });
+/// assert!(matches!(err, Error::InvalidInput(InvalidInput::Blank { field: "key" })));
+/// assert!(!err.is_retryable());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The request key is already bound to a task with other inputs. Nothing was written.
+    #[error("request key already used with different inputs by task {existing}")]
+    KeyConflict {
+        /// The task the key is bound to.
+        existing: TaskId,
+    },
+    /// The input breaks a documented limit. Nothing was written.
+    #[error("invalid input: {0}")]
+    InvalidInput(#[from] InvalidInput),
+    /// No task with this id exists in this store (never did, or was purged).
+    #[error("task {0} not found")]
+    NotFound(TaskId),
+    /// The backend failed (connection lost, server restarted…). The operation
+    /// may or may not have taken effect: read the task before deciding again.
+    #[error("storage backend error: {0}")]
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl Error {
+    /// Wraps a backend error.
+    pub fn storage(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Storage(Box::new(err))
+    }
+
+    /// `true` when trying the same call again may succeed (a backend failure).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Storage(_))
+    }
+}
+
+/// Which limit an input broke. Every variant names the field.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::{InputHash, InvalidInput, NewTask, RequestKey};
+/// let task = NewTask::new(RequestKey::new("user", "op", "a\0b"), InputHash::of(["x"]));
+/// assert_eq!(task.validate(), Err(InvalidInput::ControlCharacter { field: "key", code: 0 }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// Empty or only whitespace.
+    #[error("{field} is empty or blank")]
+    Blank {
+        /// The field.
+        field: &'static str,
+    },
+    /// Longer than the limit, in bytes.
+    #[error("{field} is {len} bytes, more than the limit of {max}")]
+    TooLong {
+        /// The field.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Contains a control character (NUL included).
+    #[error("{field} contains control character U+{code:04X}")]
+    ControlCharacter {
+        /// The field.
+        field: &'static str,
+        /// The character's code point.
+        code: u32,
+    },
+    /// A zero duration where a positive one is required.
+    #[error("{field} must be a positive duration")]
+    ZeroDuration {
+        /// The field.
+        field: &'static str,
+    },
+    /// A duration beyond the limit.
+    #[error("{field} of {value:?} exceeds the limit of {max:?}")]
+    DurationTooLong {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The limit.
+        max: Duration,
+    },
+    /// A number outside its allowed range.
+    #[error("{field} is {value}, outside {min}..={max}")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value given, as text (integers and floats alike).
+        value: String,
+        /// Lowest allowed.
+        min: String,
+        /// Highest allowed.
+        max: String,
+    },
+    /// Two settings contradict each other.
+    #[error("{0}")]
+    Inconsistent(&'static str),
+}

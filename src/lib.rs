@@ -1,0 +1,41 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Crate overview
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`task`] | [`TaskId`], [`Task`], [`Status`], [`Response`], [`InputHash`], [`NewTask`] |
+//! | [`policy`] | [`RetryPolicy`], backoff and jitter, [`Failure`] |
+//! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
+//! | [`rules`] | the decisions every backend makes, as pure functions |
+//! | [`memory`] | [`MemoryStore`], the embedded backend |
+//! | `postgres` | `PgStore` (feature `postgres`) |
+//! | `testing` | the backend conformance suite (feature `testing`) |
+//! | [`limits`] | input limits every backend enforces |
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod clock;
+pub mod error;
+pub mod limits;
+pub mod memory;
+pub mod policy;
+pub mod rules;
+pub mod store;
+pub mod task;
+mod trace;
+
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, InvalidInput};
+pub use memory::MemoryStore;
+pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
+pub use store::{
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
+    TaskStore,
+};
+pub use task::{AttemptId, InputHash, NewTask, RequestKey, Response, Status, Task, TaskId, UnknownStatus};

@@ -1,0 +1,124 @@
+//! Input limits every backend enforces before writing anything.
+//!
+//! The limits are deliberately conservative constants rather than per-store
+//! settings: a key that one backend accepts must be accepted by all of them,
+//! so that moving from [`MemoryStore`](crate::MemoryStore) to the PostgreSQL
+//! backend never changes what a client may send.
+//!
+//! ```
+//! use taskfence::limits;
+//! assert_eq!(limits::MAX_KEY_LEN, 255);
+//! ```
+
+use std::time::Duration;
+
+use crate::error::InvalidInput;
+use crate::task::Response;
+
+/// Longest scope, in bytes.
+pub const MAX_SCOPE_LEN: usize = 255;
+/// Longest operation name, in bytes.
+pub const MAX_OPERATION_LEN: usize = 128;
+/// Longest idempotency key, in bytes (the IETF draft's keys are UUIDs or similar).
+pub const MAX_KEY_LEN: usize = 255;
+/// Longest worker id, in bytes.
+pub const MAX_WORKER_LEN: usize = 255;
+/// Longest provider operation id, in bytes.
+pub const MAX_OPERATION_ID_LEN: usize = 512;
+/// Longest failure message or cancellation reason, in bytes (longer ones are rejected, not cut).
+pub const MAX_MESSAGE_LEN: usize = 8 * 1024;
+/// Largest payload, in bytes.
+pub const MAX_PAYLOAD_LEN: usize = 1024 * 1024;
+/// Largest saved response, in bytes.
+pub const MAX_RESPONSE_LEN: usize = 1024 * 1024;
+/// Longest lease or renewal.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+/// Longest backoff.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Longest elapsed-time deadline.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Longest retention of a dedup record.
+pub const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+/// Most attempts a policy may allow.
+pub const MAX_ATTEMPTS: u32 = 1000;
+
+/// Checks an identifier-like string: not blank, at most `max` bytes, no control
+/// characters (NUL included: PostgreSQL rejects it in text, and it would make
+/// two backends disagree).
+pub fn check_text(field: &'static str, value: &str, max: usize) -> Result<(), InvalidInput> {
+    if value.trim().is_empty() {
+        return Err(InvalidInput::Blank { field });
+    }
+    check_len(field, value.len(), max)?;
+    check_free_text(field, value)
+}
+
+/// Checks free text (messages, reasons): no control characters but tab and newline.
+pub fn check_free_text(field: &'static str, value: &str) -> Result<(), InvalidInput> {
+    match value
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    {
+        Some(c) => Err(InvalidInput::ControlCharacter {
+            field,
+            code: u32::from(c),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks a byte length against `max`.
+pub fn check_len(field: &'static str, len: usize, max: usize) -> Result<(), InvalidInput> {
+    if len > max {
+        return Err(InvalidInput::TooLong { field, len, max });
+    }
+    Ok(())
+}
+
+/// Checks a duration: positive and at most `max`.
+pub fn check_duration(field: &'static str, value: Duration, max: Duration) -> Result<(), InvalidInput> {
+    if value.is_zero() {
+        return Err(InvalidInput::ZeroDuration { field });
+    }
+    if value > max {
+        return Err(InvalidInput::DurationTooLong { field, value, max });
+    }
+    Ok(())
+}
+
+/// Checks a response's size.
+pub fn check_response(response: &Response) -> Result<(), InvalidInput> {
+    check_len("response", response.len(), MAX_RESPONSE_LEN)
+}
+
+/// Checks a provider operation id.
+pub fn check_operation_id(id: &str) -> Result<(), InvalidInput> {
+    check_text("operation_id", id, MAX_OPERATION_ID_LEN)
+}
+
+/// Checks a cancellation reason (may be empty).
+pub fn check_reason(reason: &str) -> Result<(), InvalidInput> {
+    check_len("reason", reason.len(), MAX_MESSAGE_LEN)?;
+    check_free_text("reason", reason)
+}
+
+/// Checks a renewal length.
+pub fn check_extension(extend_by: Duration) -> Result<(), InvalidInput> {
+    check_duration("extend_by", extend_by, MAX_LEASE)
+}
+
+/// Largest `limit` of a scan (`due`, `purge_expired`).
+pub const MAX_SCAN_LIMIT: usize = 100_000;
+
+/// Checks a scan limit: `1..=MAX_SCAN_LIMIT`.
+pub fn check_scan_limit(limit: usize) -> Result<(), InvalidInput> {
+    if limit == 0 || limit > MAX_SCAN_LIMIT {
+        return Err(InvalidInput::OutOfRange {
+            field: "limit",
+            value: limit.to_string(),
+            min: "1".into(),
+            max: MAX_SCAN_LIMIT.to_string(),
+        });
+    }
+    Ok(())
+}

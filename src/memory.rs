@@ -1,0 +1,435 @@
+//! [`MemoryStore`]: the embedded backend, with the same semantics as every
+//! other. The demo and users' unit tests run on it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::Error;
+use crate::limits;
+use crate::policy::{Failure, StopReason};
+use crate::rules::{self, ClaimRule};
+use crate::store::{
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore,
+};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+use crate::trace;
+
+/// An in-process [`TaskStore`]: thread-safe, not durable, with an injectable
+/// [`Clock`] so tests expire leases, pass backoffs and deadlines without sleeping.
+///
+/// Every operation holds one mutex for a few map operations, so each one is
+/// atomic, exactly as a single SQL statement would be.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+/// use std::time::Duration;
+/// use taskfence::*;
+///
+/// let clock = ManualClock::default();
+/// let store = MemoryStore::with_clock(clock.clone());
+/// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+/// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", Duration::from_secs(30))).await? else { panic!() };
+///
+/// clock.advance(Duration::from_secs(31)); // worker "a" is paused past its lease
+/// assert!(store.claim(task.id, ClaimRequest::new("b", Duration::from_secs(30))).await?.is_acquired());
+/// let late = store.complete(lease, Response::from("stale")).await?;
+/// assert_eq!(late.rejection(), Some(&Rejection::Superseded { current_version: 2 }));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    clock: Box<dyn Clock>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tasks: HashMap<TaskId, Task>,
+    keys: HashMap<RequestKey, TaskId>,
+    attempts: HashMap<TaskId, Vec<Attempt>>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// A store on the given clock (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: impl Clock + 'static) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                clock: Box::new(clock),
+                state: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Number of records held (tasks plus attempts): what "nothing was written" is checked against.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::MemoryStore::new().record_count(), 0);
+    /// ```
+    pub fn record_count(&self) -> u64 {
+        let state = self.lock();
+        (state.tasks.len() + state.attempts.values().map(Vec::len).sum::<usize>()) as u64
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied operation:
+        // every operation validates first and mutates last.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        self.inner.clock.now()
+    }
+
+    /// Runs a fenced write: checks the lease against the task, then applies `write`.
+    fn fenced<T>(
+        &self,
+        lease: &Lease,
+        write: impl FnOnce(&mut State, OffsetDateTime) -> T,
+    ) -> Result<Fenced<T>> {
+        let mut state = self.lock();
+        let now = self.now();
+        let task = state
+            .tasks
+            .get(&lease.task_id())
+            .ok_or(Error::NotFound(lease.task_id()))?;
+        if let Err(rejection) = rules::fence(task, lease.version(), now) {
+            tracing::debug!(%rejection, "fenced write rejected");
+            return Ok(Fenced::Rejected(rejection));
+        }
+        Ok(Fenced::Accepted(write(&mut state, now)))
+    }
+}
+
+impl State {
+    fn task_mut(&mut self, id: TaskId) -> &mut Task {
+        self.tasks
+            .get_mut(&id)
+            .expect("checked by the caller under the same lock")
+    }
+
+    /// Ends the attempt that holds `version` of the task.
+    fn finish_attempt(
+        &mut self,
+        id: TaskId,
+        version: u64,
+        outcome: AttemptOutcome,
+        now: OffsetDateTime,
+        error: Option<&str>,
+    ) {
+        if let Some(attempt) = self
+            .attempts
+            .get_mut(&id)
+            .and_then(|a| a.iter_mut().find(|a| u64::from(a.number) == version))
+            && attempt.finished_at.is_none()
+        {
+            attempt.finished_at = Some(now);
+            attempt.outcome = outcome;
+            attempt.error = error.map(str::to_owned);
+        }
+    }
+
+    fn make_terminal(
+        &mut self,
+        id: TaskId,
+        status: Status,
+        now: OffsetDateTime,
+        error: Option<String>,
+    ) -> Task {
+        let task = self.task_mut(id);
+        task.status = status;
+        task.lease_until = None;
+        task.not_before = None;
+        task.finished_at = Some(now);
+        if error.is_some() {
+            task.last_error = error;
+        }
+        task.clone()
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryStore {
+    async fn submit(&self, new: NewTask) -> Result<Submitted> {
+        let _span = trace::op("submit", None, None, None).entered();
+        new.validate()?;
+        let mut state = self.lock();
+        if let Some(&existing) = state.keys.get(&new.key) {
+            let task = &state.tasks[&existing];
+            if task.input_hash != new.input_hash {
+                return Err(Error::KeyConflict { existing });
+            }
+            return Ok(Submitted::Existing(task.clone()));
+        }
+        let now = self.now();
+        let task = Task {
+            id: TaskId::new(),
+            key: new.key.clone(),
+            input_hash: new.input_hash,
+            payload: new.payload,
+            status: Status::Pending,
+            version: 0,
+            policy: new.policy,
+            lease_until: None,
+            not_before: None,
+            response: None,
+            last_error: None,
+            created_at: now,
+            finished_at: None,
+            expires_at: now + new.retention,
+        };
+        tracing::Span::current().record("task_id", tracing::field::display(task.id));
+        state.keys.insert(new.key, task.id);
+        state.tasks.insert(task.id, task.clone());
+        Ok(Submitted::Created(task))
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let _span = trace::op("get", Some(id), None, None).entered();
+        Ok(self.lock().tasks.get(&id).cloned())
+    }
+
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
+        let _span = trace::op("find", None, None, None).entered();
+        key.validate()?;
+        let state = self.lock();
+        Ok(state.keys.get(key).map(|id| state.tasks[id].clone()))
+    }
+
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        let span = trace::op("claim", Some(id), None, None).entered();
+        request.validate()?;
+        let mut state = self.lock();
+        let now = self.now();
+        let Some(task) = state.tasks.get(&id) else {
+            return Ok(Claim::NotFound);
+        };
+        match rules::claim(task, now) {
+            ClaimRule::Answer(claim) => Ok(claim),
+            ClaimRule::Exhaust(reason) => {
+                let previous = task.version;
+                state.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
+                let task = state.make_terminal(id, Status::Failed, now, Some(reason.as_str().to_owned()));
+                Ok(Claim::Failed(task))
+            }
+            ClaimRule::Take => {
+                let previous = task.version;
+                state.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
+                let expires_at = now + request.lease;
+                let task = state.task_mut(id);
+                task.version += 1;
+                task.status = Status::Running;
+                task.lease_until = Some(expires_at);
+                task.not_before = None;
+                let task = task.clone();
+                let attempt_id = AttemptId::new();
+                span.record("version", task.version);
+                span.record("attempt_id", tracing::field::display(attempt_id));
+                state.attempts.entry(id).or_default().push(Attempt {
+                    id: attempt_id,
+                    task_id: id,
+                    number: task.attempts(),
+                    worker: request.worker.clone(),
+                    started_at: now,
+                    finished_at: None,
+                    outcome: AttemptOutcome::Running,
+                    operation_id: None,
+                    error: None,
+                });
+                Ok(Claim::Acquired(Lease::new(
+                    task,
+                    attempt_id,
+                    request.worker,
+                    expires_at,
+                )))
+            }
+        }
+    }
+
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+        let _span = trace::lease_op("renew", lease).entered();
+        limits::check_extension(extend_by)?;
+        let outcome = self.fenced(lease, |state, now| {
+            let until = now + extend_by;
+            state.task_mut(lease.task_id()).lease_until = Some(until);
+            until
+        })?;
+        Ok(match outcome {
+            Fenced::Accepted(until) => {
+                lease.set_expires_at(until);
+                Fenced::Accepted(())
+            }
+            Fenced::Rejected(r) => Fenced::Rejected(r),
+        })
+    }
+
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        let _span = trace::lease_op("complete", &lease).entered();
+        limits::check_response(&response)?;
+        self.fenced(&lease, |state, now| {
+            state.finish_attempt(
+                lease.task_id(),
+                lease.version(),
+                AttemptOutcome::Completed,
+                now,
+                None,
+            );
+            state.task_mut(lease.task_id()).response = Some(response);
+            state.make_terminal(lease.task_id(), Status::Completed, now, None)
+        })
+    }
+
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+        let _span = trace::lease_op("fail", &lease).entered();
+        failure.validate()?;
+        self.fenced(&lease, |state, now| {
+            let id = lease.task_id();
+            state.finish_attempt(
+                id,
+                lease.version(),
+                AttemptOutcome::Failed(failure.kind),
+                now,
+                Some(&failure.message),
+            );
+            let task = state.task_mut(id);
+            match rules::after_failure(task, lease.attempt_id(), failure.kind, now) {
+                Ok(not_before) => {
+                    task.status = Status::Pending;
+                    task.lease_until = None;
+                    task.not_before = Some(not_before);
+                    task.last_error = Some(failure.message);
+                    Retry::Scheduled {
+                        not_before,
+                        attempts_left: task.attempts_left(),
+                    }
+                }
+                Err(reason) => Retry::Exhausted(Box::new(state.make_terminal(
+                    id,
+                    Status::Failed,
+                    now,
+                    Some(stop_message(reason, &failure.message)),
+                ))),
+            }
+        })
+    }
+
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
+        let _span = trace::lease_op("release", &lease).entered();
+        self.fenced(&lease, |state, now| {
+            state.finish_attempt(
+                lease.task_id(),
+                lease.version(),
+                AttemptOutcome::Released,
+                now,
+                None,
+            );
+            let task = state.task_mut(lease.task_id());
+            task.status = Status::Pending;
+            task.lease_until = None;
+            task.not_before = None;
+        })
+    }
+
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        let _span = trace::op("cancel", Some(id), None, None).entered();
+        limits::check_reason(reason)?;
+        let mut state = self.lock();
+        let now = self.now();
+        let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
+        Ok(match task.status {
+            Status::Cancelled => Fenced::Accepted(task.clone()),
+            Status::Completed => Fenced::Rejected(crate::Rejection::AlreadyCompleted(Box::new(task.clone()))),
+            Status::Failed => Fenced::Rejected(crate::Rejection::NotRunning(Status::Failed)),
+            Status::Pending | Status::Running => {
+                let version = task.version;
+                state.finish_attempt(id, version, AttemptOutcome::Cancelled, now, None);
+                Fenced::Accepted(state.make_terminal(id, Status::Cancelled, now, Some(reason.to_owned())))
+            }
+        })
+    }
+
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
+        let _span = trace::lease_op("record_operation", lease).entered();
+        limits::check_operation_id(operation_id)?;
+        self.fenced(lease, |state, _now| {
+            if let Some(attempt) = state
+                .attempts
+                .get_mut(&lease.task_id())
+                .and_then(|a| a.iter_mut().find(|a| a.id == lease.attempt_id()))
+            {
+                attempt.operation_id = Some(operation_id.to_owned());
+            }
+        })
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
+        let _span = trace::op("attempts", Some(id), None, None).entered();
+        Ok(self.lock().attempts.get(&id).cloned().unwrap_or_default())
+    }
+
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
+        let _span = trace::op("due", None, None, None).entered();
+        limits::check_scan_limit(limit)?;
+        let state = self.lock();
+        let now = self.now();
+        let mut due: Vec<(OffsetDateTime, TaskId)> = state
+            .tasks
+            .values()
+            .filter_map(|t| {
+                match t.status {
+                    Status::Pending => t.not_before.filter(|at| *at <= now),
+                    Status::Running => t.lease_until.filter(|at| *at <= now),
+                    _ => None,
+                }
+                .map(|at| (at, t.id))
+            })
+            .collect();
+        due.sort_unstable();
+        Ok(due.into_iter().take(limit).map(|(_, id)| id).collect())
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64> {
+        let _span = trace::op("purge_expired", None, None, None).entered();
+        limits::check_scan_limit(limit)?;
+        let mut state = self.lock();
+        let now = self.now();
+        let expired: Vec<(RequestKey, TaskId)> = state
+            .tasks
+            .values()
+            .filter(|t| t.status.is_terminal() && t.expires_at <= now)
+            .take(limit)
+            .map(|t| (t.key.clone(), t.id))
+            .collect();
+        for (key, id) in &expired {
+            state.keys.remove(key);
+            state.tasks.remove(id);
+            state.attempts.remove(id);
+        }
+        Ok(expired.len() as u64)
+    }
+}
+
+/// The `last_error` of a task that stopped: why it stopped and the last failure.
+pub(crate) fn stop_message(reason: StopReason, message: &str) -> String {
+    format!("{}: {message}", reason.as_str())
+}

@@ -1,0 +1,124 @@
+//! The decisions every backend makes, as pure functions of a task snapshot and
+//! the store's current instant.
+//!
+//! [`MemoryStore`](crate::MemoryStore) applies them directly under its lock;
+//! the PostgreSQL backend evaluates the same conditions in SQL and uses
+//! these functions to classify a refused write from one re-read of the row. A
+//! third-party backend can do either, and the
+//! [conformance suite](crate::testing) checks that it agrees.
+
+use time::OffsetDateTime;
+
+use crate::policy::{FailureKind, Plan, StopReason, jitter_unit};
+use crate::store::{Claim, Rejection};
+use crate::task::{AttemptId, Status, Task};
+
+/// What a claim of `task` at `now` must do.
+///
+/// ```
+/// use taskfence::rules::{claim, ClaimRule};
+/// # fn f(task: &taskfence::Task) {
+/// match claim(task, time::OffsetDateTime::now_utc()) {
+///     ClaimRule::Take => { /* new assignment: version + 1, lease from now */ }
+///     ClaimRule::Exhaust(reason) => { /* mark Failed, answer Claim::Failed */ }
+///     ClaimRule::Answer(claim) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a short-lived return value, matched at once
+pub enum ClaimRule {
+    /// Grant a new assignment.
+    Take,
+    /// The budget is spent: make the task terminally `Failed`, then answer [`Claim::Failed`].
+    Exhaust(StopReason),
+    /// Write nothing and answer this (completed, failed, cancelled, busy, backoff).
+    Answer(Claim),
+}
+
+/// Decides a claim (guarantees 6 and 7): done tasks answer with their saved
+/// response, live leases and backoffs make the caller wait, a spent budget
+/// turns the task terminal, and only then is a new assignment granted.
+pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
+    match task.status {
+        Status::Completed => return ClaimRule::Answer(Claim::Completed(task.clone())),
+        Status::Failed => return ClaimRule::Answer(Claim::Failed(task.clone())),
+        Status::Cancelled => return ClaimRule::Answer(Claim::Cancelled(task.clone())),
+        Status::Running => {
+            if let Some(until) = task.lease_until.filter(|until| *until > now) {
+                return ClaimRule::Answer(Claim::Busy { until });
+            }
+        }
+        Status::Pending => {
+            if let Some(not_before) = task.not_before.filter(|nb| *nb > now) {
+                return ClaimRule::Answer(Claim::Backoff { not_before });
+            }
+        }
+    }
+    if task.attempts() >= task.policy.max_attempts {
+        return ClaimRule::Exhaust(StopReason::AttemptsExhausted);
+    }
+    if task.deadline_at().is_some_and(|deadline| deadline <= now) {
+        return ClaimRule::Exhaust(StopReason::DeadlineExhausted);
+    }
+    ClaimRule::Take
+}
+
+/// The fencing check of renew, complete, fail, release and record_operation
+/// (guarantees 1 and 5): the lease's version is current, the task is running,
+/// the lease unexpired at `now`. A completed task is reported first, with its
+/// saved response, because that is what a late worker most needs to know.
+///
+/// ```
+/// use taskfence::rules::fence;
+/// # fn f(task: &taskfence::Task) {
+/// if let Err(rejection) = fence(task, 3, time::OffsetDateTime::now_utc()) {
+///     eprintln!("refused: {rejection}");
+/// }
+/// # }
+/// ```
+pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejection> {
+    if task.status == Status::Completed {
+        return Err(Rejection::AlreadyCompleted(Box::new(task.clone())));
+    }
+    if task.version != version {
+        return Err(Rejection::Superseded {
+            current_version: task.version,
+        });
+    }
+    if task.status != Status::Running {
+        return Err(Rejection::NotRunning(task.status));
+    }
+    if task.lease_until.is_none_or(|until| until <= now) {
+        return Err(Rejection::LeaseExpired);
+    }
+    Ok(())
+}
+
+/// What a failed attempt leads to, given that it passed the fence at `now`:
+/// `Ok(not_before)` schedules a retry, `Err(reason)` makes the task `Failed`.
+/// The jitter draw comes from the attempt id (see [`jitter_unit`]).
+///
+/// ```
+/// use taskfence::{rules::after_failure, AttemptId, FailureKind};
+/// # fn f(task: &taskfence::Task) {
+/// let decision = after_failure(task, AttemptId::new(), FailureKind::Retryable, time::OffsetDateTime::now_utc());
+/// # }
+/// ```
+pub fn after_failure(
+    task: &Task,
+    attempt: AttemptId,
+    kind: FailureKind,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime, StopReason> {
+    match task.policy.plan(kind, task.attempts(), jitter_unit(attempt)) {
+        Plan::Stop(reason) => Err(reason),
+        Plan::RetryAfter(delay) => {
+            let not_before = now + delay;
+            if task.deadline_at().is_some_and(|deadline| not_before >= deadline) {
+                return Err(StopReason::DeadlineExhausted);
+            }
+            Ok(not_before)
+        }
+    }
+}

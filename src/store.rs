@@ -1,0 +1,457 @@
+//! The [`TaskStore`] contract and its typed outcomes.
+//!
+//! Every backend keeps the guarantees listed in the crate documentation; the
+//! [conformance suite](crate::testing) checks them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use time::OffsetDateTime;
+
+use crate::error::{Error, InvalidInput};
+use crate::limits;
+use crate::policy::{Failure, FailureKind};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The durable side store that decides who may work on a task, whether it is
+/// done already, and which result becomes *the* result.
+///
+/// Object safe: hold it as `Arc<dyn TaskStore>`. Every operation validates its
+/// input first and writes nothing when it is invalid.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use taskfence::*;
+///
+/// let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+/// let key = RequestKey::new("user-1", "chat.reply", "req-1");
+/// let task = store.submit(NewTask::new(key, InputHash::of(["msg-1"]))).await?.into_task();
+///
+/// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("worker-a", Duration::from_secs(30))).await? else {
+///     unreachable!("a fresh task is available");
+/// };
+/// let done = store.complete(lease, Response::from("hello")).await?;
+/// assert!(done.is_accepted());
+///
+/// // A duplicate delivery: the claim returns the saved response, no new attempt.
+/// let again = store.claim(task.id, ClaimRequest::new("worker-b", Duration::from_secs(30))).await?;
+/// assert!(matches!(again, Claim::Completed(t) if t.response == Some(Response::from("hello"))));
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait TaskStore: Send + Sync {
+    /// Submits work under a request key. The same key with the same input hash
+    /// returns the existing task ([`Submitted::Existing`]); with another input
+    /// hash it fails with [`Error::KeyConflict`]. A new key is always new work.
+    async fn submit(&self, task: NewTask) -> Result<Submitted>;
+
+    /// Reads a task by id.
+    async fn get(&self, id: TaskId) -> Result<Option<Task>>;
+
+    /// Looks a task up by its request key (scoped: another scope never matches).
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>>;
+
+    /// Asks for the right to work on the task now. Acquiring counts an attempt
+    /// and increments the assignment version.
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim>;
+
+    /// Extends the lease to `extend_by` from now (store clock). On success the
+    /// lease's expiry is updated in place.
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>>;
+
+    /// Saves the response and completes the task, if this assignment is still
+    /// current, the lease unexpired and no response saved: one atomic decision.
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
+
+    /// Reports a failed attempt. The task's policy decides: retry after a
+    /// backoff, or terminal failure.
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
+
+    /// Gives the task back now (graceful shutdown). The attempt stays counted.
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
+
+    /// Cancels a live task. A worker still running it is then rejected with
+    /// [`Rejection::NotRunning`]. Cancelling a cancelled task is accepted again;
+    /// a completed or failed one is rejected.
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>>;
+
+    /// Durably records the provider's operation id for this attempt (before the
+    /// call when the provider lets you choose it, right after otherwise), so a
+    /// later attempt can look the operation up instead of paying twice.
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>>;
+
+    /// Every attempt of the task, oldest first.
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+
+    /// Up to `limit` tasks to re-dispatch: a backoff that has passed, or a
+    /// lease that has expired. Reading only; publishing twice is harmless.
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>>;
+
+    /// Removes up to `limit` terminal tasks whose retention has passed, with
+    /// their dedup records and attempts. After it, replaying the key is new work.
+    async fn purge_expired(&self, limit: usize) -> Result<u64>;
+}
+
+/// What [`TaskStore::submit`] did.
+///
+/// ```
+/// # fn f(s: taskfence::Submitted) {
+/// let created = s.is_created();
+/// let task = s.into_task();
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// A new task was written.
+    Created(Task),
+    /// The key was seen before with the same inputs: this is that task, nothing was written.
+    Existing(Task),
+}
+
+impl Submitted {
+    /// The task, new or existing.
+    pub fn task(&self) -> &Task {
+        match self {
+            Submitted::Created(t) | Submitted::Existing(t) => t,
+        }
+    }
+    /// Takes the task out.
+    pub fn into_task(self) -> Task {
+        match self {
+            Submitted::Created(t) | Submitted::Existing(t) => t,
+        }
+    }
+    /// `true` for [`Submitted::Created`].
+    pub fn is_created(&self) -> bool {
+        matches!(self, Submitted::Created(_))
+    }
+}
+
+/// Who is claiming and for how long.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::ClaimRequest;
+/// let req = ClaimRequest::new("worker-7", Duration::from_secs(30));
+/// assert!(req.validate().is_ok());
+/// assert!(ClaimRequest::new("", Duration::from_secs(30)).validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The worker's id, recorded with the attempt.
+    pub worker: String,
+    /// Lease length, measured on the store's clock.
+    pub lease: Duration,
+}
+
+impl ClaimRequest {
+    /// A claim by `worker` for a lease of `lease`.
+    pub fn new(worker: impl Into<String>, lease: Duration) -> Self {
+        Self {
+            worker: worker.into(),
+            lease,
+        }
+    }
+
+    /// Checks the worker id and the lease length against [`limits`].
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        limits::check_text("worker", &self.worker, limits::MAX_WORKER_LEN)?;
+        limits::check_duration("lease", self.lease, limits::MAX_LEASE)
+    }
+}
+
+/// The answer to [`TaskStore::claim`].
+///
+/// ```
+/// use taskfence::Claim;
+/// fn should_call_provider(c: &Claim) -> bool {
+///     matches!(c, Claim::Acquired(_))
+/// }
+/// assert!(!should_call_provider(&Claim::NotFound));
+/// ```
+#[derive(Debug)]
+pub enum Claim {
+    /// This worker holds the task now. Do the work, then complete, fail or release.
+    Acquired(Lease),
+    /// Already done: here is the saved response. No attempt was counted.
+    Completed(Task),
+    /// Another assignment holds a live lease until this instant.
+    Busy {
+        /// When that lease expires (store clock).
+        until: OffsetDateTime,
+    },
+    /// A retry is scheduled; claim again at or after this instant.
+    Backoff {
+        /// Earliest next claim (store clock).
+        not_before: OffsetDateTime,
+    },
+    /// Terminally failed (permanent failure or budget exhausted). No attempt was counted.
+    Failed(Task),
+    /// Cancelled. No attempt was counted.
+    Cancelled(Task),
+    /// No such task.
+    NotFound,
+}
+
+impl Claim {
+    /// `true` for [`Claim::Acquired`].
+    pub fn is_acquired(&self) -> bool {
+        matches!(self, Claim::Acquired(_))
+    }
+}
+
+/// One assignment's right to work on a task: the fencing token (assignment
+/// version) and the lease expiry. [`complete`](TaskStore::complete),
+/// [`fail`](TaskStore::fail) and [`release`](TaskStore::release) consume it.
+///
+/// The expiry here is a *hint* for the worker (when to renew, when to give up):
+/// the store decides with its own clock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+/// use std::time::Duration;
+/// use taskfence::*;
+/// let store = MemoryStore::new();
+/// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+/// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { panic!() };
+/// assert_eq!(lease.task_id(), task.id);
+/// assert_eq!(lease.version(), 1);
+/// assert_eq!(lease.attempt(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    task: Task,
+    attempt_id: AttemptId,
+    worker: String,
+    expires_at: OffsetDateTime,
+}
+
+impl Lease {
+    /// Builds a lease. Backends call this when a claim succeeds; `task` is the
+    /// task as it stands after the claim (status `Running`, version incremented).
+    pub fn new(task: Task, attempt_id: AttemptId, worker: String, expires_at: OffsetDateTime) -> Self {
+        Self {
+            task,
+            attempt_id,
+            worker,
+            expires_at,
+        }
+    }
+
+    /// The task as it was when claimed (payload, policy, attempts).
+    pub fn task(&self) -> &Task {
+        &self.task
+    }
+    /// The task's id.
+    pub fn task_id(&self) -> TaskId {
+        self.task.id
+    }
+    /// The assignment version: the fencing token this lease writes with.
+    pub fn version(&self) -> u64 {
+        self.task.version
+    }
+    /// The attempt number (1-based); every claim is one attempt, so it equals the version.
+    pub fn attempt(&self) -> u32 {
+        self.task.attempts()
+    }
+    /// This attempt's id, for tracing.
+    pub fn attempt_id(&self) -> AttemptId {
+        self.attempt_id
+    }
+    /// The worker that holds it.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+    /// When the lease expires, as last reported by the store.
+    pub fn expires_at(&self) -> OffsetDateTime {
+        self.expires_at
+    }
+    /// Records a new expiry after a successful renewal. Backends call this.
+    pub fn set_expires_at(&mut self, at: OffsetDateTime) {
+        self.expires_at = at;
+    }
+}
+
+/// Why a fenced write was refused. Nothing was written.
+///
+/// ```
+/// use taskfence::{Rejection, Status};
+/// let r = Rejection::Superseded { current_version: 3 };
+/// assert_eq!(r.to_string(), "superseded by assignment version 3");
+/// assert_eq!(Rejection::NotRunning(Status::Cancelled).to_string(), "task is cancelled, not running");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The task already has its saved response (here it is).
+    #[error("task already completed")]
+    AlreadyCompleted(Box<Task>),
+    /// A newer assignment has claimed the task since this lease was granted.
+    #[error("superseded by assignment version {current_version}")]
+    Superseded {
+        /// The task's current assignment version.
+        current_version: u64,
+    },
+    /// This assignment is still current but its lease has expired (store clock).
+    #[error("lease expired")]
+    LeaseExpired,
+    /// The task is not running (cancelled, failed, released or retrying).
+    #[error("task is {0}, not running")]
+    NotRunning(Status),
+}
+
+/// The outcome of a fenced write: accepted, or rejected with the reason.
+///
+/// ```
+/// use taskfence::{Fenced, Rejection};
+/// let ok: Fenced<u8> = Fenced::Accepted(1);
+/// assert_eq!(ok.accepted(), Some(1));
+/// let no: Fenced<u8> = Fenced::Rejected(Rejection::LeaseExpired);
+/// assert_eq!(no.rejection(), Some(&Rejection::LeaseExpired));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a rejected write must be handled: the worker no longer holds the task"]
+pub enum Fenced<T> {
+    /// The write happened.
+    Accepted(T),
+    /// The write was refused; nothing changed.
+    Rejected(Rejection),
+}
+
+impl<T> Fenced<T> {
+    /// `true` for [`Fenced::Accepted`].
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, Fenced::Accepted(_))
+    }
+    /// The accepted value, if any.
+    pub fn accepted(self) -> Option<T> {
+        match self {
+            Fenced::Accepted(v) => Some(v),
+            Fenced::Rejected(_) => None,
+        }
+    }
+    /// The rejection, if any.
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            Fenced::Accepted(_) => None,
+            Fenced::Rejected(r) => Some(r),
+        }
+    }
+    /// Converts into a standard `Result`.
+    pub fn into_result(self) -> std::result::Result<T, Rejection> {
+        match self {
+            Fenced::Accepted(v) => Ok(v),
+            Fenced::Rejected(r) => Err(r),
+        }
+    }
+}
+
+/// What an accepted [`TaskStore::fail`] led to.
+///
+/// ```
+/// # fn f(r: taskfence::Retry) {
+/// match r {
+///     taskfence::Retry::Scheduled { not_before, attempts_left } => {}
+///     taskfence::Retry::Exhausted(task) => {}
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retry {
+    /// Another attempt may claim the task at or after `not_before`.
+    Scheduled {
+        /// Earliest next claim (store clock).
+        not_before: OffsetDateTime,
+        /// Claims still allowed.
+        attempts_left: u32,
+    },
+    /// No retry: the task is terminally `Failed` (permanent failure, ambiguous
+    /// with [`OnAmbiguous::Stop`](crate::OnAmbiguous::Stop), attempts or deadline exhausted).
+    Exhausted(Box<Task>),
+}
+
+/// How an attempt ended.
+///
+/// ```
+/// assert_eq!(taskfence::AttemptOutcome::Expired.as_str(), "expired");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttemptOutcome {
+    /// Still holding (or last held) the lease; no outcome reported.
+    Running,
+    /// Its response was saved.
+    Completed,
+    /// It reported a failure of this kind.
+    Failed(FailureKind),
+    /// It gave the task back.
+    Released,
+    /// Its lease expired without a report; the task was taken over or its budget ran out.
+    Expired,
+    /// The task was cancelled while it ran.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    /// The lowercase name used in storage and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Running => "running",
+            AttemptOutcome::Completed => "completed",
+            AttemptOutcome::Failed(FailureKind::Retryable) => "failed_retryable",
+            AttemptOutcome::Failed(FailureKind::Permanent) => "failed_permanent",
+            AttemptOutcome::Failed(FailureKind::Ambiguous) => "failed_ambiguous",
+            AttemptOutcome::Released => "released",
+            AttemptOutcome::Expired => "expired",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s output.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => AttemptOutcome::Running,
+            "completed" => AttemptOutcome::Completed,
+            "failed_retryable" => AttemptOutcome::Failed(FailureKind::Retryable),
+            "failed_permanent" => AttemptOutcome::Failed(FailureKind::Permanent),
+            "failed_ambiguous" => AttemptOutcome::Failed(FailureKind::Ambiguous),
+            "released" => AttemptOutcome::Released,
+            "expired" => AttemptOutcome::Expired,
+            "cancelled" => AttemptOutcome::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// One claim of a task, as [`TaskStore::attempts`] reports it.
+///
+/// ```
+/// # fn f(a: taskfence::Attempt) {
+/// println!("attempt {} by {}: {:?}", a.number, a.worker, a.outcome);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// The attempt's id.
+    pub id: AttemptId,
+    /// The task.
+    pub task_id: TaskId,
+    /// 1-based attempt number, equal to the assignment version it held.
+    pub number: u32,
+    /// The worker that claimed it.
+    pub worker: String,
+    /// When it was claimed (store clock).
+    pub started_at: OffsetDateTime,
+    /// When it ended, if it has.
+    pub finished_at: Option<OffsetDateTime>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The provider operation id it recorded, if any.
+    pub operation_id: Option<String>,
+    /// The failure message it reported, if any.
+    pub error: Option<String>,
+}

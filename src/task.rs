@@ -1,0 +1,456 @@
+//! The task record and the values that identify it: ids, status, the saved
+//! response, the input hash and the submission ([`NewTask`]).
+
+use std::fmt;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::InvalidInput;
+use crate::limits;
+use crate::policy::RetryPolicy;
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A new, time-ordered (UUID v7) id.
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+
+            /// Wraps an existing UUID, e.g. one read back from storage or a queue message.
+            pub const fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+
+            /// The underlying UUID.
+            pub const fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = uuid::Error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self)
+            }
+        }
+
+        impl From<Uuid> for $name {
+            fn from(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
+        }
+    };
+}
+
+uuid_id! {
+    /// The stable identity of one piece of logical work. Queue messages carry it;
+    /// every redelivery and every attempt refers to the same `TaskId`.
+    ///
+    /// ```
+    /// use taskfence::TaskId;
+    /// let id = TaskId::new();
+    /// let parsed: TaskId = id.to_string().parse().unwrap();
+    /// assert_eq!(id, parsed);
+    /// ```
+    TaskId
+}
+
+uuid_id! {
+    /// The identity of one attempt (one claim) of a task, for tracing. It never
+    /// replaces the [`TaskId`]: several attempts belong to one task.
+    ///
+    /// ```
+    /// use taskfence::AttemptId;
+    /// assert_ne!(AttemptId::new(), AttemptId::new());
+    /// ```
+    AttemptId
+}
+
+/// Where a task is in its life.
+///
+/// `Pending` and `Running` are live; the other three are terminal and never change again.
+///
+/// ```
+/// use taskfence::Status;
+/// assert!(Status::Completed.is_terminal());
+/// assert_eq!("running".parse::<Status>(), Ok(Status::Running));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Waiting to be claimed, possibly not before a backoff instant.
+    Pending,
+    /// Claimed by an assignment whose lease may or may not have expired.
+    Running,
+    /// The response is saved. Terminal.
+    Completed,
+    /// Failed permanently, or the retry budget ran out. Terminal.
+    Failed,
+    /// Cancelled by the application. Terminal.
+    Cancelled,
+}
+
+impl Status {
+    /// `true` for `Completed`, `Failed` and `Cancelled`.
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
+    }
+
+    /// The lowercase name used in storage and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "pending" => Status::Pending,
+            "running" => Status::Running,
+            "completed" => Status::Completed,
+            "failed" => Status::Failed,
+            "cancelled" => Status::Cancelled,
+            _ => return Err(UnknownStatus(s.to_owned())),
+        })
+    }
+}
+
+/// A status name that is not one of [`Status`]'s.
+///
+/// ```
+/// assert!("done".parse::<taskfence::Status>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown task status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+/// The accepted result of a task. Once saved it never changes.
+///
+/// Bytes, so any encoding works; helpers cover the common text case.
+///
+/// ```
+/// use taskfence::Response;
+/// let r = Response::from("Here are the key decisions…");
+/// assert_eq!(r.as_str(), Some("Here are the key decisions…"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Response(Vec<u8>);
+
+impl Response {
+    /// Wraps response bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The bytes as UTF-8 text, if they are.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// Takes the bytes out.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// Byte length.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `true` when empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Response {
+    // Responses can hold user data: never print their content in logs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Response({} bytes)", self.0.len())
+    }
+}
+
+impl From<&str> for Response {
+    fn from(s: &str) -> Self {
+        Self(s.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Response {
+    fn from(s: String) -> Self {
+        Self(s.into_bytes())
+    }
+}
+
+impl From<Vec<u8>> for Response {
+    fn from(b: Vec<u8>) -> Self {
+        Self(b)
+    }
+}
+
+/// A SHA-256 digest of the inputs that define the work, bound to the request
+/// key at first use so a reused key with other inputs is caught.
+///
+/// Each part is length-prefixed before hashing, so the boundaries between
+/// parts count: `("ab", "c")` and `("a", "bc")` differ.
+///
+/// ```
+/// use taskfence::InputHash;
+/// let a = InputHash::of(["conversation-7", "message-42"]);
+/// assert_eq!(a, InputHash::of(["conversation-7", "message-42"]));
+/// assert_ne!(InputHash::of(["ab", "c"]), InputHash::of(["a", "bc"]));
+/// assert_eq!(a.to_string().len(), 64);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InputHash([u8; 32]);
+
+impl InputHash {
+    /// Hashes the given parts, each prefixed by its length as a 64-bit big-endian integer.
+    pub fn of<I, P>(parts: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<[u8]>,
+    {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            let part = part.as_ref();
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+        Self(hasher.finalize().into())
+    }
+
+    /// Wraps a digest read back from storage.
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// The 32 digest bytes.
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for InputHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for InputHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "InputHash({self})")
+    }
+}
+
+/// Identifies one press of Send: the caller's scope, the kind of work and the
+/// client's idempotency key. Unique per store.
+///
+/// ```
+/// use taskfence::RequestKey;
+/// let key = RequestKey::new("user-1", "chat.reply", "req-9f2c");
+/// assert_eq!(key.scope, "user-1");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestKey {
+    /// Who the work belongs to: the authenticated caller, workspace or tenant.
+    pub scope: String,
+    /// What kind of work, e.g. `"chat.reply"`.
+    pub operation: String,
+    /// The client's idempotency key for this request.
+    pub key: String,
+}
+
+impl RequestKey {
+    /// Builds a request key from its three parts.
+    pub fn new(scope: impl Into<String>, operation: impl Into<String>, key: impl Into<String>) -> Self {
+        Self {
+            scope: scope.into(),
+            operation: operation.into(),
+            key: key.into(),
+        }
+    }
+
+    /// Checks each part against [`limits`]: not blank, not too long, no control characters.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        limits::check_text("scope", &self.scope, limits::MAX_SCOPE_LEN)?;
+        limits::check_text("operation", &self.operation, limits::MAX_OPERATION_LEN)?;
+        limits::check_text("key", &self.key, limits::MAX_KEY_LEN)
+    }
+}
+
+/// A submission: the request key, the input hash it is bound to, the payload a
+/// worker needs, the retry policy and how long the dedup record is kept.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::{InputHash, NewTask, RequestKey, RetryPolicy};
+///
+/// let task = NewTask::new(
+///     RequestKey::new("user-1", "chat.reply", "req-9f2c"),
+///     InputHash::of(["conversation-7", "message-42"]),
+/// )
+/// .payload(b"{\"message\":42}".to_vec())
+/// .policy(RetryPolicy::default().max_attempts(3))
+/// .retention(Duration::from_secs(24 * 3600));
+/// assert!(task.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTask {
+    /// Scope, operation and idempotency key.
+    pub key: RequestKey,
+    /// Digest of the inputs that define the work.
+    pub input_hash: InputHash,
+    /// What the worker needs to do the work (opaque to the store).
+    pub payload: Vec<u8>,
+    /// Retry budget and backoff, stored with the task.
+    pub policy: RetryPolicy,
+    /// How long the dedup record is kept, counted from submission.
+    pub retention: Duration,
+}
+
+impl NewTask {
+    /// Default retention of the dedup record: 7 days.
+    pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// A submission with an empty payload, the default policy and retention.
+    pub fn new(key: RequestKey, input_hash: InputHash) -> Self {
+        Self {
+            key,
+            input_hash,
+            payload: Vec::new(),
+            policy: RetryPolicy::default(),
+            retention: Self::DEFAULT_RETENTION,
+        }
+    }
+
+    /// Sets the payload.
+    pub fn payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
+        self.payload = payload.into();
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Sets the retention window of the dedup record.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Checks every field against [`limits`]. Stores call this before writing anything.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        self.key.validate()?;
+        limits::check_len("payload", self.payload.len(), limits::MAX_PAYLOAD_LEN)?;
+        limits::check_duration("retention", self.retention, limits::MAX_RETENTION)?;
+        self.policy.validate()
+    }
+}
+
+/// The task record as the store holds it.
+///
+/// Fields are public so third-party backends can build it; treat it as a
+/// snapshot: the store is the source of truth.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), taskfence::Error> {
+/// use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, Status, TaskStore};
+/// let store = MemoryStore::new();
+/// let task = store
+///     .submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])))
+///     .await?
+///     .into_task();
+/// assert_eq!(task.status, Status::Pending);
+/// assert_eq!(task.attempts(), 0);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Task {
+    /// Stable identity.
+    pub id: TaskId,
+    /// Scope, operation and idempotency key it was submitted under.
+    pub key: RequestKey,
+    /// Digest of the inputs the key is bound to.
+    pub input_hash: InputHash,
+    /// Opaque work description.
+    pub payload: Vec<u8>,
+    /// Where the task is in its life.
+    pub status: Status,
+    /// The fencing token: incremented atomically by every claim. Every claim is
+    /// one attempt, so this is also the number of attempts made.
+    pub version: u64,
+    /// Retry budget and backoff.
+    pub policy: RetryPolicy,
+    /// Lease expiry of the current assignment (set while `Running`).
+    pub lease_until: Option<OffsetDateTime>,
+    /// Earliest instant of the next claim after a retryable failure (set while `Pending`).
+    pub not_before: Option<OffsetDateTime>,
+    /// The saved response, once `Completed`.
+    pub response: Option<Response>,
+    /// The last failure message (or cancellation reason).
+    pub last_error: Option<String>,
+    /// When the task was submitted (store clock).
+    pub created_at: OffsetDateTime,
+    /// When it became terminal, if it has.
+    pub finished_at: Option<OffsetDateTime>,
+    /// After this instant the dedup record may be purged and a replay is new work.
+    pub expires_at: OffsetDateTime,
+}
+
+impl Task {
+    /// Attempts made so far (each claim counts, a takeover too). Equal to the assignment version.
+    pub fn attempts(&self) -> u32 {
+        u32::try_from(self.version).unwrap_or(u32::MAX)
+    }
+
+    /// Attempts still allowed by the policy's `max_attempts`.
+    pub fn attempts_left(&self) -> u32 {
+        self.policy.max_attempts.saturating_sub(self.attempts())
+    }
+
+    /// The elapsed-time deadline, if the policy has one: `created_at + deadline`.
+    pub fn deadline_at(&self) -> Option<OffsetDateTime> {
+        self.policy.deadline.map(|d| self.created_at + d)
+    }
+}

@@ -1,0 +1,150 @@
+//! The backend conformance suite: the same scenarios against any [`TaskStore`],
+//! so every backend, ours and third parties', proves the same guarantees.
+//!
+//! A backend provides a [`Fixture`]: a fresh, isolated store, a way to move
+//! the store's clock forward, and a count of persisted records (to check that
+//! refused input wrote nothing). Then one macro call generates one
+//! `#[tokio::test]` per scenario:
+//!
+//! ```
+//! // tests/conformance.rs of a backend crate (needs tokio with "macros" and "rt-multi-thread")
+//! taskfence::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
+//! # fn main() {}
+//! ```
+//!
+//! The expression is a future, evaluated once per test, that yields a value
+//! implementing [`Fixture`] (so a backend can create a database or schema). Each scenario panics with a message naming
+//! the broken guarantee.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::clock::ManualClock;
+use crate::memory::MemoryStore;
+use crate::store::TaskStore;
+
+pub mod scenarios;
+
+/// What a backend gives the conformance suite.
+///
+/// ```
+/// use taskfence::testing::{Fixture, MemoryFixture};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let f = MemoryFixture::new();
+/// assert_eq!(f.record_count().await, 0);
+/// # }
+/// ```
+#[async_trait]
+pub trait Fixture: Send + Sync {
+    /// The store under test: fresh, empty, isolated from every other fixture.
+    fn store(&self) -> Arc<dyn TaskStore>;
+
+    /// Moves the *store's* clock forward by at least `by` (a manual clock, a
+    /// server-side offset, or, for a backend that cannot, a real sleep).
+    async fn advance(&self, by: Duration);
+
+    /// How many records the store holds (tasks, attempts, keys, handoffs…):
+    /// the suite checks it is unchanged after refused input.
+    async fn record_count(&self) -> u64;
+}
+
+/// A [`Fixture`] for [`MemoryStore`] on a [`ManualClock`].
+///
+/// ```
+/// let f = taskfence::testing::MemoryFixture::new();
+/// let _store = f.memory_store();
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct MemoryFixture {
+    store: MemoryStore,
+    clock: ManualClock,
+}
+
+impl MemoryFixture {
+    /// A fresh store on a manual clock standing at the current time.
+    pub fn new() -> Self {
+        let clock = ManualClock::default();
+        Self {
+            store: MemoryStore::with_clock(clock.clone()),
+            clock,
+        }
+    }
+
+    /// The concrete store.
+    pub fn memory_store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// The clock the store runs on.
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+}
+
+#[async_trait]
+impl Fixture for MemoryFixture {
+    fn store(&self) -> Arc<dyn TaskStore> {
+        Arc::new(self.store.clone())
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    async fn record_count(&self) -> u64 {
+        self.store.record_count()
+    }
+}
+
+/// Generates one `#[tokio::test]` per conformance scenario; the argument is a
+/// future yielding a fresh [`Fixture`], evaluated once per test.
+///
+/// ```
+/// taskfence::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@tests $fixture;
+            duplicate_submit_returns_same_task,
+            key_reuse_with_other_inputs_conflicts_and_writes_nothing,
+            same_key_in_another_scope_or_operation_is_independent,
+            regenerate_with_new_key_is_new_work,
+            concurrent_duplicate_submits_create_one_task,
+            concurrent_claims_acquire_once,
+            claim_of_completed_task_returns_saved_response_without_attempt,
+            superseded_lease_is_rejected_everywhere,
+            complete_after_lease_expiry_is_rejected,
+            paused_worker_after_takeover_is_rejected,
+            double_complete_keeps_first_response,
+            concurrent_completes_accept_once,
+            attempts_counted_at_claim_including_takeover,
+            max_attempts_exhausted_is_terminal,
+            deadline_exhausted_is_terminal,
+            claim_during_backoff_waits,
+            permanent_and_ambiguous_failures_follow_policy,
+            renew_keeps_lease_alive_and_fails_after_takeover,
+            release_gives_task_back_and_keeps_attempt,
+            cancel_stops_running_worker,
+            record_operation_is_visible_in_attempts,
+            due_lists_expired_leases_and_passed_backoffs,
+            purge_removes_only_expired_records,
+            unknown_task_is_not_found,
+            strings_are_stored_verbatim,
+            scopes_are_isolated,
+            bad_input_is_rejected_and_writes_nothing,
+        );
+    };
+    (@tests $fixture:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let fixture = $fixture.await;
+                $crate::testing::scenarios::$name(&fixture).await;
+            }
+        )*
+    };
+}
