@@ -16,7 +16,7 @@ mod timebase;
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskfence::{Claim, ClaimRequest, Error, MemoryStore, NewTask, Status, TaskStore};
+use taskfence::{Claim, ClaimRequest, Error, Fenced, MemoryStore, NewTask, Status, TaskStore};
 
 use crate::sim::{Config, Outcome};
 use crate::timebase::Timebase;
@@ -295,4 +295,101 @@ fn flags_out_of_range_are_refused() {
         assert!(config.validate().is_err(), "{config:?}");
     }
     assert!(Config::default().validate().is_ok());
+}
+
+/// A broken backend: it answers `Accepted` to a completion the real store
+/// refused (a stale worker's late answer). The demo's check must catch it.
+struct AcceptsStaleCompletions(MemoryStore);
+
+#[async_trait::async_trait]
+impl TaskStore for AcceptsStaleCompletions {
+    async fn submit(&self, task: NewTask) -> taskfence::Result<taskfence::Submitted> {
+        self.0.submit(task).await
+    }
+    async fn get(&self, id: taskfence::TaskId) -> taskfence::Result<Option<taskfence::Task>> {
+        self.0.get(id).await
+    }
+    async fn find(&self, key: &taskfence::RequestKey) -> taskfence::Result<Option<taskfence::Task>> {
+        self.0.find(key).await
+    }
+    async fn claim(&self, id: taskfence::TaskId, request: ClaimRequest) -> taskfence::Result<Claim> {
+        self.0.claim(id, request).await
+    }
+    async fn renew(
+        &self,
+        lease: &mut taskfence::Lease,
+        extend_by: Duration,
+    ) -> taskfence::Result<Fenced<()>> {
+        self.0.renew(lease, extend_by).await
+    }
+    async fn complete(
+        &self,
+        lease: taskfence::Lease,
+        response: taskfence::Response,
+    ) -> taskfence::Result<Fenced<taskfence::Task>> {
+        let id = lease.task_id();
+        match self.0.complete(lease, response).await? {
+            Fenced::Rejected(_) => Ok(Fenced::Accepted(self.0.get(id).await?.expect("exists"))),
+            accepted => Ok(accepted),
+        }
+    }
+    async fn fail(
+        &self,
+        lease: taskfence::Lease,
+        failure: taskfence::Failure,
+    ) -> taskfence::Result<Fenced<taskfence::Retry>> {
+        self.0.fail(lease, failure).await
+    }
+    async fn release(&self, lease: taskfence::Lease) -> taskfence::Result<Fenced<()>> {
+        self.0.release(lease).await
+    }
+    async fn cancel(
+        &self,
+        id: taskfence::TaskId,
+        reason: &str,
+    ) -> taskfence::Result<Fenced<taskfence::Task>> {
+        self.0.cancel(id, reason).await
+    }
+    async fn record_operation(
+        &self,
+        lease: &taskfence::Lease,
+        operation_id: &str,
+    ) -> taskfence::Result<Fenced<()>> {
+        self.0.record_operation(lease, operation_id).await
+    }
+    async fn attempts(&self, id: taskfence::TaskId) -> taskfence::Result<Vec<taskfence::Attempt>> {
+        self.0.attempts(id).await
+    }
+    async fn due(&self, limit: usize) -> taskfence::Result<Vec<taskfence::TaskId>> {
+        self.0.due(limit).await
+    }
+    async fn purge_expired(&self, limit: usize) -> taskfence::Result<u64> {
+        self.0.purge_expired(limit).await
+    }
+}
+
+#[tokio::test]
+async fn the_check_catches_a_store_that_accepts_stale_completions() {
+    let (tb, clock) = Timebase::new_virtual();
+    let store: Arc<dyn TaskStore> = Arc::new(AcceptsStaleCompletions(MemoryStore::with_clock(clock)));
+    let config = Config::default();
+    let outcome = sim::run(&config, store, tb, &mut |_| {}).await.unwrap();
+    let s = &outcome.summary;
+    assert!(!s.invariant_holds());
+    assert!(
+        s.violations
+            .iter()
+            .any(|v| v.starts_with("T1: completed, with 2 accepted completions")),
+        "{:#?}",
+        s.violations
+    );
+    let text = report::render(
+        &outcome,
+        &report::RunInfo {
+            backend: "a broken store".into(),
+            config,
+            elapsed: Duration::ZERO,
+        },
+    );
+    assert!(text.lines().last().unwrap().contains("VIOLATED"));
 }

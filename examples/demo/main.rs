@@ -187,7 +187,7 @@ impl Progress {
     fn new(total: u64) -> Self {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
         bar.set_style(
-            ProgressStyle::with_template("{elapsed:>4} [{bar:40}] {pos}/{len} tasks finished, eta {eta}")
+            ProgressStyle::with_template("{elapsed:>3} [{wide_bar}] {pos}/{len} tasks done, eta {eta}")
                 .expect("a valid template")
                 .progress_chars("=> "),
         );

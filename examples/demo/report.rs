@@ -298,8 +298,14 @@ pub fn render(outcome: &crate::sim::Outcome, info: &RunInfo) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "Summary: {} reply tasks in {} conversations, {} workers, seed {}, fault rate {:.2}, on {}",
-        c.tasks, s.conversations, c.workers, c.seed, c.faults, info.backend
+        "Summary: {} reply tasks in {} conversation{}, {} workers, seed {}, fault rate {:.2}, on {}",
+        c.tasks,
+        s.conversations,
+        if s.conversations == 1 { "" } else { "s" },
+        c.workers,
+        c.seed,
+        c.faults,
+        info.backend
     );
     let _ = writeln!(
         out,

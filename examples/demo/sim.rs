@@ -183,7 +183,6 @@ pub async fn run(
         plans,
         index_of: HashMap::new(),
         events: BinaryHeap::new(),
-        pending: HashMap::new(),
         seq: 0,
         queue: Queue::default(),
         workers: vec![Worker::Idle; config.workers],
@@ -235,6 +234,35 @@ enum Event {
     Restart(usize),
 }
 
+/// An event due at `at`; events due at the same instant run in the order
+/// they were scheduled, which keeps a run reproducible.
+#[derive(Debug)]
+struct Scheduled {
+    at: Duration,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(other.at, other.seq))
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Worker {
     Idle,
@@ -262,8 +290,7 @@ struct Sim<'p> {
     accepted: Vec<Vec<Response>>,
     delivered: Vec<bool>,
     finished: Vec<bool>,
-    events: BinaryHeap<Reverse<(Duration, u64)>>,
-    pending: HashMap<u64, Event>,
+    events: BinaryHeap<Reverse<Scheduled>>,
     seq: u64,
     queue: Queue,
     workers: Vec<Worker>,
@@ -298,11 +325,7 @@ impl Sim<'_> {
         // of budget), so the loop drains. The bound only turns a bug into a report.
         let max_events = 200 * self.plans.len() as u64 + 10_000;
         let mut handled = 0u64;
-        while let Some(Reverse((at, seq))) = self.events.pop() {
-            let event = self
-                .pending
-                .remove(&seq)
-                .expect("every scheduled event is pending");
+        while let Some(Reverse(Scheduled { at, event, .. })) = self.events.pop() {
             self.tb.advance_to(at).await;
             self.handle(event).await?;
             self.dispatch().await?;
@@ -327,8 +350,8 @@ impl Sim<'_> {
 
     fn push(&mut self, at: Duration, event: Event) {
         self.seq += 1;
-        self.events.push(Reverse((at, self.seq)));
-        self.pending.insert(self.seq, event);
+        let seq = self.seq;
+        self.events.push(Reverse(Scheduled { at, seq, event }));
     }
 
     fn after(&mut self, delay: Duration, event: Event) {
