@@ -213,11 +213,15 @@ async fn the_printed_story_shows_the_takeover_and_ends_with_the_invariant() {
         "{timeline:#?}"
     );
     assert!(has("complete T1 v2 → Accepted"));
-    assert!(has("network retry of the same Send"));
-    assert!(has("rejected: key already used with different inputs by T1"));
-    assert!(has("new task T3, same inputs as T2"));
+    assert!(has(
+        "network retry of Send 1 (same key, same inputs) → existing T1"
+    ));
+    assert!(has(
+        "reuses T1's key send-1 for message 2 → KeyConflict (other inputs) naming T1"
+    ));
+    assert!(has("new task T3; same inputs as T2"));
     assert!(has("crashes before saving"));
-    assert!(has("Exhausted: the task is failed"));
+    assert!(has("fail T4 v3 (retryable) → Exhausted"));
     assert!(has(
         "claim T1 → Completed: the saved reply comes back, no provider call"
     ));

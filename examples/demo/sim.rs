@@ -418,10 +418,10 @@ impl Sim<'_> {
         let plan = &self.plans[task];
         let what = match plan.regenerate_of {
             Some(_) => format!(
-                "presses Regenerate on message {} (new request key {})",
+                "Regenerate on message {} (new key {})",
                 plan.message, plan.key.key
             ),
-            None => format!("sends message {} (request key {})", plan.message, plan.key.key),
+            None => format!("Send message {} (key {})", plan.message, plan.key.key),
         };
         let regenerate_of = plan.regenerate_of;
         let resend_after = plan.resend_after;
@@ -439,7 +439,7 @@ impl Sim<'_> {
                         self.log(
                             task,
                             "client",
-                            format!("{what} → new task {label}, same inputs as {previous}: new work, not a duplicate"),
+                            format!("{what} → new task {label}; same inputs as {previous}, but new work"),
                         );
                     }
                     None => self.log(task, "client", format!("{what} → task {label} created")),
@@ -481,9 +481,9 @@ impl Sim<'_> {
                     task,
                     "client",
                     format!(
-                        "network retry of the same Send (same key, same inputs) → existing task {label} \
-                         ({}, v{}); nothing new written",
-                        existing.status, existing.version
+                        "network retry of Send {} (same key, same inputs) → existing {label} ({}, v{}), \
+                         nothing written",
+                        self.plans[task].message, existing.status, existing.version
                     ),
                 );
             }
@@ -510,8 +510,8 @@ impl Sim<'_> {
                     .get(&existing)
                     .map_or("an unknown task", |&i| self.label(i));
                 let text = format!(
-                    "reuses {original_label}'s request key {} for message {message} → rejected: key already \
-                     used with different inputs by {named}; nothing written",
+                    "reuses {original_label}'s key {} for message {message} → KeyConflict (other inputs) naming \
+                     {named}; nothing written",
                     key.key
                 );
                 self.log(task, "client", text);
@@ -620,7 +620,7 @@ impl Sim<'_> {
                 self.log(
                     task,
                     &name,
-                    format!("claim {label} → Failed ({why}): no provider call; deletes the message"),
+                    format!("claim {label} → Failed ({why}); no provider call, deletes it"),
                 );
             }
             Claim::Cancelled(_) | Claim::NotFound => {
@@ -813,9 +813,9 @@ impl Sim<'_> {
             _ => Failure::retryable("provider returned 503"),
         };
         let what = if kind == FailureKind::Ambiguous {
-            "fail (ambiguous; the chat policy retries)"
+            format!("fail {label} v{version} (ambiguous; chat policy: retry)")
         } else {
-            "fail (retryable)"
+            format!("fail {label} v{version} (retryable)")
         };
         match self.store.fail(job.lease, failure).await? {
             Fenced::Accepted(Retry::Scheduled {
@@ -825,7 +825,7 @@ impl Sim<'_> {
                 let at = self.tb.simulated_at(not_before).max(self.now());
                 self.hide_until(job.delivery, at);
                 let text = format!(
-                    "{what} {label} v{version} → retry scheduled at {}, {attempts_left} attempt(s) left; message hidden until then",
+                    "{what} → retry at {}, {attempts_left} left; message hidden till then",
                     At(at)
                 );
                 self.log(task, &name, text);
@@ -833,15 +833,15 @@ impl Sim<'_> {
             Fenced::Accepted(Retry::Exhausted(failed)) => {
                 self.queue.delete(job.delivery.receipt);
                 self.finish(task);
-                let why = failed.last_error.unwrap_or_default();
                 let text = format!(
-                    "{what} {label} v{version} → Exhausted: the task is failed ({why}); deletes the message"
+                    "{what} → Exhausted: {} attempts spent, the task is failed; deletes the message",
+                    failed.attempts()
                 );
                 self.log(task, &name, text);
             }
             Fenced::Rejected(rejection) => {
                 self.summary.stale_failures_rejected += 1;
-                let text = format!("{what} {label} v{version} → Rejected: {}", describe(&rejection));
+                let text = format!("{what} → Rejected: {}", describe(&rejection));
                 self.log(task, &name, text);
             }
         }
