@@ -124,6 +124,7 @@ async fn default_run_meets_every_fault_kind() {
     assert!(s.exhausted_tasks > 0, "budgets run out");
     assert!(s.stale_completions() > 0, "stale completions rejected");
     assert!(s.claims_completed > 0, "duplicates answered from the saved reply");
+    assert!(s.renewals > 0, "long answers renew their lease");
 }
 
 #[tokio::test]
@@ -221,6 +222,7 @@ async fn the_printed_story_shows_the_takeover_and_ends_with_the_invariant() {
     ));
     assert!(has("new task T3; same inputs as T2"));
     assert!(has("crashes before saving"));
+    assert!(has("renews T3 v1 during a long answer"));
     assert!(has("fail T4 v3 (retryable) → Exhausted"));
     assert!(has(
         "claim T1 → Completed: the saved reply comes back, no provider call"

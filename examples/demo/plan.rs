@@ -108,7 +108,8 @@ const fn secs(s: u64) -> Duration {
 /// Send, an extra copy arriving while the lease is live, a worker paused past
 /// its lease and rejected after a takeover; a reused key rejected, a crash
 /// after the provider answered, a lost queue delete; a Regenerate that is new
-/// work and a lost store reply; a task whose budget runs out.
+/// work, a long answer kept alive by lease renewals and a lost store reply; a
+/// task whose budget runs out.
 fn showcase(run: &str, faults: bool) -> Vec<TaskPlan> {
     let latency = Some(secs(4));
     let plain = |label: &str, message, at, name: &str| TaskPlan {
@@ -129,6 +130,8 @@ fn showcase(run: &str, faults: bool) -> Vec<TaskPlan> {
     let mut t2 = plain("T2", 2, secs(60), "send-2");
     let mut t3 = plain("T3", 2, secs(120), "regenerate-2");
     t3.regenerate_of = Some(1);
+    // A long answer: the worker renews its lease while it waits.
+    t3.latency = Some(secs(40));
     let mut t4 = plain("T4", 3, secs(180), "send-3");
     if faults {
         t1.resend_after = Some(secs(1));

@@ -163,6 +163,21 @@ impl Queue {
         })
     }
 
+    /// Pushes the visibility timeout out again while a worker is still busy
+    /// with the message (its lease is being renewed), if `receipt` is the
+    /// latest one. The caller schedules the returned wakeup.
+    pub fn extend_visibility(&mut self, receipt: Receipt) -> Option<Wakeup> {
+        let m = &mut self.messages[receipt.msg];
+        if m.deleted || m.receipt != receipt.generation {
+            return None;
+        }
+        m.wake += 1;
+        Some(Wakeup {
+            msg: receipt.msg,
+            generation: m.wake,
+        })
+    }
+
     /// Messages not deleted yet.
     pub fn undeleted(&self) -> usize {
         self.messages.iter().filter(|m| !m.deleted).count()

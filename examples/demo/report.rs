@@ -87,6 +87,10 @@ pub struct Summary {
     pub stale_not_running: u64,
     /// Failure reports rejected (a stale worker's `fail`).
     pub stale_failures_rejected: u64,
+    /// Lease renewals accepted (heartbeats during long answers).
+    pub renewals: u64,
+    /// Lease renewals rejected (the worker gave the attempt up).
+    pub renewals_rejected: u64,
     /// Workers that crashed after the provider answered.
     pub crashes: u64,
     /// Workers paused past their lease.
@@ -367,6 +371,11 @@ pub fn render(outcome: &crate::sim::Outcome, info: &RunInfo) -> String {
         "provider calls",
         s.provider_calls,
         format!("{} failed (503 or timeout)", s.provider_errors),
+    );
+    row(
+        "lease renewals",
+        s.renewals,
+        format!("heartbeats during long answers; {} rejected", s.renewals_rejected),
     );
     row(
         "saved replies",

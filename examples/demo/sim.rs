@@ -30,6 +30,9 @@ pub const LEASE: Duration = Duration::from_secs(30);
 /// The queue's visibility timeout: a little longer than the lease, so a
 /// redelivered message finds the previous lease expired.
 pub const VISIBILITY: Duration = Duration::from_secs(40);
+/// How often a worker renews its lease during a long provider call: at half
+/// its life, so one late renewal still finds it live.
+pub const RENEW_EVERY: Duration = Duration::from_secs(15);
 /// How long a crashed worker takes to come back.
 pub const RESTART: Duration = Duration::from_secs(10);
 /// The retry budget of every reply task.
@@ -226,8 +229,10 @@ enum Event {
     Resend(usize),
     /// A queue message may become visible.
     Wake(Wakeup),
-    /// A worker's provider call returns.
-    ProviderReturned(usize),
+    /// A worker's provider call returns (worker, job).
+    ProviderReturned(usize, u64),
+    /// A worker's heartbeat: renew the lease of the job if still on it (worker, job).
+    Renew(usize, u64),
     /// A paused worker runs again.
     Resume(usize),
     /// A crashed worker is back.
@@ -273,6 +278,8 @@ enum Worker {
 
 #[derive(Debug, Clone)]
 struct Job {
+    /// Tells this attempt's timers from a later job's on the same worker.
+    id: u64,
     delivery: Delivery,
     lease: Lease,
     /// What the provider will have returned: the answer, or the failure kind.
@@ -399,7 +406,8 @@ impl Sim<'_> {
                 self.queue.wake(wakeup);
                 Ok(())
             }
-            Event::ProviderReturned(w) => self.provider_returned(w).await,
+            Event::ProviderReturned(w, job) => self.provider_returned(w, job).await,
+            Event::Renew(w, job) => self.renew(w, job).await,
             Event::Resume(w) => self.resume(w).await,
             Event::Restart(w) => {
                 self.workers[w] = Worker::Idle;
@@ -651,9 +659,16 @@ impl Sim<'_> {
                 plan.message, plan.conversation
             )),
         };
-        let latency = plan
-            .latency
-            .unwrap_or_else(|| Duration::from_millis(self.rng.random_range(2_000..8_000)));
+        // Most answers take seconds; one in ten is long and outlives the lease,
+        // so the worker keeps it alive with renewals.
+        let latency = plan.latency.unwrap_or_else(|| {
+            let range = if self.rng.random_bool(0.1) {
+                40_000..90_000
+            } else {
+                2_000..8_000
+            };
+            Duration::from_millis(self.rng.random_range(range))
+        });
         self.calls.push(ProviderCall {
             task,
             version,
@@ -666,17 +681,26 @@ impl Sim<'_> {
             At(self.tb.simulated_at(lease.expires_at())),
         );
         self.log(task, &worker_name(w), text);
+        self.seq += 1;
+        let id = self.seq;
         self.workers[w] = Worker::Calling(Job {
+            id,
             delivery,
             lease,
             answer,
         });
-        self.after(latency, Event::ProviderReturned(w));
+        self.after(latency, Event::ProviderReturned(w, id));
+        if latency > RENEW_EVERY {
+            self.after(RENEW_EVERY, Event::Renew(w, id));
+        }
     }
 
-    async fn provider_returned(&mut self, w: usize) -> Result<(), Error> {
+    async fn provider_returned(&mut self, w: usize, id: u64) -> Result<(), Error> {
+        if !matches!(&self.workers[w], Worker::Calling(job) if job.id == id) {
+            return Ok(()); // the worker gave this attempt up when a renewal was refused
+        }
         let Worker::Calling(job) = std::mem::replace(&mut self.workers[w], Worker::Idle) else {
-            unreachable!("only a calling worker waits for the provider");
+            unreachable!("checked above");
         };
         let task = job.delivery.task;
         let (name, label, version) = (worker_name(w), self.label(task).to_owned(), job.lease.version());
@@ -718,6 +742,49 @@ impl Sim<'_> {
                 );
             }
             fault => self.complete(w, job, answer, fault).await?,
+        }
+        Ok(())
+    }
+
+    /// The heartbeat of a long call: renew the lease and keep the message
+    /// hidden. A paused or crashed worker sends none, which is how its lease
+    /// runs out. A refused renewal means the task moved on: give up the attempt.
+    async fn renew(&mut self, w: usize, id: u64) -> Result<(), Error> {
+        let Worker::Calling(job) = &mut self.workers[w] else {
+            return Ok(());
+        };
+        if job.id != id {
+            return Ok(());
+        }
+        let (task, receipt, version) = (job.delivery.task, job.delivery.receipt, job.lease.version());
+        let renewed = self
+            .store
+            .renew(&mut job.lease, self.tb.store_duration(LEASE))
+            .await?;
+        let expires = self.tb.simulated_at(job.lease.expires_at());
+        let label = self.label(task).to_owned();
+        match renewed {
+            Fenced::Accepted(()) => {
+                self.summary.renewals += 1;
+                if let Some(wakeup) = self.queue.extend_visibility(receipt) {
+                    self.after(VISIBILITY, Event::Wake(wakeup));
+                }
+                self.after(RENEW_EVERY, Event::Renew(w, id));
+                let text = format!(
+                    "renews {label} v{version} during a long answer → lease until {}",
+                    At(expires)
+                );
+                self.log(task, &worker_name(w), text);
+            }
+            Fenced::Rejected(rejection) => {
+                self.summary.renewals_rejected += 1;
+                self.workers[w] = Worker::Idle;
+                let text = format!(
+                    "renew {label} v{version} → Rejected: {}; gives the attempt up",
+                    describe(&rejection)
+                );
+                self.log(task, &worker_name(w), text);
+            }
         }
         Ok(())
     }
