@@ -235,6 +235,23 @@ async fn the_printed_story_shows_the_takeover_and_ends_with_the_invariant() {
 }
 
 #[tokio::test]
+async fn the_invariant_holds_across_seeds_and_fault_rates() {
+    for seed in 0..12 {
+        let config = Config {
+            seed,
+            tasks: 150,
+            workers: 1 + (seed as usize % 5),
+            faults: [0.05, 0.3, 0.8][seed as usize % 3],
+            ..Config::default()
+        };
+        let (outcome, _) = run_simulated(&config).await;
+        let s = &outcome.summary;
+        assert!(s.invariant_holds(), "{config:?}: {:?}", s.violations);
+        assert_eq!(s.completed_tasks + s.exhausted_tasks, 150, "{config:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_fault_free_run_has_nothing_to_reject() {
     let (outcome, _) = run_simulated(&Config {
         faults: 0.0,
