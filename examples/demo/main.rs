@@ -130,16 +130,10 @@ async fn main() -> ExitCode {
 }
 
 /// Runs the demo and prints it; `Ok(false)` when the invariant is violated.
-async fn demo(mut args: Args) -> Result<bool, Box<dyn Error>> {
+async fn demo(args: Args) -> Result<bool, Box<dyn Error>> {
     let (store, tb, backend): (Arc<dyn TaskStore>, Timebase, String) = match &args.database_url {
         Some(url) => {
             let store = postgres(url).await?;
-            // A shared database keeps earlier runs' request keys: give this run its own scope.
-            args.config.run = format!(
-                "{}-{}",
-                std::process::id(),
-                time::OffsetDateTime::now_utc().unix_timestamp()
-            );
             (
                 store,
                 Timebase::new_real(),

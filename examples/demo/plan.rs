@@ -90,14 +90,9 @@ pub fn input_hash(conversation: usize, message: usize) -> InputHash {
     ])
 }
 
-/// The request key of one press: scoped to the user (and the run, in a shared store).
-fn key(run: &str, conversation: usize, name: String) -> RequestKey {
-    let scope = if run.is_empty() {
-        format!("user-{conversation}")
-    } else {
-        format!("run-{run}/user-{conversation}")
-    };
-    RequestKey::new(scope, OPERATION, name)
+/// The request key of one press, scoped to the user.
+fn key(conversation: usize, name: String) -> RequestKey {
+    RequestKey::new(format!("user-{conversation}"), OPERATION, name)
 }
 
 const fn secs(s: u64) -> Duration {
@@ -110,7 +105,7 @@ const fn secs(s: u64) -> Duration {
 /// after the provider answered, a lost queue delete; a Regenerate that is new
 /// work, a long answer kept alive by lease renewals and a lost store reply; a
 /// task whose budget runs out.
-fn showcase(run: &str, faults: bool) -> Vec<TaskPlan> {
+fn showcase(faults: bool) -> Vec<TaskPlan> {
     let latency = Some(secs(4));
     let plain = |label: &str, message, at, name: &str| TaskPlan {
         label: label.to_owned(),
@@ -118,7 +113,7 @@ fn showcase(run: &str, faults: bool) -> Vec<TaskPlan> {
         message,
         regenerate_of: None,
         at,
-        key: key(run, SHOWCASE, name.to_owned()),
+        key: key(SHOWCASE, name.to_owned()),
         resend_after: None,
         conflict_with: None,
         extra_copy_after: None,
@@ -157,7 +152,7 @@ pub fn workload(config: &Config, rng: &mut ChaCha8Rng) -> Vec<TaskPlan> {
         faults: fault_rate,
         ..
     } = *config;
-    let mut plans = showcase(&config.run, fault_rate > 0.0);
+    let mut plans = showcase(fault_rate > 0.0);
     plans.truncate(tasks);
     let remaining = tasks - plans.len();
     // ~5 s per provider call (plus retries and pauses): one arrival per 20 s per worker.
@@ -216,7 +211,7 @@ pub fn workload(config: &Config, rng: &mut ChaCha8Rng) -> Vec<TaskPlan> {
                 message,
                 regenerate_of,
                 at,
-                key: key(&config.run, conversation, name),
+                key: key(conversation, name),
                 resend_after,
                 conflict_with,
                 extra_copy_after,

@@ -49,9 +49,6 @@ pub struct Config {
     pub seed: u64,
     /// Probability of each injected fault, `0.0..=1.0`.
     pub faults: f64,
-    /// A tag that keeps this run's request keys apart from earlier runs' in a
-    /// shared store (PostgreSQL); empty on a fresh `MemoryStore`.
-    pub run: String,
 }
 
 impl Default for Config {
@@ -61,7 +58,6 @@ impl Default for Config {
             workers: 4,
             seed: 42,
             faults: 0.1,
-            run: String::new(),
         }
     }
 }
