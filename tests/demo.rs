@@ -242,7 +242,6 @@ async fn the_invariant_holds_across_seeds_and_fault_rates() {
             tasks: 150,
             workers: 1 + (seed as usize % 5),
             faults: [0.05, 0.3, 0.8][seed as usize % 3],
-            ..Config::default()
         };
         let (outcome, _) = run_simulated(&config).await;
         let s = &outcome.summary;
