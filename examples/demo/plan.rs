@@ -155,8 +155,9 @@ pub fn workload(config: &Config, rng: &mut ChaCha8Rng) -> Vec<TaskPlan> {
     let mut plans = showcase(fault_rate > 0.0);
     plans.truncate(tasks);
     let remaining = tasks - plans.len();
-    // ~5 s per provider call (plus retries and pauses): one arrival per 20 s per worker.
-    let span_ms = (remaining as u64 * 20_000 / workers.max(1) as u64).max(1);
+    // A task holds a worker ~10 s on average (calls, long answers, pauses,
+    // retries): one arrival per 30 s per worker keeps them under half busy.
+    let span_ms = (remaining as u64 * 30_000 / workers.max(1) as u64).max(1);
     let chance = |rng: &mut ChaCha8Rng, p: f64| rng.random_bool(p.clamp(0.0, 1.0));
     let mut conversation = SHOWCASE;
     while plans.len() < tasks {

@@ -655,11 +655,11 @@ impl Sim<'_> {
                 plan.message, plan.conversation
             )),
         };
-        // Most answers take seconds; one in ten is long and outlives the lease,
-        // so the worker keeps it alive with renewals.
+        // Most answers take seconds; one in twenty is long and outlives the
+        // lease, so the worker keeps it alive with renewals.
         let latency = plan.latency.unwrap_or_else(|| {
-            let range = if self.rng.random_bool(0.1) {
-                40_000..90_000
+            let range = if self.rng.random_bool(0.05) {
+                30_000..60_000
             } else {
                 2_000..8_000
             };
