@@ -11,6 +11,7 @@
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | `PgStore` (feature `postgres`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
+//! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod error;
 pub mod limits;
 pub mod memory;
+pub mod offsets;
 pub mod policy;
 pub mod rules;
 pub mod store;
@@ -33,6 +35,7 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
+pub use offsets::OffsetTracker;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 pub use store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
