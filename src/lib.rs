@@ -9,7 +9,7 @@
 //! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
 //! | [`rules`] | the decisions every backend makes, as pure functions |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
-//! | `postgres` | `PgStore` (feature `postgres`) |
+//! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
@@ -28,6 +28,9 @@ pub mod store;
 pub mod task;
 mod trace;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -36,6 +39,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 pub use store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
