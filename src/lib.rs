@@ -9,8 +9,10 @@
 //! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
 //! | [`rules`] | the decisions every backend makes, as pure functions |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
-//! | `postgres` | `PgStore` (feature `postgres`) |
+//! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
+//! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
+//! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
@@ -20,20 +22,35 @@ pub mod clock;
 pub mod error;
 pub mod limits;
 pub mod memory;
+pub mod offsets;
 pub mod policy;
 pub mod rules;
 pub mod store;
 pub mod task;
 mod trace;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
+pub mod runtime;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
+pub use offsets::OffsetTracker;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
+#[cfg(feature = "runtime")]
+pub use runtime::{
+    AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
+};
 pub use store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
     TaskStore,
