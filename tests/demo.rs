@@ -1,6 +1,8 @@
 //! The demo (`cargo run --example demo`) run in-process with fixed seeds. Its
 //! guarantees are checked here against the store's own records (`get`,
 //! `attempts`, `find`, `submit`, `claim`), not only against the demo's counts.
+//! With the `testing` and `postgres` features it also runs on PostgreSQL
+//! (`DATABASE_URL`), as `--database-url` does.
 
 #[path = "../examples/demo/plan.rs"]
 mod plan;
@@ -12,6 +14,9 @@ mod report;
 mod sim;
 #[path = "../examples/demo/timebase.rs"]
 mod timebase;
+
+#[cfg(all(feature = "testing", feature = "postgres"))]
+mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -414,4 +419,44 @@ async fn the_check_catches_a_store_that_accepts_stale_completions() {
         },
     );
     assert!(text.lines().last().unwrap().contains("VIOLATED"));
+}
+
+/// `--database-url`: the demo on PostgreSQL, in a fresh schema, on real time.
+/// Timing varies from run to run; what is asserted does not: the invariant,
+/// every task ended within its budget, and the scripted paused worker's late
+/// answer was refused.
+#[cfg(all(feature = "testing", feature = "postgres"))]
+#[tokio::test]
+async fn the_demo_keeps_the_invariant_on_postgres() {
+    use taskfence::testing::Fixture;
+
+    let fixture = common::fixture().await;
+    let store = fixture.store();
+    let config = Config {
+        tasks: 40,
+        ..Config::default()
+    };
+    let outcome = sim::run(&config, store.clone(), Timebase::new_real(), &mut |_| {})
+        .await
+        .expect("the server stays up");
+    let s = &outcome.summary;
+    assert!(s.invariant_holds(), "violations: {:?}", s.violations);
+    assert_eq!(s.completed_tasks + s.exhausted_tasks, 40);
+    assert!(
+        s.stale_completions() > 0,
+        "the paused worker's late answer was refused"
+    );
+    assert!(s.conflicts_rejected > 0 && s.resends_deduplicated > 0 && s.regenerates > 0);
+    for record in &outcome.tasks {
+        let id = record.id.expect("created");
+        let task = store.get(id).await.unwrap().expect("stored");
+        let attempts = store.attempts(id).await.unwrap();
+        assert!(task.attempts() <= task.policy.max_attempts);
+        assert_eq!(attempts.len() as u64, task.version);
+        match task.status {
+            Status::Completed => assert_eq!(task.response.as_ref(), record.accepted.first()),
+            Status::Failed => assert!(record.accepted.is_empty() && task.response.is_none()),
+            other => panic!("{} ended {other}", record.plan.label),
+        }
+    }
 }
