@@ -1,8 +1,8 @@
 //! The demo (`cargo run --example demo`) run in-process with fixed seeds. Its
 //! guarantees are checked here against the store's own records (`get`,
 //! `attempts`, `find`, `submit`, `claim`), not only against the demo's counts.
-//! With the `testing` and `postgres` features it also runs on PostgreSQL
-//! (`DATABASE_URL`), as `--database-url` does.
+//! It also runs on PostgreSQL (the server of `tests/common`), as
+//! `--database-url` does.
 
 #[path = "../examples/demo/plan.rs"]
 mod plan;
@@ -15,7 +15,6 @@ mod sim;
 #[path = "../examples/demo/timebase.rs"]
 mod timebase;
 
-#[cfg(all(feature = "testing", feature = "postgres"))]
 mod common;
 
 use std::sync::Arc;
@@ -425,7 +424,6 @@ async fn the_check_catches_a_store_that_accepts_stale_completions() {
 /// Timing varies from run to run; what is asserted does not: the invariant,
 /// every task ended within its budget, and the scripted paused worker's late
 /// answer was refused.
-#[cfg(all(feature = "testing", feature = "postgres"))]
 #[tokio::test]
 async fn the_demo_keeps_the_invariant_on_postgres() {
     use taskfence::testing::Fixture;
