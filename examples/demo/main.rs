@@ -218,8 +218,11 @@ async fn postgres(url: &str) -> Result<Arc<dyn TaskStore>, Box<dyn Error>> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(5))
         .connect(url)
-        .await?;
+        .await
+        // The URL may hold a password: name the flag, not the value.
+        .map_err(|e| format!("cannot connect to the --database-url server: {e}"))?;
     sqlx::query(&format!("DROP SCHEMA IF EXISTS {DEMO_SCHEMA} CASCADE"))
         .execute(&pool)
         .await?;
