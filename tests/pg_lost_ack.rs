@@ -12,7 +12,10 @@ use taskfence::{Claim, ClaimRequest, Error, InputHash, NewTask, RequestKey, Resp
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -25,13 +28,27 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
     // Prepare the completion statement on the worker's connection first, so
     // the lost reply below is the reply to the execution itself.
     let warm = worker.submit(new_task("warm-up")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = worker.claim(warm.id, ClaimRequest::new("w", LEASE)).await.unwrap() else {
+    let Claim::Acquired(lease) = worker
+        .claim(warm.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
         panic!("fresh task")
     };
-    assert!(worker.complete(lease, Response::from("warm")).await.unwrap().is_accepted());
+    assert!(
+        worker
+            .complete(lease, Response::from("warm"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 
     let task = worker.submit(new_task("k")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = worker.claim(task.id, ClaimRequest::new("w", LEASE)).await.unwrap() else {
+    let Claim::Acquired(lease) = worker
+        .claim(task.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
         panic!("fresh task")
     };
     proxy.lose_next_reply();
@@ -47,7 +64,11 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
         (saved.status, saved.response),
         (Status::Completed, Some(Response::from("the answer")))
     );
-    match direct.claim(task.id, ClaimRequest::new("redelivered", LEASE)).await.unwrap() {
+    match direct
+        .claim(task.id, ClaimRequest::new("redelivered", LEASE))
+        .await
+        .unwrap()
+    {
         Claim::Completed(done) => assert_eq!(done.response, Some(Response::from("the answer"))),
         other => panic!("expected Completed, got {other:?}"),
     }

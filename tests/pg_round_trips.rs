@@ -9,14 +9,22 @@ use std::time::Duration;
 use common::{Wire, WireProxy};
 use taskfence::testing::Fixture;
 use taskfence::{
-    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy, TaskStore,
+    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy,
+    TaskStore,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
-        .policy(RetryPolicy::default().jitter(0.0).initial_backoff(Duration::from_secs(1)))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
+    .policy(
+        RetryPolicy::default()
+            .jitter(0.0)
+            .initial_backoff(Duration::from_secs(1)),
+    )
 }
 
 async fn acquire(store: &PgStore, id: taskfence::TaskId) -> Lease {
@@ -35,16 +43,38 @@ async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut
     seen("claim");
     assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
     seen("renew");
-    assert!(store.record_operation(&lease, "op-1").await.unwrap().is_accepted());
+    assert!(
+        store
+            .record_operation(&lease, "op-1")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("record_operation");
-    assert!(store.complete(lease, Response::from("answer")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("complete");
 
-    let other = store.submit(new_task(&format!("{key}-b"))).await.unwrap().into_task();
+    let other = store
+        .submit(new_task(&format!("{key}-b")))
+        .await
+        .unwrap()
+        .into_task();
     seen("submit");
     let lease = acquire(store, other.id).await;
     seen("claim");
-    assert!(store.fail(lease, Failure::retryable("429")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .fail(lease, Failure::retryable("429"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("fail");
     fixture.advance(Duration::from_secs(2)).await; // the fixture's own connection: not counted
     let lease = acquire(store, other.id).await;
@@ -98,19 +128,42 @@ async fn duplicate_deliveries_and_resubmits_are_one_round_trip_and_rejections_tw
     let task = store.submit(new_task("k")).await.unwrap().into_task();
     let lease = acquire(&store, task.id).await;
     let copy = lease.clone();
-    assert!(store.complete(lease, Response::from("a")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("a"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     proxy.take();
 
     assert!(!store.submit(new_task("k")).await.unwrap().is_created());
     assert_eq!(proxy.take().round_trips(), 1, "a repeated submit: one round trip");
     assert!(matches!(
-        store.claim(task.id, ClaimRequest::new("w2", LEASE)).await.unwrap(),
+        store
+            .claim(task.id, ClaimRequest::new("w2", LEASE))
+            .await
+            .unwrap(),
         Claim::Completed(_)
     ));
-    assert_eq!(proxy.take().round_trips(), 1, "a duplicate delivery: one round trip");
+    assert_eq!(
+        proxy.take().round_trips(),
+        1,
+        "a duplicate delivery: one round trip"
+    );
 
     // A refused write: the write, then one read to classify it.
-    let _ = store.complete(copy, Response::from("b")).await.unwrap().rejection().cloned().unwrap();
+    let _ = store
+        .complete(copy, Response::from("b"))
+        .await
+        .unwrap()
+        .rejection()
+        .cloned()
+        .unwrap();
     let wire = proxy.take();
-    assert_eq!((wire.statements(), wire.round_trips()), (2, 2), "a rejection: {wire:?}");
+    assert_eq!(
+        (wire.statements(), wire.round_trips()),
+        (2, 2),
+        "a rejection: {wire:?}"
+    );
 }

@@ -309,7 +309,10 @@ impl Frames {
         let mut kinds = Vec::new();
         loop {
             if self.startup {
-                let Some(len) = self.pending.get(..4).map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
+                let Some(len) = self
+                    .pending
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
                 else {
                     break;
                 };
@@ -406,7 +409,10 @@ impl Drop for TempDatabase {
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
             use sqlx::{ConnectOptions, Connection};
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async {
                 let mut conn = admin.connect().await.ok()?;
                 sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
