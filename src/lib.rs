@@ -36,9 +36,9 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
+pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
-pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 pub use store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
     TaskStore,
