@@ -498,6 +498,12 @@ impl PgStore {
     /// the application can write the reply into its own tables and complete the
     /// task atomically. The row lock is held until the caller commits.
     ///
+    /// One statement that locks the row first, then checks version, status,
+    /// lease (on `clock_timestamp()`, read after the lock) and the absence of a
+    /// response, and saves: the seed's `BEGIN / SELECT … FOR UPDATE / UPDATE /
+    /// COMMIT` decision in one round trip — why it decides identically is
+    /// explained in the [module documentation](crate::postgres).
+    ///
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore, lease: taskfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
     /// let mut tx = store.pool().begin().await?;
