@@ -25,11 +25,17 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
     let proxy = WireProxy::start(f.url()).await;
     let worker = proxy.store(&f, 1).await;
 
-    // Prepare the completion statement on the worker's connection first, so
-    // the lost reply below is the reply to the execution itself.
-    let warm = worker.submit(new_task("warm-up")).await.unwrap().into_task();
+    // The worker holds its connection (no pool traffic in between), and the
+    // completion statement is prepared on it first, so the lost reply below
+    // is the reply to the completion's execution itself.
+    let mut conn = worker.pool().acquire().await.unwrap();
+    let warm = worker
+        .submit_in(&mut conn, new_task("warm-up"))
+        .await
+        .unwrap()
+        .into_task();
     let Claim::Acquired(lease) = worker
-        .claim(warm.id, ClaimRequest::new("w", LEASE))
+        .claim_in(&mut conn, warm.id, ClaimRequest::new("w", LEASE))
         .await
         .unwrap()
     else {
@@ -37,15 +43,19 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
     };
     assert!(
         worker
-            .complete(lease, Response::from("warm"))
+            .complete_in(&mut conn, lease, Response::from("warm"))
             .await
             .unwrap()
             .is_accepted()
     );
 
-    let task = worker.submit(new_task("k")).await.unwrap().into_task();
+    let task = worker
+        .submit_in(&mut conn, new_task("k"))
+        .await
+        .unwrap()
+        .into_task();
     let Claim::Acquired(lease) = worker
-        .claim(task.id, ClaimRequest::new("w", LEASE))
+        .claim_in(&mut conn, task.id, ClaimRequest::new("w", LEASE))
         .await
         .unwrap()
     else {
@@ -53,10 +63,11 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
     };
     proxy.lose_next_reply();
     let err = worker
-        .complete(lease, Response::from("the answer"))
+        .complete_in(&mut conn, lease, Response::from("the answer"))
         .await
         .expect_err("the reply was lost on the way back");
     assert!(matches!(err, Error::Storage(_)) && err.is_retryable(), "{err:?}");
+    drop(conn);
 
     // Read the durable task before deciding to generate again.
     let saved = direct.get(task.id).await.unwrap().unwrap();
