@@ -388,7 +388,7 @@ impl Indexer {
         let hash = content_hash(body);
         let new = NewTask::new(work.request_key(), hash)
             .payload(work.payload())
-            .policy(self.policy.clone())
+            .policy(self.policy)
             .retention(self.retention);
         new.validate()?;
 
