@@ -138,3 +138,18 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     assert_eq!(h.app_rows("documents").await, 0);
     assert_eq!(h.app_rows("document_versions").await, 0);
 }
+
+#[tokio::test]
+async fn a_task_that_is_not_ours_is_failed_permanently_and_writes_nothing() {
+    let h = Harness::new().await;
+    let foreign = taskfence::NewTask::new(
+        taskfence::RequestKey::new("user-1", "chat.reply", "req-1"),
+        taskfence::InputHash::of(["message-1"]),
+    );
+    let task = h.indexer.store().submit(foreign).await.unwrap().into_task().id;
+    let err = h.indexer.index_once("worker-a", task, LEASE).await.unwrap_err();
+    assert!(matches!(err, Error::NotAnIndexingTask(id) if id == task), "{err}");
+    assert_eq!(h.status(task).await, Status::Failed, "no retry could succeed");
+    assert_eq!(h.app_rows("index_entries").await, 0);
+    assert_eq!(h.app_rows("documents").await, 0);
+}
