@@ -198,7 +198,9 @@ impl Fixture for PgFixture {
 
 impl Drop for PgFixture {
     /// Drops the schema on a short-lived thread with its own runtime (Drop
-    /// cannot await); a failure leaves it for the stale-schema cleanup.
+    /// cannot await); a failure leaves it for the stale-schema cleanup. A lock
+    /// timeout bounds the wait: a transaction the test dropped may still hold
+    /// locks on a pooled connection that only this (blocked) runtime would release.
     fn drop(&mut self) {
         let (url, schema) = (self.url.clone(), self.schema().to_owned());
         let dropper = std::thread::spawn(move || {
@@ -209,10 +211,12 @@ impl Drop for PgFixture {
             runtime.block_on(async {
                 let options: PgConnectOptions = url.parse().ok()?;
                 let mut conn = options.disable_statement_logging().connect().await.ok()?;
-                sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .execute(&mut conn)
-                    .await
-                    .ok()?;
+                sqlx::raw_sql(&format!(
+                    "SET lock_timeout = '3s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                ))
+                .execute(&mut conn)
+                .await
+                .ok()?;
                 conn.close().await.ok()
             })
         });
