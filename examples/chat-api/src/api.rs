@@ -76,7 +76,9 @@ where
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token);
         match token.and_then(|t| state.tokens.get(t.trim())) {
             Some(user) => Ok(Caller(user.clone())),
             None => Err(Problem::new(
