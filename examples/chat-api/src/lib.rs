@@ -1,0 +1,34 @@
+//! A chat API template on taskfence: the browser presses Send (and retries it
+//! on a network error), reconnects later, presses Regenerate; the service
+//! saves one message per press and one reply per reply task.
+//!
+//! See `README.md` beside this crate for each endpoint and the guarantee it
+//! relies on.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`config`] | [`Config`], [`Mode`], [`Limits`], [`WorkerSettings`] |
+//! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
+//! | [`idempotency`] | [`IdempotencyKey`]: the header, parsed per the IETF draft |
+//! | [`problem`] | [`Problem`]: `application/problem+json` errors |
+//! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
+//! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::Worker`], [`SimulatedLlm`] |
+//! | [`service`] | [`Service`]: start and stop the API and/or the worker |
+#![forbid(unsafe_code)]
+#![warn(missing_docs, rust_2018_idioms)]
+
+mod api;
+pub mod config;
+pub mod idempotency;
+pub mod problem;
+pub mod replies;
+pub mod service;
+pub mod worker;
+
+pub use api::{OPERATION, REPLAYED};
+pub use config::{Config, Limits, Mode, WorkerSettings};
+pub use idempotency::IdempotencyKey;
+pub use problem::Problem;
+pub use replies::{ReplyEvent, ReplyEvents, ReplyStore};
+pub use service::{Service, StartError};
+pub use worker::{ReplyPayload, SimulatedLlm};

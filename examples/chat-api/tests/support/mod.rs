@@ -1,0 +1,270 @@
+//! Shared by every test: a fresh database (taskfence schema + app schema, both
+//! dropped afterwards), the service on an ephemeral loopback port, and a real
+//! HTTP client.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chat_api::{Config, Mode, Service};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+use taskfence::testing::PgFixture;
+
+pub const ALICE: &str = "alice-token";
+pub const BOB: &str = "bob-token";
+
+/// A fresh taskfence schema (PgFixture) and an app schema next to it.
+pub struct TestDb {
+    pub fixture: PgFixture,
+    pub app_schema: String,
+    url: String,
+    admin: PgPool,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let fixture = PgFixture::new().await;
+        // Named after the fixture's schema, so PgFixture's cleanup of schemas
+        // left by killed runs (by their prefix and timestamp) covers it too.
+        let app_schema = format!("{}_app", fixture.schema());
+        let url = fixture.url().to_owned();
+        let admin = fixture.pg_store().pool().clone();
+        sqlx::raw_sql(&format!("CREATE SCHEMA \"{app_schema}\""))
+            .execute(&admin)
+            .await
+            .expect("create the app schema");
+        Self {
+            fixture,
+            app_schema,
+            url,
+            admin,
+        }
+    }
+
+    /// A pool whose connections put the app's tables in this test's schema.
+    pub async fn app_pool(&self) -> PgPool {
+        let options: PgConnectOptions = self.url.parse().expect("a valid DATABASE_URL");
+        PgPoolOptions::new()
+            .max_connections(24)
+            .test_before_acquire(false)
+            .connect_with(options.options([("search_path", self.app_schema.as_str())]))
+            .await
+            .expect("connect the app pool")
+    }
+
+    /// Rows in an app table (`messages`, `reply_tasks`, `replies`) or a
+    /// taskfence table (`tasks`, `attempts`, `handoffs`).
+    pub async fn count(&self, table: &str) -> i64 {
+        match table {
+            "messages" | "reply_tasks" | "replies" => {
+                sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\".{table}", self.app_schema))
+                    .fetch_one(&self.admin)
+                    .await
+                    .expect("count rows")
+            }
+            _ => self.fixture.count(table).await,
+        }
+    }
+
+    /// Every row count, to assert that a refused request wrote nothing.
+    pub async fn counts(&self) -> [i64; 6] {
+        let mut out = [0; 6];
+        for (i, table) in [
+            "messages",
+            "reply_tasks",
+            "replies",
+            "tasks",
+            "attempts",
+            "handoffs",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[i] = self.count(table).await;
+        }
+        out
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (url, schema) = (self.url.clone(), self.app_schema.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let options: PgConnectOptions = url.parse().ok()?;
+                let mut conn = options.connect().await.ok()?;
+                sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .execute(&mut conn)
+                    .await
+                    .ok()?;
+                conn.close().await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// The config every test runs with: two users, a quick simulated provider.
+pub fn config(db: &TestDb, mode: Mode) -> Config {
+    let tokens = HashMap::from([
+        (ALICE.to_owned(), "alice".to_owned()),
+        (BOB.to_owned(), "bob".to_owned()),
+    ]);
+    let mut config = Config::new(tokens);
+    config.mode = mode;
+    config.taskfence_schema = db.fixture.schema().to_owned();
+    config.worker.poll_every = Duration::from_millis(100);
+    config.worker.provider_latency = Duration::from_millis(20);
+    config
+}
+
+/// The service, started in-process on 127.0.0.1:0 (no listener for `WorkerOnly`).
+pub struct TestService {
+    service: Service,
+    pub api: Option<Api>,
+}
+
+impl TestService {
+    pub async fn start(db: &TestDb, mode: Mode) -> Self {
+        Self::start_with(db, config(db, mode)).await
+    }
+
+    pub async fn start_with(db: &TestDb, config: Config) -> Self {
+        let listener = match config.mode.runs_api() {
+            true => Some(
+                tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind loopback"),
+            ),
+            false => None,
+        };
+        let service = Service::start(db.app_pool().await, config, listener)
+            .await
+            .expect("start the service");
+        let api = service.local_addr().map(|addr| Api {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+        });
+        Self { service, api }
+    }
+
+    pub fn api(&self) -> &Api {
+        self.api.as_ref().expect("this service runs the API")
+    }
+
+    pub async fn stop(self) {
+        self.service.shutdown().await;
+    }
+}
+
+/// One HTTP response, read whole.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+
+    /// Asserts an RFC 9457 problem of this status and type.
+    pub fn assert_problem(&self, status: u16, slug: &str) {
+        assert_eq!(self.status, status, "{}", String::from_utf8_lossy(&self.body));
+        assert_eq!(self.header("content-type"), Some("application/problem+json"));
+        let body = self.json();
+        assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
+        assert_eq!(body["status"], status);
+        assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{body}");
+    }
+}
+
+/// A real HTTP client against the running service.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Api {
+    pub async fn send(&self, token: &str, conversation: &str, key: Option<&str>, content: &str) -> Reply {
+        let mut request = self
+            .client
+            .post(format!("{}/conversations/{conversation}/messages", self.base))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "content": content }));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", format!("\"{key}\""));
+        }
+        read(request).await
+    }
+
+    pub async fn regenerate(&self, token: &str, message_id: &str, key: &str) -> Reply {
+        let request = self
+            .client
+            .post(format!("{}/messages/{message_id}/regenerate", self.base))
+            .bearer_auth(token)
+            .header("Idempotency-Key", format!("\"{key}\""));
+        read(request).await
+    }
+
+    pub async fn task(&self, token: &str, task_id: &str, wait: Option<&str>) -> Reply {
+        let url = match wait {
+            Some(wait) => format!("{}/tasks/{task_id}?wait={wait}", self.base),
+            None => format!("{}/tasks/{task_id}", self.base),
+        };
+        read(self.client.get(url).bearer_auth(token)).await
+    }
+
+    /// Long-polls until the task has a saved reply (bounded: 30 s per call, 3 calls).
+    pub async fn wait_for_reply(&self, token: &str, task_id: &str) -> Value {
+        for _ in 0..3 {
+            let reply = self.task(token, task_id, Some("30s")).await;
+            assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+            let view = reply.json();
+            if !view["reply"].is_null() {
+                return view;
+            }
+        }
+        panic!("task {task_id} has no reply after 90 s");
+    }
+}
+
+pub async fn read(request: reqwest::RequestBuilder) -> Reply {
+    let response = request.send().await.expect("the request reaches the service");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("read the body").to_vec();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// `task.id` and `message.id` of a Send or Regenerate response.
+pub fn ids(reply: &Reply) -> (String, String) {
+    let body = reply.json();
+    (
+        body["task"]["id"].as_str().expect("task.id").to_owned(),
+        body["message"]["id"].as_str().expect("message.id").to_owned(),
+    )
+}

@@ -1,0 +1,51 @@
+//! A worker that dies during the provider call: another takes the task over
+//! after the lease, and the conversation still shows one reply.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use chat_api::Mode;
+use support::{ALICE, TestDb, TestService, config, ids};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_mid_call_is_taken_over_and_one_reply_is_saved() {
+    let db = TestDb::new().await;
+    let api_service = TestService::start(&db, Mode::ApiOnly).await;
+    let api = api_service.api().clone();
+
+    // A worker whose provider never answers in time, with a short lease.
+    let mut slow = config(&db, Mode::WorkerOnly);
+    slow.worker.provider_latency = Duration::from_secs(600);
+    slow.worker.lease = Duration::from_secs(1);
+    let slow = TestService::start_with(&db, slow).await;
+
+    let (task_id, _) = ids(&api.send(ALICE, "conv-1", Some("send-1"), "Still there?").await);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = api.task(ALICE, &task_id, None).await.json();
+        if view["status"] == "running" {
+            assert_eq!(view["attempts"], 1);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow worker never claimed the task: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The worker dies mid-call: its lease is no longer renewed and expires.
+    slow.stop().await;
+    let healthy = TestService::start(&db, Mode::WorkerOnly).await;
+    let view = api.wait_for_reply(ALICE, &task_id).await;
+    assert_eq!(view["status"], "completed");
+    assert_eq!(view["attempts"], 2, "the takeover counts as an attempt");
+    assert_eq!(view["reply"]["content"], "Reply to: Still there? (attempt 2)");
+    assert_eq!(view["reply"]["attempt"], 2);
+
+    healthy.stop().await;
+    api_service.stop().await;
+    assert_eq!(db.count("replies").await, 1);
+    assert_eq!(db.count("attempts").await, 2);
+}
