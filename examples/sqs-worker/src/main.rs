@@ -4,19 +4,21 @@
 //!
 //! ```sh
 //! moto_server -H 127.0.0.1 -p 5000 &
-//! TASKFENCE_SQS_ENDPOINT=http://127.0.0.1:5000 cargo run -p sqs-worker
+//! TASKFENCE_SQS_ENDPOINT=http://127.0.0.1:5000 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
+//!     cargo run -p sqs-worker
 //! ```
 //!
-//! Environment: `TASKFENCE_SQS_ENDPOINT` (unset: real AWS, region from
-//! `AWS_REGION`), `TASKS` (default 50), `WORKERS` (default 4).
+//! Environment: `DATABASE_URL` (required), `TASKFENCE_SQS_ENDPOINT` (unset:
+//! real AWS, region from `AWS_REGION`), `TASKS` (default 50), `WORKERS` (default 4).
+//! The tables go to the `taskfence` schema (created by the embedded migrations).
 
-use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgPoolOptions;
 use sqs_worker::provider::SimulatedConfig;
 use sqs_worker::scenario::{self, Scenario};
 use sqs_worker::{BoxError, SqsQueue, SqsSettings};
-use taskfence::{MemoryStore, TaskStore};
+use taskfence::PgStore;
 
 fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
     match std::env::var(name) {
@@ -55,7 +57,13 @@ async fn main() -> Result<(), BoxError> {
     };
     let queue_name = format!("taskfence-demo-{}", uuid::Uuid::now_v7());
     let queue = SqsQueue::create(settings.client(), &queue_name, scenario.queue_visibility).await?;
-    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let pool = PgPoolOptions::new()
+        .max_connections(30)
+        .test_before_acquire(false) // one round trip per store operation
+        .connect(&std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?)
+        .await?;
+    let store = PgStore::new(pool);
+    store.migrate().await?;
     let (report, _llm) = scenario::run(&scenario, store, queue.clone()).await?;
     println!("{report}");
     queue.delete_queue().await?;

@@ -8,8 +8,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use taskfence::runtime::{Worker, WorkerConfig};
-use taskfence::{InputHash, NewTask, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
+use tokio::sync::Notify;
 
+use crate::dispatcher::Dispatcher;
 use crate::fleet::Fleet;
 use crate::provider::{CallOutcome, SimulatedConfig, SimulatedLlm};
 use crate::queue::{BoxError, SqsQueue};
@@ -20,8 +22,11 @@ use crate::worker::{SqsWorker, Stats, WorkerSettings};
 pub struct Scenario {
     /// Tasks submitted.
     pub tasks: usize,
-    /// Messages published per task (2 = every handoff delivered twice).
-    pub copies: usize,
+    /// Kill the dispatcher after it sent each batch and before it marked it
+    /// published, so every handoff is sent twice (the second round resends it).
+    pub dispatcher_crashes: bool,
+    /// Handoffs per dispatcher round.
+    pub dispatch_batch: usize,
     /// Concurrent workers.
     pub workers: usize,
     /// The queue's default visibility timeout (what a receive hides a message for).
@@ -42,7 +47,8 @@ impl Default for Scenario {
     fn default() -> Self {
         Self {
             tasks: 50,
-            copies: 2,
+            dispatcher_crashes: true,
+            dispatch_batch: 50,
             workers: 4,
             queue_visibility: Duration::from_secs(2),
             lease: Duration::from_secs(5),
@@ -129,14 +135,15 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// Submits `scenario.tasks` tasks to `store`, publishes each `copies` times to
-/// `queue`, runs the fleet until every task is terminal and the queue is
-/// empty (or the deadline passes), and stops it.
+/// Submits `scenario.tasks` tasks to `pg` (each with its handoff), starts the
+/// fleet, dispatches the handoffs to `queue`, waits until every task is
+/// terminal and the queue is empty (or the deadline passes), and stops.
 pub async fn run(
     scenario: &Scenario,
-    store: Arc<dyn TaskStore>,
+    pg: PgStore,
     queue: SqsQueue,
 ) -> Result<(Report, SimulatedLlm), BoxError> {
+    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
     let llm = SimulatedLlm::new(scenario.provider.clone());
     let stats = Arc::new(Stats::default());
     let run_id = TaskId::new();
@@ -155,15 +162,6 @@ pub async fn run(
     }
 
     let started = Instant::now();
-    let mut published = 0;
-    for copy in 0..scenario.copies {
-        for &id in &task_ids {
-            queue.publish(id).await?;
-            published += 1;
-        }
-        tracing::info!(copy, "handoffs published");
-    }
-
     let fleet = {
         let (store, queue, llm, stats) = (Arc::clone(&store), queue.clone(), llm.clone(), Arc::clone(&stats));
         let (lease, settings) = (scenario.lease, scenario.worker.clone());
@@ -179,6 +177,35 @@ pub async fn run(
             )
         })
     };
+
+    let dispatcher = Dispatcher::new(pg, queue.clone(), scenario.dispatch_batch);
+    let mut marked = 0;
+    while marked < task_ids.len() {
+        if scenario.dispatcher_crashes {
+            // Kill the round once it has sent its whole batch, before it commits.
+            let expected = scenario.dispatch_batch.min(task_ids.len() - marked);
+            let sent_all = Notify::new();
+            let round = dispatcher.round_observed(|n| {
+                if n == expected {
+                    sent_all.notify_one();
+                }
+            });
+            tokio::select! {
+                biased;
+                _ = sent_all.notified() => tracing::info!(expected, "dispatcher killed before marking its batch"),
+                done = round => return Err(format!("the round committed before the kill: {done:?}").into()),
+            }
+        }
+        let published = dispatcher.round().await?;
+        if published.is_empty() {
+            return Err("handoffs missing from the outbox".into());
+        }
+        marked += published.len();
+    }
+    let published = dispatcher.sent();
+    if !dispatcher.round().await?.is_empty() {
+        return Err("the outbox still had handoffs after every task was published".into());
+    }
 
     // Wait until the store has settled every task and the queue is empty.
     let deadline = started + scenario.deadline;
