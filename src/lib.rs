@@ -12,6 +12,7 @@
 //! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
+//! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
@@ -21,6 +22,7 @@ pub mod clock;
 pub mod error;
 pub mod limits;
 pub mod memory;
+pub mod offsets;
 pub mod policy;
 pub mod rules;
 pub mod store;
@@ -41,6 +43,7 @@ pub mod runtime;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
+pub use offsets::OffsetTracker;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};

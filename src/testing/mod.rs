@@ -25,6 +25,7 @@ use crate::clock::ManualClock;
 use crate::memory::MemoryStore;
 use crate::store::TaskStore;
 
+pub mod model;
 pub mod scenarios;
 
 #[cfg(feature = "postgres")]

@@ -1,0 +1,449 @@
+//! A small reference model of the contract, and a runner that applies the
+//! same random interleaving of operations to a real store and to the model,
+//! comparing them after every step.
+//!
+//! The model is written independently of [`rules`](crate::rules): it restates
+//! DESIGN.md's guarantees in the plainest form, so a bug shared by the rules
+//! and a backend still shows up as a disagreement.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use taskfence::testing::{model::{run, Op}, MemoryFixture};
+//! let ops = [Op::Submit { key: 0, input: 0 }, Op::Claim { worker: 0, task: 0 }, Op::Complete { worker: 0 }];
+//! run(&MemoryFixture::new(), &ops).await;
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use super::Fixture;
+use crate::error::Error;
+use crate::policy::{Failure, FailureKind, RetryPolicy};
+use crate::store::{Claim, ClaimRequest, Fenced, Lease, Rejection, Retry};
+use crate::task::{InputHash, NewTask, RequestKey, Response, Status, TaskId};
+
+/// How many simulated workers the model has.
+pub const WORKERS: usize = 3;
+/// The lease every claim asks for.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// Attempts each task may get.
+pub const MAX_ATTEMPTS: u32 = 3;
+/// Retention of every dedup record.
+pub const RETENTION: Duration = Duration::from_secs(120);
+
+/// The policy of every task: no jitter, so the model can predict each delay.
+pub fn policy() -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(MAX_ATTEMPTS)
+        .initial_backoff(Duration::from_secs(2))
+        .multiplier(2.0)
+        .max_backoff(Duration::from_secs(5))
+        .jitter(0.0)
+}
+
+/// One step of an interleaving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Submit request key number `key` (of a few) with input number `input`.
+    Submit {
+        /// Which key.
+        key: u8,
+        /// Which inputs.
+        input: u8,
+    },
+    /// Worker claims task number `task` (modulo the tasks submitted so far).
+    Claim {
+        /// Which worker.
+        worker: u8,
+        /// Which task.
+        task: u8,
+    },
+    /// Worker renews the lease it holds.
+    Renew {
+        /// Which worker.
+        worker: u8,
+    },
+    /// Worker completes with its own answer.
+    Complete {
+        /// Which worker.
+        worker: u8,
+    },
+    /// Worker reports a failure.
+    Fail {
+        /// Which worker.
+        worker: u8,
+        /// Permanent instead of retryable.
+        permanent: bool,
+    },
+    /// Worker gives the task back.
+    Release {
+        /// Which worker.
+        worker: u8,
+    },
+    /// Worker records a provider operation id.
+    RecordOperation {
+        /// Which worker.
+        worker: u8,
+    },
+    /// Cancel task number `task`.
+    Cancel {
+        /// Which task.
+        task: u8,
+    },
+    /// The store's clock moves forward by this many seconds.
+    Advance {
+        /// Seconds.
+        secs: u8,
+    },
+    /// Purge expired dedup records.
+    Purge,
+}
+
+#[derive(Debug, Clone)]
+struct ModelTask {
+    id: TaskId,
+    key: u8,
+    status: Status,
+    version: u64,
+    lease_until: Option<u64>,
+    not_before: Option<u64>,
+    response: Option<Response>,
+    created: u64,
+    purged: bool,
+}
+
+/// The model: tasks by submission order, times in whole seconds since the start.
+#[derive(Debug, Default)]
+struct Model {
+    now: u64,
+    tasks: Vec<ModelTask>,
+    held: [Option<Lease>; WORKERS],
+}
+
+fn request_key(key: u8) -> RequestKey {
+    RequestKey::new("model", "chat.reply", format!("key-{key}"))
+}
+
+fn delay_after(attempt: u64) -> u64 {
+    // 2 s doubling, capped at 5 s: restated, not computed by the policy code.
+    [2, 4, 5].get(attempt as usize - 1).copied().unwrap_or(5)
+}
+
+/// A rejection as the model predicts it (the saved task inside `AlreadyCompleted` is checked separately).
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    AlreadyCompleted,
+    Superseded(u64),
+    NotRunning(Status),
+    LeaseExpired,
+}
+
+impl From<&Rejection> for Refusal {
+    fn from(r: &Rejection) -> Self {
+        match r {
+            Rejection::AlreadyCompleted(_) => Refusal::AlreadyCompleted,
+            Rejection::Superseded { current_version } => Refusal::Superseded(*current_version),
+            Rejection::NotRunning(status) => Refusal::NotRunning(*status),
+            Rejection::LeaseExpired => Refusal::LeaseExpired,
+        }
+    }
+}
+
+impl Model {
+    /// Guarantee 5, restated: done first, then version, then status, then the lease.
+    fn fence(&self, t: &ModelTask, version: u64) -> Option<Refusal> {
+        if t.status == Status::Completed {
+            Some(Refusal::AlreadyCompleted)
+        } else if t.version != version {
+            Some(Refusal::Superseded(t.version))
+        } else if t.status != Status::Running {
+            Some(Refusal::NotRunning(t.status))
+        } else if t.lease_until.is_none_or(|u| u <= self.now) {
+            Some(Refusal::LeaseExpired)
+        } else {
+            None
+        }
+    }
+
+    fn index_of(&self, id: TaskId) -> usize {
+        self.tasks.iter().position(|t| t.id == id).expect("known task")
+    }
+}
+
+/// Applies `ops` to the fixture's store and to the model, panicking at the
+/// first disagreement or broken invariant.
+pub async fn run(fixture: &dyn Fixture, ops: &[Op]) {
+    let store = fixture.store();
+    let mut m = Model::default();
+    for (step, op) in ops.iter().copied().enumerate() {
+        let ctx = format!("step {step}: {op:?}");
+        match op {
+            Op::Submit { key, input } => {
+                let new = NewTask::new(request_key(key), InputHash::of([vec![input]]))
+                    .policy(policy())
+                    .retention(RETENTION);
+                let existing = m.tasks.iter().find(|t| t.key == key && !t.purged).cloned();
+                let got = store.submit(new).await;
+                match (existing, got) {
+                    (Some(t), Ok(s)) => {
+                        assert!(!s.is_created(), "{ctx}: a repeated key must not create");
+                        assert_eq!(s.task().id, t.id, "{ctx}");
+                        let bound = s.task().input_hash;
+                        assert_eq!(
+                            bound,
+                            InputHash::of([vec![input]]),
+                            "{ctx}: existing only for the same inputs"
+                        );
+                    }
+                    (Some(t), Err(Error::KeyConflict { existing })) => assert_eq!(existing, t.id, "{ctx}"),
+                    (None, Ok(s)) => {
+                        assert!(s.is_created(), "{ctx}: a new key creates");
+                        m.tasks.push(ModelTask {
+                            id: s.task().id,
+                            key,
+                            status: Status::Pending,
+                            version: 0,
+                            lease_until: None,
+                            not_before: None,
+                            response: None,
+                            created: m.now,
+                            purged: false,
+                        });
+                    }
+                    (expected, got) => panic!("{ctx}: model had {expected:?}, store said {got:?}"),
+                }
+            }
+            Op::Claim { worker, task } => {
+                if m.tasks.is_empty() {
+                    continue;
+                }
+                let i = task as usize % m.tasks.len();
+                let now = m.now;
+                let t = &mut m.tasks[i];
+                let got = store
+                    .claim(t.id, ClaimRequest::new(format!("worker-{worker}"), LEASE))
+                    .await
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                let live_lease = t.status == Status::Running && t.lease_until.is_some_and(|u| u > now);
+                let backing_off = t.status == Status::Pending && t.not_before.is_some_and(|nb| nb > now);
+                match got {
+                    Claim::NotFound => assert!(t.purged, "{ctx}: only purged tasks vanish"),
+                    Claim::Completed(done) => {
+                        assert_eq!(t.status, Status::Completed, "{ctx}");
+                        assert_eq!(done.response, t.response, "{ctx}: the saved response");
+                    }
+                    Claim::Cancelled(_) => assert_eq!(t.status, Status::Cancelled, "{ctx}"),
+                    Claim::Busy { .. } => assert!(live_lease, "{ctx}: busy only under a live lease"),
+                    Claim::Backoff { .. } => assert!(backing_off, "{ctx}: backoff only before not_before"),
+                    Claim::Failed(_) => {
+                        let exhausted = !t.status.is_terminal()
+                            && !live_lease
+                            && !backing_off
+                            && t.version >= u64::from(MAX_ATTEMPTS);
+                        assert!(
+                            t.status == Status::Failed || exhausted,
+                            "{ctx}: failed only when terminal or spent"
+                        );
+                        t.status = Status::Failed;
+                        t.lease_until = None;
+                        t.not_before = None;
+                    }
+                    Claim::Acquired(lease) => {
+                        assert!(
+                            !t.status.is_terminal()
+                                && !live_lease
+                                && !backing_off
+                                && t.version < u64::from(MAX_ATTEMPTS),
+                            "{ctx}: acquired a task that was {:?} v{}",
+                            t.status,
+                            t.version
+                        );
+                        t.version += 1;
+                        assert_eq!(lease.version(), t.version, "{ctx}: the version increments by one");
+                        t.status = Status::Running;
+                        t.lease_until = Some(now + LEASE.as_secs());
+                        t.not_before = None;
+                        m.held[worker as usize % WORKERS] = Some(lease);
+                    }
+                }
+            }
+            Op::Renew { worker }
+            | Op::Complete { worker }
+            | Op::Fail { worker, .. }
+            | Op::Release { worker }
+            | Op::RecordOperation { worker } => {
+                let slot = worker as usize % WORKERS;
+                let Some(lease) = m.held[slot].clone() else {
+                    continue;
+                };
+                let i = m.index_of(lease.task_id());
+                if m.tasks[i].purged {
+                    continue;
+                }
+                let expected = m.fence(&m.tasks[i], lease.version());
+                let now = m.now;
+                let rejection = match op {
+                    Op::Renew { .. } => {
+                        let mut lease = lease;
+                        let got = store.renew(&mut lease, LEASE).await.expect(&ctx);
+                        if got.is_accepted() {
+                            m.tasks[i].lease_until = Some(now + LEASE.as_secs());
+                            m.held[slot] = Some(lease);
+                        }
+                        got.rejection().cloned()
+                    }
+                    Op::RecordOperation { .. } => store
+                        .record_operation(&lease, "op")
+                        .await
+                        .expect(&ctx)
+                        .rejection()
+                        .cloned(),
+                    Op::Complete { .. } => {
+                        let answer =
+                            Response::from(format!("answer of worker {slot} at v{}", lease.version()));
+                        let got = store.complete(lease, answer.clone()).await.expect(&ctx);
+                        m.held[slot] = None;
+                        if got.is_accepted() {
+                            let t = &mut m.tasks[i];
+                            assert_eq!(t.response, None, "{ctx}: a second response would be saved");
+                            (t.status, t.response, t.lease_until) = (Status::Completed, Some(answer), None);
+                        }
+                        if let Fenced::Rejected(Rejection::AlreadyCompleted(done)) = &got {
+                            assert_eq!(done.response, m.tasks[i].response, "{ctx}: the first response");
+                        }
+                        got.rejection().cloned()
+                    }
+                    Op::Release { .. } => {
+                        let got = store.release(lease).await.expect(&ctx);
+                        m.held[slot] = None;
+                        if got.is_accepted() {
+                            (m.tasks[i].status, m.tasks[i].lease_until) = (Status::Pending, None);
+                        }
+                        got.rejection().cloned()
+                    }
+                    Op::Fail { permanent, .. } => {
+                        let kind = if permanent {
+                            FailureKind::Permanent
+                        } else {
+                            FailureKind::Retryable
+                        };
+                        let got = store
+                            .fail(lease, Failure::new(kind, "model failure"))
+                            .await
+                            .expect(&ctx);
+                        m.held[slot] = None;
+                        let t = &mut m.tasks[i];
+                        match &got {
+                            Fenced::Accepted(Retry::Scheduled { .. }) => {
+                                assert!(
+                                    !permanent && t.version < u64::from(MAX_ATTEMPTS),
+                                    "{ctx}: retry beyond the budget"
+                                );
+                                t.status = Status::Pending;
+                                t.lease_until = None;
+                                t.not_before = Some(now + delay_after(t.version));
+                            }
+                            Fenced::Accepted(Retry::Exhausted(_)) => {
+                                assert!(
+                                    permanent || t.version >= u64::from(MAX_ATTEMPTS),
+                                    "{ctx}: stopped within budget"
+                                );
+                                (t.status, t.lease_until) = (Status::Failed, None);
+                            }
+                            Fenced::Rejected(_) => {}
+                        }
+                        got.rejection().cloned()
+                    }
+                    _ => unreachable!(),
+                };
+                assert_eq!(
+                    rejection.as_ref().map(Refusal::from),
+                    expected,
+                    "{ctx}: the store's verdict differs from the model's"
+                );
+            }
+            Op::Cancel { task } => {
+                if m.tasks.is_empty() {
+                    continue;
+                }
+                let i = task as usize % m.tasks.len();
+                let t = &mut m.tasks[i];
+                let got = store.cancel(t.id, "model cancel").await;
+                if t.purged {
+                    assert!(matches!(got, Err(Error::NotFound(_))), "{ctx}: {got:?}");
+                    continue;
+                }
+                let got = got.expect(&ctx);
+                match t.status {
+                    Status::Pending | Status::Running | Status::Cancelled => {
+                        assert!(got.is_accepted(), "{ctx}: {got:?}");
+                        (t.status, t.lease_until, t.not_before) = (Status::Cancelled, None, None);
+                    }
+                    Status::Completed => {
+                        assert!(matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))))
+                    }
+                    Status::Failed => {
+                        assert_eq!(got.rejection(), Some(&Rejection::NotRunning(Status::Failed)))
+                    }
+                }
+            }
+            Op::Advance { secs } => {
+                fixture.advance(Duration::from_secs(u64::from(secs))).await;
+                m.now += u64::from(secs);
+            }
+            Op::Purge => {
+                let purged = store.purge_expired(1000).await.expect(&ctx);
+                let now = m.now;
+                let mut expected = 0;
+                for t in m.tasks.iter_mut().filter(|t| !t.purged) {
+                    if t.status.is_terminal() && t.created + RETENTION.as_secs() <= now {
+                        t.purged = true;
+                        expected += 1;
+                    }
+                }
+                assert_eq!(
+                    purged, expected,
+                    "{ctx}: purge removes exactly the expired terminal records"
+                );
+            }
+        }
+        check_state(&*store, &m, &ctx).await;
+    }
+}
+
+/// After every step: the store's view of every task equals the model's, and the invariants hold.
+async fn check_state(store: &dyn crate::TaskStore, m: &Model, ctx: &str) {
+    for t in &m.tasks {
+        let got = store.get(t.id).await.expect(ctx);
+        let Some(got) = got else {
+            assert!(t.purged, "{ctx}: task {} lost", t.id);
+            continue;
+        };
+        assert!(!t.purged, "{ctx}: purged task still present");
+        assert_eq!(got.status, t.status, "{ctx}: status of {}", t.id);
+        assert_eq!(got.version, t.version, "{ctx}: version of {}", t.id);
+        assert_eq!(got.response, t.response, "{ctx}: response of {}", t.id);
+        assert!(got.attempts() <= MAX_ATTEMPTS, "{ctx}: attempts over budget");
+        assert_eq!(
+            got.lease_until.is_some(),
+            t.lease_until.is_some(),
+            "{ctx}: lease of {}",
+            t.id
+        );
+        assert_eq!(
+            got.not_before.is_some(),
+            t.not_before.is_some(),
+            "{ctx}: backoff of {}",
+            t.id
+        );
+        if let (Some(nb), Some(expected)) = (got.not_before, t.not_before) {
+            let offset = (nb - got.created_at).whole_seconds() as u64;
+            let model_offset = expected - t.created;
+            assert!(
+                offset.abs_diff(model_offset) <= 1,
+                "{ctx}: not_before of {} off by more than 1 s",
+                t.id
+            );
+        }
+    }
+}
