@@ -4,6 +4,7 @@
 //! may work on X, whether X is done, and which answer becomes *the* answer.
 //! See the README for the walk-through.
 //!
+//! - [`chaos`]: the faults the tests inject (kill a worker, stall a worker past its lease).
 //! - [`dispatcher`]: the outbox → queue publisher.
 //! - [`queue`]: the few SQS calls (publish, long-poll, delete, change visibility).
 //! - [`worker`]: the consumer loop and the message dispositions.
@@ -11,6 +12,7 @@
 //! - [`fleet`]: a supervisor that restarts killed workers.
 //! - [`scenario`]: a whole run (submit, publish, drain, report), for the binary and the tests.
 
+pub mod chaos;
 pub mod dispatcher;
 pub mod fleet;
 pub mod provider;
@@ -18,8 +20,9 @@ pub mod queue;
 pub mod scenario;
 pub mod worker;
 
+pub use chaos::{KillSwitch, StallingStore, Stalls};
 pub use dispatcher::Dispatcher;
 pub use fleet::Fleet;
-pub use provider::{KillSwitch, Provider, ProviderError, ProviderRequest, SimulatedConfig, SimulatedLlm};
+pub use provider::{Provider, ProviderError, ProviderRequest, SimulatedConfig, SimulatedLlm};
 pub use queue::{BoxError, Delivery, Depth, SqsQueue, SqsSettings};
 pub use worker::{SqsWorker, Stats, WorkerSettings};

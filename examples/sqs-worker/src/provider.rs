@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskfence::{Failure, TaskId};
-use tokio::sync::Notify;
+
+use crate::chaos::{KillSwitch, Stalls};
 
 /// One call to the provider.
 #[derive(Debug, Clone)]
@@ -107,7 +108,8 @@ impl Provider for HttpProvider {
 }
 
 /// The failures the simulated LLM injects. Rates are fractions in `0.0..=1.0`,
-/// decided by a hash of (seed, task, attempt) so a run is reproducible.
+/// decided by a hash of (seed, prompt, attempt), so the same prompts meet
+/// the same faults on every run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimulatedConfig {
     /// Shortest time to answer.
@@ -122,6 +124,12 @@ pub struct SimulatedConfig {
     pub permanent_rate: f64,
     /// Calls that answer, then the worker dies before saving the answer.
     pub crash_after_answer_rate: f64,
+    /// Calls that answer, then the worker stalls for `stall_for` before it
+    /// saves: past its lease, so another worker takes over and the late save
+    /// is refused.
+    pub stall_after_answer_rate: f64,
+    /// How long a stall lasts.
+    pub stall_for: Duration,
     /// Seed of every decision.
     pub seed: u64,
 }
@@ -135,6 +143,8 @@ impl Default for SimulatedConfig {
             ambiguous_rate: 0.0,
             permanent_rate: 0.0,
             crash_after_answer_rate: 0.0,
+            stall_after_answer_rate: 0.0,
+            stall_for: Duration::from_secs(10),
             seed: 7,
         }
     }
@@ -147,6 +157,8 @@ pub enum CallOutcome {
     Answered,
     /// Produced an answer, then the worker was killed before it could save it.
     AnsweredThenCrashed,
+    /// Produced an answer, then the worker stalled past its lease before saving it.
+    AnsweredThenStalled,
     /// Failed before doing any work.
     Transient,
     /// The model ran, the answer was lost on the way back.
@@ -168,33 +180,15 @@ pub struct Call {
     pub answer: Option<String>,
 }
 
-/// Kills one worker the hard way. The supervisor waits on it; the simulated
-/// provider pulls it.
-#[derive(Debug, Clone, Default)]
-pub struct KillSwitch(Arc<Notify>);
-
-impl KillSwitch {
-    /// A switch not yet pulled.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Pulls the switch.
-    pub fn pull(&self) {
-        self.0.notify_one();
-    }
-    /// Resolves once the switch is pulled.
-    pub async fn pulled(&self) {
-        self.0.notified().await;
-    }
-}
-
 /// A simulated LLM: configurable latency, transient, ambiguous and permanent
-/// errors, and "answer, then crash the worker". Clones share the call log.
+/// errors, "answer, then crash the worker" and "answer, then stall past the
+/// lease". Clones share the call log.
 #[derive(Debug, Clone)]
 pub struct SimulatedLlm {
     config: SimulatedConfig,
     calls: Arc<Mutex<Vec<Call>>>,
     kill: Option<KillSwitch>,
+    stalls: Option<Stalls>,
 }
 
 impl SimulatedLlm {
@@ -204,13 +198,16 @@ impl SimulatedLlm {
             config,
             calls: Arc::default(),
             kill: None,
+            stalls: None,
         }
     }
 
-    /// The same provider (same log) for one worker, which `kill` stops.
-    pub fn for_worker(&self, kill: KillSwitch) -> Self {
+    /// The same provider (same log) for one worker: `kill` stops the worker,
+    /// `stalls` freezes its store calls for one task.
+    pub fn for_worker(&self, kill: KillSwitch, stalls: Stalls) -> Self {
         Self {
             kill: Some(kill),
+            stalls: Some(stalls),
             ..self.clone()
         }
     }
@@ -220,13 +217,13 @@ impl SimulatedLlm {
         self.calls.lock().unwrap().clone()
     }
 
-    /// A reproducible draw in `0.0..1.0` for this task, attempt and purpose.
-    fn draw(&self, task: TaskId, attempt: u32, purpose: u64) -> f64 {
-        let id = task.as_uuid().as_u128();
+    /// A reproducible draw in `0.0..1.0` for this prompt, attempt and purpose.
+    fn draw(&self, prompt: &str, attempt: u32, purpose: u64) -> f64 {
         let mut x = self.config.seed ^ purpose.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        for part in [(id >> 64) as u64, id as u64, u64::from(attempt)] {
-            x = splitmix64(x ^ part);
+        for byte in prompt.bytes() {
+            x = splitmix64(x ^ u64::from(byte));
         }
+        x = splitmix64(x ^ u64::from(attempt));
         (x >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -251,34 +248,45 @@ fn splitmix64(mut x: u64) -> u64 {
 impl Provider for SimulatedLlm {
     async fn generate(&self, request: &ProviderRequest) -> Result<String, ProviderError> {
         let c = &self.config;
-        let (task, attempt) = (request.task_id, request.attempt);
-        if self.draw(task, 0, 1) < c.permanent_rate {
+        let (prompt, attempt) = (request.prompt.as_str(), request.attempt);
+        let task = request.task_id;
+        if self.draw(prompt, 0, 1) < c.permanent_rate {
             self.record(request, CallOutcome::Permanent, None);
             return Err(ProviderError::Permanent(
                 "content policy refused the prompt".into(),
             ));
         }
-        if self.draw(task, attempt, 2) < c.transient_rate {
+        if self.draw(prompt, attempt, 2) < c.transient_rate {
             self.record(request, CallOutcome::Transient, None);
             return Err(ProviderError::Transient("503 service unavailable".into()));
         }
         let spread = c.max_latency.saturating_sub(c.min_latency);
-        tokio::time::sleep(c.min_latency + spread.mul_f64(self.draw(task, attempt, 3))).await;
+        tokio::time::sleep(c.min_latency + spread.mul_f64(self.draw(prompt, attempt, 3))).await;
         let answer = format!("answer to {task} by attempt {attempt}: {}", request.prompt);
-        if self.draw(task, attempt, 4) < c.ambiguous_rate {
+        if self.draw(prompt, attempt, 4) < c.ambiguous_rate {
             self.record(request, CallOutcome::Ambiguous, Some(answer.clone()));
             return Err(ProviderError::Ambiguous("timed out reading the response".into()));
         }
         if let Some(kill) = self
             .kill
             .as_ref()
-            .filter(|_| self.draw(task, attempt, 5) < c.crash_after_answer_rate)
+            .filter(|_| self.draw(prompt, attempt, 5) < c.crash_after_answer_rate)
         {
             // The model answered (and billed); the worker dies before saving it.
             self.record(request, CallOutcome::AnsweredThenCrashed, Some(answer));
             kill.pull();
             // The supervisor drops this worker now; this future never resumes.
             return std::future::pending().await;
+        }
+        if let Some(stalls) = self
+            .stalls
+            .as_ref()
+            .filter(|_| self.draw(prompt, attempt, 6) < c.stall_after_answer_rate)
+        {
+            // The answer is back; the worker freezes before it can save it.
+            self.record(request, CallOutcome::AnsweredThenStalled, Some(answer.clone()));
+            stalls.stall(task, c.stall_for);
+            return Ok(answer);
         }
         self.record(request, CallOutcome::Answered, Some(answer.clone()));
         Ok(answer)

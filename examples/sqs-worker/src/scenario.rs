@@ -11,6 +11,7 @@ use taskfence::runtime::{Worker, WorkerConfig};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
 use tokio::sync::Notify;
 
+use crate::chaos::{StallingStore, Stalls};
 use crate::dispatcher::Dispatcher;
 use crate::fleet::Fleet;
 use crate::provider::{CallOutcome, SimulatedConfig, SimulatedLlm};
@@ -105,6 +106,15 @@ impl Report {
     pub fn total_provider_calls(&self) -> u64 {
         self.provider_calls.values().sum()
     }
+
+    /// Deliveries whose lease was refused a write: a renewal (lease lost
+    /// mid-work) or the final save or failure report.
+    pub fn rejections(&self) -> u64 {
+        ["leave.lease_lost", "leave.rejected", "ack.completed_elsewhere"]
+            .iter()
+            .map(|name| self.dispositions.get(name).copied().unwrap_or(0))
+            .sum()
+    }
 }
 
 impl std::fmt::Display for Report {
@@ -122,6 +132,7 @@ impl std::fmt::Display for Report {
         writeln!(f, "saved responses        {}", self.completed)?;
         writeln!(f, "terminal failures      {}", self.failed)?;
         writeln!(f, "workers killed         {}", self.kills)?;
+        writeln!(f, "fenced rejections      {}", self.rejections())?;
         writeln!(f, "dispositions           {:?}", self.dispositions)?;
         writeln!(
             f,
@@ -166,12 +177,15 @@ pub async fn run(
         let (store, queue, llm, stats) = (Arc::clone(&store), queue.clone(), llm.clone(), Arc::clone(&stats));
         let (lease, settings) = (scenario.lease, scenario.worker.clone());
         Fleet::start(scenario.workers, move |worker_id, kill| {
-            let worker = Worker::new(Arc::clone(&store), WorkerConfig::new(worker_id, lease))
-                .expect("valid worker config");
+            // Each worker incarnation stalls on its own, like a process would.
+            let stalls = Stalls::new();
+            let worker_store = Arc::new(StallingStore::new(Arc::clone(&store), stalls.clone()));
+            let worker =
+                Worker::new(worker_store, WorkerConfig::new(worker_id, lease)).expect("valid worker config");
             SqsWorker::new(
                 queue.clone(),
                 worker,
-                Arc::new(llm.for_worker(kill)),
+                Arc::new(llm.for_worker(kill, stalls)),
                 settings.clone(),
                 Arc::clone(&stats),
             )
@@ -248,6 +262,7 @@ pub async fn run(
         let name = match call.outcome {
             CallOutcome::Answered => "answered",
             CallOutcome::AnsweredThenCrashed => "answered_then_crashed",
+            CallOutcome::AnsweredThenStalled => "answered_then_stalled",
             CallOutcome::Transient => "transient",
             CallOutcome::Ambiguous => "ambiguous",
             CallOutcome::Permanent => "permanent",
