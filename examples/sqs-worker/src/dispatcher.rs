@@ -15,9 +15,10 @@ use crate::queue::{BoxError, SqsQueue};
 ///
 /// Each round claims up to `batch` handoffs with `FOR UPDATE SKIP LOCKED` (so
 /// several dispatchers share the outbox), sends one message per task, and
-/// marks them published in the same transaction. A crash after sending and
-/// before the commit sends them again next round: the queue sees duplicates,
-/// every copy names the same task, and the claim makes them harmless.
+/// marks them published in the same transaction. A send whose answer is lost,
+/// or a crash after sending and before the commit, sends them again next
+/// round: the queue sees duplicates, every copy names the same task, and the
+/// claim makes them harmless.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     store: PgStore,
@@ -44,18 +45,18 @@ impl Dispatcher {
 
     /// One round; returns the tasks published and marked.
     pub async fn round(&self) -> Result<Vec<TaskId>, BoxError> {
-        self.round_observed(|_| {}).await
+        self.round_checked(|_| Ok(())).await
     }
 
-    /// One round that calls `after_send(n)` once the round's `n`-th message
-    /// is sent (before the round commits): a hook for tests that kill the
-    /// dispatcher between sending and marking.
-    pub async fn round_observed(
+    /// One round that asks `after_send(task)` once each message is sent: an
+    /// `Err` is treated like a failed send (the round stops, the handoff stays
+    /// pending and the next round sends it again). The tests use it to lose the
+    /// acknowledgement of a send that did reach the queue.
+    pub async fn round_checked(
         &self,
-        after_send: impl Fn(usize) + Send + Sync,
+        after_send: impl Fn(TaskId) -> Result<(), BoxError> + Send + Sync,
     ) -> Result<Vec<TaskId>, BoxError> {
-        let in_round = AtomicU64::new(0);
-        let (in_round, after_send) = (&in_round, &after_send);
+        let after_send = &after_send;
         let round = self
             .store
             .dispatch(self.batch, |task_id| {
@@ -64,14 +65,13 @@ impl Dispatcher {
                 async move {
                     queue.publish(task_id).await?;
                     sent.fetch_add(1, Ordering::Relaxed);
-                    after_send(in_round.fetch_add(1, Ordering::Relaxed) as usize + 1);
-                    Ok::<(), BoxError>(())
+                    after_send(task_id)
                 }
             })
             .await?;
         if let Some((task_id, error)) = round.failed {
-            // That handoff stays pending; the next round retries it.
-            tracing::warn!(%task_id, %error, "publishing a handoff failed");
+            // That handoff stays pending; the next round sends it again.
+            tracing::debug!(%task_id, %error, "publishing a handoff failed");
         }
         Ok(round.published)
     }

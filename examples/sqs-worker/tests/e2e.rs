@@ -29,7 +29,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
 
     let scenario = Scenario {
         tasks: 200,
-        dispatcher_crashes: true,
+        lose_first_send_ack: true,
         dispatch_batch: 50,
         workers: 4,
         // Shorter than every provider call: only the extensions keep messages hidden.
@@ -163,7 +163,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
         report.completed >= scenario.tasks as u64 * 3 / 4,
         "most tasks complete\n{report}"
     );
-    // Every handoff was sent twice (the killed round and its retry), and delivered.
+    // Every handoff was sent twice (the send whose answer was lost, and its retry).
     assert_eq!(report.published, 2 * scenario.tasks as u64, "{report}");
     assert!(report.deliveries >= report.published, "{report}");
     assert!(
@@ -183,10 +183,9 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
         .copied()
         .unwrap_or(0);
     assert!(stalled >= 1, "no worker stalled\n{report}");
-    assert!(
-        report.dispositions.get("leave.rejected").copied().unwrap_or(0) >= 1,
-        "{report}"
-    );
+    // (Refused as superseded or expired, or as already completed when the takeover
+    // saved first: which one depends on timing; both leave the saved response alone.)
+    assert!(report.rejections() >= 1, "no late save was refused\n{report}");
     assert!(
         report
             .dispositions
