@@ -51,7 +51,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
             ambiguous_rate: 0.03,
             permanent_rate: 0.02,
             crash_after_answer_rate: 0.03,
-            stall_after_answer_rate: 0.02,
+            stall_after_answer_rate: 0.04,
             // Past the lease and the message's extended visibility: another worker takes over.
             stall_for: Duration::from_secs(9),
             seed: 2026,
