@@ -1,0 +1,28 @@
+//! An SQS worker built on taskfence: a template to copy.
+//!
+//! The queue delivers "work on task X" at least once; taskfence decides who
+//! may work on X, whether X is done, and which answer becomes *the* answer.
+//! See the README for the walk-through.
+//!
+//! - [`chaos`]: the faults the tests inject (kill a worker, stall a worker past its lease).
+//! - [`dispatcher`]: the outbox → queue publisher.
+//! - [`queue`]: the few SQS calls (publish, long-poll, delete, change visibility).
+//! - [`worker`]: the consumer loop and the message dispositions.
+//! - [`provider`]: the model provider trait, a simulated LLM, an HTTP stub.
+//! - [`fleet`]: a supervisor that restarts killed workers.
+//! - [`scenario`]: a whole run (submit, publish, drain, report), for the binary and the tests.
+
+pub mod chaos;
+pub mod dispatcher;
+pub mod fleet;
+pub mod provider;
+pub mod queue;
+pub mod scenario;
+pub mod worker;
+
+pub use chaos::{KillSwitch, StallingStore, Stalls};
+pub use dispatcher::Dispatcher;
+pub use fleet::Fleet;
+pub use provider::{Provider, ProviderError, ProviderRequest, SimulatedConfig, SimulatedLlm};
+pub use queue::{BoxError, Delivery, Depth, SqsQueue, SqsSettings};
+pub use worker::{SqsWorker, Stats, WorkerSettings};
