@@ -659,6 +659,11 @@ impl PgStore {
     /// again next round: at least once, and every copy points to the same task.
     /// A failed publish stops the round; that handoff stays pending.
     ///
+    /// `publish` must return only once the message is *durably* in the queue
+    /// (the broker acknowledged it). A task that was never claimed is not
+    /// [`due`](TaskStore::due), so a handoff marked published while its message
+    /// only sat in process memory would be lost with the process.
+    ///
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
     /// let round = store
