@@ -1,0 +1,273 @@
+//! A thin wrapper over the SQS calls the worker needs: publish a task id,
+//! long-poll, delete, and change a message's visibility.
+
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sqs::error::DisplayErrorContext;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use taskfence::TaskId;
+
+/// A boxed error: the example reports SDK errors with their full context.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The longest visibility timeout SQS accepts (12 hours).
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+
+/// Where SQS is and who we are.
+#[derive(Debug, Clone)]
+pub struct SqsSettings {
+    /// `Some(url)` for a local endpoint such as moto (`http://127.0.0.1:5000`); `None` for AWS.
+    pub endpoint: Option<String>,
+    /// The region.
+    pub region: String,
+    /// Static credentials (moto accepts any). In production leave these out
+    /// and load the default credential chain with the `aws-config` crate.
+    pub access_key: String,
+    /// The secret that goes with `access_key`.
+    pub secret_key: String,
+}
+
+impl SqsSettings {
+    /// Settings for a local endpoint with dummy credentials.
+    pub fn local(endpoint: impl Into<String>) -> Self {
+        Self {
+            endpoint: Some(endpoint.into()),
+            region: "us-east-1".into(),
+            access_key: "test".into(),
+            secret_key: "test".into(),
+        }
+    }
+
+    /// An SQS client. Plain HTTP for `http://` endpoints, rustls otherwise.
+    pub fn client(&self) -> Client {
+        use aws_smithy_http_client::{Builder, tls};
+        let plain = self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
+        let http = if plain {
+            Builder::new().build_http()
+        } else {
+            Builder::new()
+                .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+                .build_https()
+        };
+        let mut config = aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(self.region.clone()))
+            .credentials_provider(Credentials::new(
+                self.access_key.clone(),
+                self.secret_key.clone(),
+                None,
+                None,
+                "sqs-worker-static",
+            ))
+            .http_client(http);
+        if let Some(endpoint) = &self.endpoint {
+            config = config.endpoint_url(endpoint);
+        }
+        Client::from_conf(config.build())
+    }
+}
+
+/// One received message: the task id it carries and the receipt to act on it.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// SQS's id of the message (the same on every redelivery of it).
+    pub message_id: String,
+    /// The body; a valid one is a task id.
+    pub body: String,
+    /// The handle for delete and change-visibility; new on every receive.
+    pub receipt: String,
+    /// How many times SQS has delivered this message (1 on the first receive).
+    pub receive_count: u32,
+}
+
+impl Delivery {
+    /// The task id, if the body is one.
+    pub fn task_id(&self) -> Option<TaskId> {
+        self.body.trim().parse().ok()
+    }
+}
+
+/// Messages waiting, in flight and delayed, as SQS approximates them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    /// Visible, ready to receive.
+    pub visible: u64,
+    /// Received and not deleted, hidden by their visibility timeout.
+    pub in_flight: u64,
+    /// Sent with a delay that has not passed.
+    pub delayed: u64,
+}
+
+impl Depth {
+    /// All messages still in the queue.
+    pub fn total(&self) -> u64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
+/// One SQS queue.
+#[derive(Debug, Clone)]
+pub struct SqsQueue {
+    client: Client,
+    url: String,
+}
+
+fn sdk<E: std::error::Error + Send + Sync + 'static>(e: E) -> BoxError {
+    DisplayErrorContext(e).to_string().into()
+}
+
+/// Whole seconds for SQS, rounded up, capped at [`MAX_VISIBILITY`].
+fn seconds(d: Duration) -> i32 {
+    let d = d.min(MAX_VISIBILITY);
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)) as i32
+}
+
+impl SqsQueue {
+    /// The queue at `url`.
+    pub fn new(client: Client, url: impl Into<String>) -> Self {
+        Self {
+            client,
+            url: url.into(),
+        }
+    }
+
+    /// Creates (or opens) the queue `name` with a default visibility timeout.
+    pub async fn create(client: Client, name: &str, visibility: Duration) -> Result<Self, BoxError> {
+        let out = client
+            .create_queue()
+            .queue_name(name)
+            .attributes(
+                QueueAttributeName::VisibilityTimeout,
+                seconds(visibility).to_string(),
+            )
+            .send()
+            .await
+            .map_err(sdk)?;
+        let url = out.queue_url().ok_or("CreateQueue returned no queue URL")?;
+        Ok(Self::new(client, url))
+    }
+
+    /// The queue's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Deletes the queue.
+    pub async fn delete_queue(&self) -> Result<(), BoxError> {
+        self.client
+            .delete_queue()
+            .queue_url(&self.url)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    /// Publishes "work on `task`". The body is only the id: everything else
+    /// lives in the task record, so every copy of the message means the same.
+    pub async fn publish(&self, task: TaskId) -> Result<(), BoxError> {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(task.to_string())
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    /// Long-polls for up to `max` (1..=10) messages, waiting up to `wait`.
+    pub async fn receive(&self, max: i32, wait: Duration) -> Result<Vec<Delivery>, BoxError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(max.clamp(1, 10))
+            .wait_time_seconds(seconds(wait).min(20))
+            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out
+            .messages()
+            .iter()
+            .filter_map(|m| {
+                let receive_count = m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(1);
+                Some(Delivery {
+                    message_id: m.message_id()?.to_owned(),
+                    body: m.body().unwrap_or_default().to_owned(),
+                    receipt: m.receipt_handle()?.to_owned(),
+                    receive_count,
+                })
+            })
+            .collect())
+    }
+
+    /// Removes the message for good. Call it only after the store durably
+    /// settled the task: a delete before the save loses the work on a crash.
+    pub async fn delete(&self, receipt: &str) -> Result<(), BoxError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    /// Hides the message for `for_` from now (rounded up to whole seconds):
+    /// to keep it hidden while we hold the lease, or to redeliver it after a wait.
+    pub async fn hide_for(&self, receipt: &str, for_: Duration) -> Result<(), BoxError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt)
+            .visibility_timeout(seconds(for_))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    /// How many messages the queue holds.
+    pub async fn depth(&self) -> Result<Depth, BoxError> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .map_err(sdk)?;
+        let attrs = out
+            .attributes()
+            .ok_or("GetQueueAttributes returned no attributes")?;
+        let get =
+            |name: QueueAttributeName| -> u64 { attrs.get(&name).and_then(|v| v.parse().ok()).unwrap_or(0) };
+        Ok(Depth {
+            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
+            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_rounds_up_and_caps() {
+        assert_eq!(seconds(Duration::from_millis(1)), 1);
+        assert_eq!(seconds(Duration::from_secs(5)), 5);
+        assert_eq!(seconds(Duration::from_millis(5001)), 6);
+        assert_eq!(seconds(Duration::from_secs(24 * 3600)), 43_200);
+    }
+}

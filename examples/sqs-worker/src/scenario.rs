@@ -1,0 +1,268 @@
+//! A whole run: submit tasks, publish every handoff (more than once), let a
+//! fleet of workers drain the queue, and report what happened. The binary
+//! prints the report; the end-to-end test checks it against the store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use taskfence::runtime::{Worker, WorkerConfig};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
+use tokio::sync::Notify;
+
+use crate::dispatcher::Dispatcher;
+use crate::fleet::Fleet;
+use crate::provider::{CallOutcome, SimulatedConfig, SimulatedLlm};
+use crate::queue::{BoxError, SqsQueue};
+use crate::worker::{SqsWorker, Stats, WorkerSettings};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Tasks submitted.
+    pub tasks: usize,
+    /// Kill the dispatcher after it sent each batch and before it marked it
+    /// published, so every handoff is sent twice (the second round resends it).
+    pub dispatcher_crashes: bool,
+    /// Handoffs per dispatcher round.
+    pub dispatch_batch: usize,
+    /// Concurrent workers.
+    pub workers: usize,
+    /// The queue's default visibility timeout (what a receive hides a message for).
+    pub queue_visibility: Duration,
+    /// Lease length; renewed every third of it.
+    pub lease: Duration,
+    /// Per-worker settings.
+    pub worker: WorkerSettings,
+    /// Every task's retry budget.
+    pub policy: RetryPolicy,
+    /// The simulated provider.
+    pub provider: SimulatedConfig,
+    /// Give up waiting for the queue to drain after this long.
+    pub deadline: Duration,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            tasks: 50,
+            dispatcher_crashes: true,
+            dispatch_batch: 50,
+            workers: 4,
+            queue_visibility: Duration::from_secs(2),
+            lease: Duration::from_secs(5),
+            worker: WorkerSettings::default(),
+            policy: RetryPolicy::default()
+                .max_attempts(6)
+                .initial_backoff(Duration::from_millis(500))
+                .max_backoff(Duration::from_secs(2)),
+            provider: SimulatedConfig::default(),
+            deadline: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The tasks submitted.
+    pub task_ids: Vec<TaskId>,
+    /// Messages published.
+    pub published: u64,
+    /// Messages received (redeliveries included).
+    pub deliveries: u64,
+    /// Provider calls, by outcome.
+    pub provider_calls: BTreeMap<String, u64>,
+    /// Tasks completed with a saved response.
+    pub completed: u64,
+    /// Tasks terminally failed.
+    pub failed: u64,
+    /// Attempts made (claims), over all tasks.
+    pub attempts: u64,
+    /// Workers killed mid-flight.
+    pub kills: u64,
+    /// How many deliveries saved each task's response (must be 1 for every completed task).
+    pub saved_by_task: HashMap<TaskId, u32>,
+    /// Dispositions, by name.
+    pub dispositions: BTreeMap<&'static str, u64>,
+    /// Visibility extensions made while leases were renewed.
+    pub extensions: u64,
+    /// Extensions that failed.
+    pub extension_errors: u64,
+    /// Deliveries of a message still being handled (a visibility timeout ran out mid-work).
+    pub redelivered_in_flight: u64,
+    /// Handlings that ended on a store error.
+    pub store_errors: u64,
+    /// Messages left in the queue at the end.
+    pub left_in_queue: u64,
+    /// Wall time from the first publish until the queue was empty.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Provider calls of every outcome.
+    pub fn total_provider_calls(&self) -> u64 {
+        self.provider_calls.values().sum()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "tasks                  {}", self.task_ids.len())?;
+        writeln!(f, "messages published     {}", self.published)?;
+        writeln!(f, "deliveries             {}", self.deliveries)?;
+        writeln!(f, "attempts (claims)      {}", self.attempts)?;
+        writeln!(
+            f,
+            "provider calls         {} {:?}",
+            self.total_provider_calls(),
+            self.provider_calls
+        )?;
+        writeln!(f, "saved responses        {}", self.completed)?;
+        writeln!(f, "terminal failures      {}", self.failed)?;
+        writeln!(f, "workers killed         {}", self.kills)?;
+        writeln!(f, "dispositions           {:?}", self.dispositions)?;
+        writeln!(
+            f,
+            "visibility extensions  {} ({} failed)",
+            self.extensions, self.extension_errors
+        )?;
+        writeln!(f, "redelivered in flight  {}", self.redelivered_in_flight)?;
+        writeln!(f, "store errors           {}", self.store_errors)?;
+        writeln!(f, "left in queue          {}", self.left_in_queue)?;
+        write!(f, "elapsed                {:.1?}", self.elapsed)
+    }
+}
+
+/// Submits `scenario.tasks` tasks to `pg` (each with its handoff), starts the
+/// fleet, dispatches the handoffs to `queue`, waits until every task is
+/// terminal and the queue is empty (or the deadline passes), and stops.
+pub async fn run(
+    scenario: &Scenario,
+    pg: PgStore,
+    queue: SqsQueue,
+) -> Result<(Report, SimulatedLlm), BoxError> {
+    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
+    let llm = SimulatedLlm::new(scenario.provider.clone());
+    let stats = Arc::new(Stats::default());
+    let run_id = TaskId::new();
+
+    let mut task_ids = Vec::with_capacity(scenario.tasks);
+    for i in 0..scenario.tasks {
+        // The browser's request id for one press of Send.
+        let key = RequestKey::new("workspace-1", "chat.reply", format!("{run_id}-{i}"));
+        let task = NewTask::new(
+            key,
+            InputHash::of([format!("conversation-{i}"), format!("message-{i}")]),
+        )
+        .payload(format!("question #{i}"))
+        .policy(scenario.policy);
+        task_ids.push(store.submit(task).await?.into_task().id);
+    }
+
+    let started = Instant::now();
+    let fleet = {
+        let (store, queue, llm, stats) = (Arc::clone(&store), queue.clone(), llm.clone(), Arc::clone(&stats));
+        let (lease, settings) = (scenario.lease, scenario.worker.clone());
+        Fleet::start(scenario.workers, move |worker_id, kill| {
+            let worker = Worker::new(Arc::clone(&store), WorkerConfig::new(worker_id, lease))
+                .expect("valid worker config");
+            SqsWorker::new(
+                queue.clone(),
+                worker,
+                Arc::new(llm.for_worker(kill)),
+                settings.clone(),
+                Arc::clone(&stats),
+            )
+        })
+    };
+
+    let dispatcher = Dispatcher::new(pg, queue.clone(), scenario.dispatch_batch);
+    let mut marked = 0;
+    while marked < task_ids.len() {
+        if scenario.dispatcher_crashes {
+            // Kill the round once it has sent its whole batch, before it commits.
+            let expected = scenario.dispatch_batch.min(task_ids.len() - marked);
+            let sent_all = Notify::new();
+            let round = dispatcher.round_observed(|n| {
+                if n == expected {
+                    sent_all.notify_one();
+                }
+            });
+            tokio::select! {
+                biased;
+                _ = sent_all.notified() => tracing::info!(expected, "dispatcher killed before marking its batch"),
+                done = round => return Err(format!("the round committed before the kill: {done:?}").into()),
+            }
+        }
+        let published = dispatcher.round().await?;
+        if published.is_empty() {
+            return Err("handoffs missing from the outbox".into());
+        }
+        marked += published.len();
+    }
+    let published = dispatcher.sent();
+    if !dispatcher.round().await?.is_empty() {
+        return Err("the outbox still had handoffs after every task was published".into());
+    }
+
+    // Wait until the store has settled every task and the queue is empty.
+    let deadline = started + scenario.deadline;
+    let mut left_in_queue;
+    loop {
+        let mut open = 0;
+        for &id in &task_ids {
+            let task = store.get(id).await?.ok_or("a submitted task disappeared")?;
+            if !task.status.is_terminal() {
+                open += 1;
+            }
+        }
+        left_in_queue = queue.depth().await?.total();
+        if (open == 0 && left_in_queue == 0) || Instant::now() >= deadline {
+            if open > 0 || left_in_queue > 0 {
+                tracing::error!(open, left_in_queue, "deadline passed before the queue drained");
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let elapsed = started.elapsed();
+    let kills = fleet.stop().await;
+
+    let mut report = Report {
+        published,
+        deliveries: stats.deliveries.load(Ordering::Relaxed),
+        kills,
+        dispositions: stats.dispositions(),
+        saved_by_task: stats.saved_by_task(),
+        extensions: stats.extensions.load(Ordering::Relaxed),
+        extension_errors: stats.extension_errors.load(Ordering::Relaxed),
+        redelivered_in_flight: stats.redelivered_in_flight.load(Ordering::Relaxed),
+        store_errors: stats.store_errors.load(Ordering::Relaxed),
+        left_in_queue: queue.depth().await?.total(),
+        elapsed,
+        ..Report::default()
+    };
+    for call in llm.calls() {
+        let name = match call.outcome {
+            CallOutcome::Answered => "answered",
+            CallOutcome::AnsweredThenCrashed => "answered_then_crashed",
+            CallOutcome::Transient => "transient",
+            CallOutcome::Ambiguous => "ambiguous",
+            CallOutcome::Permanent => "permanent",
+        };
+        *report.provider_calls.entry(name.to_owned()).or_default() += 1;
+    }
+    for &id in &task_ids {
+        let task = store.get(id).await?.ok_or("a submitted task disappeared")?;
+        report.attempts += u64::from(task.attempts());
+        match task.status {
+            Status::Completed => report.completed += 1,
+            Status::Failed => report.failed += 1,
+            _ => {}
+        }
+    }
+    report.task_ids = task_ids;
+    Ok((report, llm))
+}

@@ -1,0 +1,335 @@
+//! The SQS worker: long-poll, run each message through taskfence's runtime,
+//! keep the message hidden while the lease is renewed, and act on the
+//! disposition (delete only after the durable save).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use taskfence::runtime::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker};
+use taskfence::{Failure, Fenced, Lease, Response, TaskId};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::provider::{Provider, ProviderError, ProviderRequest};
+use crate::queue::{Delivery, SqsQueue};
+
+/// Counters a worker fleet shares: what the queue delivered and what was done
+/// with each delivery.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Messages received (every redelivery counts).
+    pub deliveries: AtomicU64,
+    /// Visibility extensions made by the lease hooks.
+    pub extensions: AtomicU64,
+    /// Visibility extensions SQS refused or that failed.
+    pub extension_errors: AtomicU64,
+    /// Deliveries of a message that this fleet was still handling: a visibility
+    /// timeout ran out mid-work. Zero when the extensions keep up.
+    pub redelivered_in_flight: AtomicU64,
+    /// Deliveries whose handling failed on a store error (message left).
+    pub store_errors: AtomicU64,
+    /// Messages whose body is not a task id (deleted).
+    pub malformed: AtomicU64,
+    dispositions: Mutex<BTreeMap<&'static str, u64>>,
+    saved_by_task: Mutex<HashMap<TaskId, u32>>,
+    in_flight: Mutex<HashSet<String>>,
+}
+
+impl Stats {
+    /// Count of each disposition, by name (`ack.completed`, `retry.busy`, `leave.lease_lost`…).
+    pub fn dispositions(&self) -> BTreeMap<&'static str, u64> {
+        self.dispositions.lock().unwrap().clone()
+    }
+
+    /// How many times each task's response was saved by this fleet (must be 1).
+    pub fn saved_by_task(&self) -> HashMap<TaskId, u32> {
+        self.saved_by_task.lock().unwrap().clone()
+    }
+
+    fn count(&self, d: &Disposition, task: TaskId) {
+        let name = match d {
+            Disposition::Ack(AckReason::Completed) => "ack.completed",
+            Disposition::Ack(AckReason::AlreadyCompleted) => "ack.already_completed",
+            Disposition::Ack(AckReason::CompletedElsewhere) => "ack.completed_elsewhere",
+            Disposition::Ack(AckReason::Failed) => "ack.failed",
+            Disposition::Ack(AckReason::Cancelled) => "ack.cancelled",
+            Disposition::Ack(AckReason::NotFound) => "ack.not_found",
+            Disposition::Ack(_) => "ack.other",
+            Disposition::RetryAfter {
+                reason: RetryReason::Busy,
+                ..
+            } => "retry.busy",
+            Disposition::RetryAfter {
+                reason: RetryReason::Backoff,
+                ..
+            } => "retry.backoff",
+            Disposition::RetryAfter {
+                reason: RetryReason::Scheduled { .. },
+                ..
+            } => "retry.scheduled",
+            Disposition::RetryAfter { .. } => "retry.other",
+            Disposition::Leave(LeaveReason::LeaseLost(_)) => "leave.lease_lost",
+            Disposition::Leave(LeaveReason::Rejected(_)) => "leave.rejected",
+            Disposition::Leave(_) => "leave.other",
+        };
+        *self.dispositions.lock().unwrap().entry(name).or_default() += 1;
+        if *d == Disposition::Ack(AckReason::Completed) {
+            *self.saved_by_task.lock().unwrap().entry(task).or_default() += 1;
+        }
+    }
+
+    /// Marks `message_id` as being handled until the guard drops (also when the
+    /// handling future is aborted).
+    fn track(self: &Arc<Self>, message_id: &str) -> InFlight {
+        if !self.in_flight.lock().unwrap().insert(message_id.to_owned()) {
+            self.redelivered_in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        InFlight {
+            stats: Arc::clone(self),
+            message_id: message_id.to_owned(),
+        }
+    }
+}
+
+struct InFlight {
+    stats: Arc<Stats>,
+    message_id: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.stats.in_flight.lock().unwrap().remove(&self.message_id);
+    }
+}
+
+/// How one worker polls and hides messages.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// Messages handled at once by this worker.
+    pub concurrency: usize,
+    /// Long-poll wait of each receive (at most 20 s).
+    pub poll_wait: Duration,
+    /// How long past the lease a held message stays hidden. When the worker
+    /// dies, the message reappears about `lease + slack` later, when the lease
+    /// has expired and a new claim can take over.
+    pub visibility_slack: Duration,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            poll_wait: Duration::from_secs(1),
+            visibility_slack: Duration::from_secs(1),
+        }
+    }
+}
+
+/// An SQS consumer running every message through a taskfence [`Worker`].
+#[derive(Clone)]
+pub struct SqsWorker {
+    queue: SqsQueue,
+    worker: Worker,
+    provider: Arc<dyn Provider>,
+    settings: WorkerSettings,
+    stats: Arc<Stats>,
+}
+
+impl SqsWorker {
+    /// A consumer of `queue` that claims with `worker` and calls `provider`.
+    pub fn new(
+        queue: SqsQueue,
+        worker: Worker,
+        provider: Arc<dyn Provider>,
+        settings: WorkerSettings,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Self {
+            queue,
+            worker,
+            provider,
+            settings,
+            stats,
+        }
+    }
+
+    /// Polls until `shutdown` turns true, then waits for the messages in hand.
+    /// Dropping this future instead is a crash: every message in hand is
+    /// abandoned mid-flight (no save, no delete) and comes back to the queue.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let slots = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
+        let mut in_hand = JoinSet::new();
+        let this = Arc::new(self);
+        loop {
+            while let Some(done) = in_hand.try_join_next() {
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "message handler panicked");
+                }
+            }
+            // Receive only as many messages as we can start now: a message that
+            // waits in our hands keeps running down its visibility timeout.
+            let first = tokio::select! {
+                permit = Arc::clone(&slots).acquire_owned() => permit.expect("never closed"),
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            };
+            let mut permits = vec![first];
+            while permits.len() < 10 {
+                match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+            let received = tokio::select! {
+                r = this.queue.receive(permits.len() as i32, this.settings.poll_wait) => r,
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            };
+            let deliveries = match received {
+                Ok(d) => d,
+                Err(error) => {
+                    tracing::warn!(%error, "receive failed");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            for (delivery, permit) in deliveries.into_iter().zip(permits) {
+                let this = Arc::clone(&this);
+                in_hand.spawn(async move {
+                    this.handle(delivery).await;
+                    drop(permit);
+                });
+            }
+        }
+        while in_hand.join_next().await.is_some() {}
+    }
+
+    /// One delivery, start to finish.
+    async fn handle(&self, delivery: Delivery) {
+        self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = self.stats.track(&delivery.message_id);
+        let Some(task_id) = delivery.task_id() else {
+            // A poison message. With a redrive policy, leaving it would move it to
+            // the dead-letter queue after maxReceiveCount; here we drop it.
+            tracing::warn!(body = %delivery.body, "message body is not a task id; deleting it");
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            self.act(|q| q.delete(&delivery.receipt), "delete").await;
+            return;
+        };
+        let hooks = KeepHidden {
+            queue: &self.queue,
+            receipt: &delivery.receipt,
+            hide_for: self.worker.config().lease + self.settings.visibility_slack,
+            stats: &self.stats,
+        };
+        let provider = Arc::clone(&self.provider);
+        let outcome = self
+            .worker
+            .handle(task_id, &hooks, |ctx| work(ctx, provider))
+            .await;
+        let disposition = match outcome {
+            Ok(d) => d,
+            Err(error) => {
+                // The store failed: leave the message; the next delivery re-reads the task.
+                tracing::warn!(%task_id, %error, "store error; leaving the message");
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
+        match &disposition {
+            // The store has durably settled the task (saved or terminal): now,
+            // and only now, the message may go.
+            Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
+            // Not deleted: hidden until the claim can succeed (backoff over, or
+            // the other worker's lease run out).
+            Disposition::RetryAfter { delay, .. } => {
+                self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
+                    .await
+            }
+            // We no longer hold the task; the message's own timer brings it back.
+            Disposition::Leave(_) => {}
+        }
+        self.stats.count(&disposition, task_id);
+    }
+
+    async fn act<'a, F, Fut>(&'a self, call: F, what: &str)
+    where
+        F: FnOnce(&'a SqsQueue) -> Fut,
+        Fut: Future<Output = Result<(), crate::queue::BoxError>>,
+    {
+        if let Err(error) = call(&self.queue).await {
+            // Harmless for correctness: the message is redelivered and the claim
+            // answers from the durable task record.
+            tracing::warn!(%error, "{what} failed");
+        }
+    }
+}
+
+/// Keeps the message hidden for as long as the lease lives. The lease is the
+/// right to work on the task (store clock); the visibility timeout only hides
+/// the message from other consumers (SQS clock). Neither stops the other.
+struct KeepHidden<'a> {
+    queue: &'a SqsQueue,
+    receipt: &'a str,
+    hide_for: Duration,
+    stats: &'a Stats,
+}
+
+impl KeepHidden<'_> {
+    async fn extend(&self) {
+        match self.queue.hide_for(self.receipt, self.hide_for).await {
+            Ok(()) => self.stats.extensions.fetch_add(1, Ordering::Relaxed),
+            Err(error) => {
+                // Not fatal: at worst the message is delivered again meanwhile and
+                // that delivery's claim answers Busy.
+                tracing::warn!(%error, "visibility extension failed");
+                self.stats.extension_errors.fetch_add(1, Ordering::Relaxed)
+            }
+        };
+    }
+}
+
+#[async_trait]
+impl LeaseHooks for KeepHidden<'_> {
+    async fn on_claimed(&self, _lease: &Lease) {
+        self.extend().await;
+    }
+    async fn on_renewed(&self, _lease: &Lease) {
+        self.extend().await;
+    }
+}
+
+/// The work: record the operation id, call the provider, stop if the lease is lost.
+pub async fn work(ctx: WorkContext, provider: Arc<dyn Provider>) -> Result<Response, Failure> {
+    let task = ctx.task();
+    let request = ProviderRequest {
+        task_id: task.id,
+        attempt: ctx.lease().attempt(),
+        idempotency_key: task.id.to_string(),
+        prompt: String::from_utf8_lossy(&task.payload).into_owned(),
+    };
+    // Save the operation id *before* the call: if this worker dies after the
+    // provider accepted the request, the next attempt can find it in
+    // `attempts()` and look the operation up (or reuse the key) instead of
+    // paying twice. A refusal here means the lease is gone: do not call at all.
+    match ctx.record_operation(&request.idempotency_key).await {
+        Ok(Fenced::Accepted(())) => {}
+        Ok(Fenced::Rejected(rejection)) => {
+            return Err(Failure::retryable(format!(
+                "not calling the provider: {rejection}"
+            )));
+        }
+        Err(error) => {
+            return Err(Failure::retryable(format!(
+                "could not record the operation: {error}"
+            )));
+        }
+    }
+    tokio::select! {
+        answer = provider.generate(&request) => answer.map(Response::from).map_err(ProviderError::into_failure),
+        // Another worker owns the task now; our answer could not be saved anyway.
+        _ = ctx.lease_lost() => Err(Failure::retryable("lease lost during the provider call")),
+    }
+}
