@@ -140,7 +140,12 @@ async fn work_once(store: &dyn TaskStore, ids: &[TaskId], worker: usize, s: Step
             let got = store.complete(lease, answer.clone()).await.expect("complete");
             note(log, id, version, late, got.is_accepted(), "complete");
             if got.is_accepted() {
-                log.lock().unwrap().accepted.entry(id).or_default().push((version, answer));
+                log.lock()
+                    .unwrap()
+                    .accepted
+                    .entry(id)
+                    .or_default()
+                    .push((version, answer));
             }
         }
         Outcome::Fail => {
@@ -177,7 +182,7 @@ async fn run_case(url: &str, pool: &PgPool, tasks: usize, plans: Vec<Vec<Step>>)
             RequestKey::new("lease-expiry", "chat.reply", format!("req-{t}")),
             InputHash::of([format!("{t}")]),
         )
-        .policy(policy.clone());
+        .policy(policy);
         ids.push(store.submit(new).await.expect("submit").into_task().id);
     }
     let ids = Arc::new(ids);
@@ -204,7 +209,9 @@ async fn run_case(url: &str, pool: &PgPool, tasks: usize, plans: Vec<Vec<Step>>)
             let (store, ids, log) = (store.clone(), ids.clone(), log.clone());
             tokio::spawn(async move {
                 // Only the tasks of this worker's plan: it stops when they are all terminal.
-                let mut done: Vec<bool> = (0..ids.len()).map(|t| !plan.iter().any(|s| s.task == t)).collect();
+                let mut done: Vec<bool> = (0..ids.len())
+                    .map(|t| !plan.iter().any(|s| s.task == t))
+                    .collect();
                 for s in plan.iter().cycle() {
                     if done.iter().all(|d| *d) || tokio::time::Instant::now() > deadline {
                         break;
@@ -221,7 +228,7 @@ async fn run_case(url: &str, pool: &PgPool, tasks: usize, plans: Vec<Vec<Step>>)
         h.await.expect("worker panicked");
     }
 
-    let log = log.lock().unwrap();
+    let log = std::mem::take(&mut *log.lock().unwrap());
     assert!(
         log.late_accepted.is_empty(),
         "writes sent after the lease expired were accepted: {:?}",
@@ -229,19 +236,37 @@ async fn run_case(url: &str, pool: &PgPool, tasks: usize, plans: Vec<Vec<Step>>)
     );
     for id in ids.iter() {
         let task = store.get(*id).await.expect("get").expect("task exists");
-        assert!(task.status.is_terminal(), "{id} not terminal within 30 s: {task:?}");
+        assert!(
+            task.status.is_terminal(),
+            "{id} not terminal within 30 s: {task:?}"
+        );
         assert!(task.attempts() <= MAX_ATTEMPTS, "{id}: attempts over budget");
         let attempts = store.attempts(*id).await.expect("attempts");
-        assert!(attempts.len() <= MAX_ATTEMPTS as usize, "{id}: {} attempt rows", attempts.len());
+        assert!(
+            attempts.len() <= MAX_ATTEMPTS as usize,
+            "{id}: {} attempt rows",
+            attempts.len()
+        );
         let accepted = log.accepted.get(id).map_or(&[][..], Vec::as_slice);
-        assert!(accepted.len() <= 1, "{id}: {} completions accepted", accepted.len());
+        assert!(
+            accepted.len() <= 1,
+            "{id}: {} completions accepted",
+            accepted.len()
+        );
         match (task.status, accepted.first()) {
             (Status::Completed, Some((version, answer))) => {
-                assert_eq!(task.response.as_ref(), Some(answer), "{id}: the saved response is the accepted one");
+                assert_eq!(
+                    task.response.as_ref(),
+                    Some(answer),
+                    "{id}: the saved response is the accepted one"
+                );
                 assert_eq!(task.version, *version, "{id}: saved by the last assignment");
             }
             (Status::Completed, None) => panic!("{id}: completed without an accepted completion"),
-            (_, Some(_)) => panic!("{id}: a completion was accepted but the task is {:?}", task.status),
+            (_, Some(_)) => panic!(
+                "{id}: a completion was accepted but the task is {:?}",
+                task.status
+            ),
             (_, None) => {}
         }
     }
@@ -279,7 +304,10 @@ fn a_worker_paused_past_its_lease_is_fenced_off() {
         let fixture = PgFixture::on_pool(url, pool.clone()).await;
         let store = fixture.store();
         let id = store
-            .submit(NewTask::new(RequestKey::new("lease-expiry", "chat.reply", "pause"), InputHash::of(["p"])))
+            .submit(NewTask::new(
+                RequestKey::new("lease-expiry", "chat.reply", "pause"),
+                InputHash::of(["p"]),
+            ))
             .await
             .expect("submit")
             .into_task()
@@ -295,19 +323,28 @@ fn a_worker_paused_past_its_lease_is_fenced_off() {
             })
             .await;
             loop {
-                if work_once(&*store, &ids, 1, quick, &log).await || log.lock().unwrap().accepted.contains_key(&id) {
+                if work_once(&*store, &ids, 1, quick, &log).await
+                    || log.lock().unwrap().accepted.contains_key(&id)
+                {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
         tokio::join!(slow_run, quick_run);
-        let log = log.lock().unwrap();
+        let log = std::mem::take(&mut *log.lock().unwrap());
         assert!(log.late_accepted.is_empty(), "{:?}", log.late_accepted);
-        assert!(log.late_rejected >= 1, "the slow worker's late completion was sent and rejected");
+        assert!(
+            log.late_rejected >= 1,
+            "the slow worker's late completion was sent and rejected"
+        );
         let task = store.get(id).await.expect("get").expect("task");
         assert_eq!(task.version, 2);
         assert_eq!(task.response, Some(Response::from("answer of worker 1 at v2")));
-        assert_eq!(fixture.record_count().await, 1 + 2 + 1, "one task, two attempts, one handoff");
+        assert_eq!(
+            fixture.record_count().await,
+            1 + 2 + 1,
+            "one task, two attempts, one handoff"
+        );
     });
 }

@@ -106,7 +106,11 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
             .and_then(|r| r.try_get::<i64, _>(0))
     };
     let task_rows = one(format!("SELECT count(*) FROM {s}.tasks")).await?;
-    let by_status = |status: &'static str| one(format!("SELECT count(*) FROM {s}.tasks WHERE status = '{status}'"));
+    let by_status = |status: &'static str| {
+        one(format!(
+            "SELECT count(*) FROM {s}.tasks WHERE status = '{status}'"
+        ))
+    };
     let completed = by_status("completed").await?;
     let failed = by_status("failed").await?;
     let cancelled = by_status("cancelled").await?;
@@ -151,7 +155,10 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
     ))
     .await?;
     let messages = one(format!("SELECT count(*) FROM {s}.queue")).await?;
-    let deliveries = one(format!("SELECT coalesce(sum(receives), 0)::bigint FROM {s}.queue")).await?;
+    let deliveries = one(format!(
+        "SELECT coalesce(sum(receives), 0)::bigint FROM {s}.queue"
+    ))
+    .await?;
     let dispositions = sqlx::query(&format!(
         "SELECT disposition, count(*) FROM {s}.deliveries GROUP BY 1 ORDER BY 2 DESC, 1"
     ))

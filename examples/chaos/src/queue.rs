@@ -175,7 +175,13 @@ impl Queue {
 
     /// The provider logs a call as it starts, with how long it will take, so
     /// the orchestrator can find a worker that is mid-call.
-    pub async fn call_started(&self, task_id: Uuid, version: u64, worker: &str, takes: Duration) -> sqlx::Result<()> {
+    pub async fn call_started(
+        &self,
+        task_id: Uuid,
+        version: u64,
+        worker: &str,
+        takes: Duration,
+    ) -> sqlx::Result<()> {
         sqlx::query(&format!(
             "INSERT INTO {}.provider_calls (task_id, version, worker, pid, ends_at)
              VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 millisecond')",
@@ -192,7 +198,13 @@ impl Queue {
     }
 
     /// The provider logs an answer before it returns it.
-    pub async fn answer_produced(&self, task_id: Uuid, version: u64, worker: &str, answer: &str) -> sqlx::Result<()> {
+    pub async fn answer_produced(
+        &self,
+        task_id: Uuid,
+        version: u64,
+        worker: &str,
+        answer: &str,
+    ) -> sqlx::Result<()> {
         sqlx::query(&format!(
             "INSERT INTO {}.provider_answers (task_id, version, worker, answer) VALUES ($1, $2, $3, $4)",
             quote(&self.schema)

@@ -61,7 +61,18 @@ impl PrivateServer {
         let log = server.dir.join("server.log");
         server.run(
             "pg_ctl",
-            &["-D", path(&server.dir), "-o", &options, "-l", path(&log), "-w", "-t", "60", "start"],
+            &[
+                "-D",
+                path(&server.dir),
+                "-o",
+                &options,
+                "-l",
+                path(&log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
         );
         server
     }
@@ -80,7 +91,18 @@ impl PrivateServer {
         let log = self.dir.join("server.log");
         self.run(
             "pg_ctl",
-            &["-D", path(&self.dir), "-l", path(&log), "-m", "immediate", "-w", "-t", "60", "restart"],
+            &[
+                "-D",
+                path(&self.dir),
+                "-l",
+                path(&log),
+                "-m",
+                "immediate",
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ],
         );
     }
 

@@ -18,7 +18,9 @@ struct Orchestrator(Child);
 impl Drop for Orchestrator {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -46,7 +48,14 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
     let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
         .args(["--worker-bin", env!("CARGO_BIN_EXE_chaos-worker")])
         .args(["--tasks", "200", "--workers", "3", "--concurrency", "4"])
-        .args(["--lease-ms", "1500", "--submit-secs", "30", "--fault-every-ms", "1500"])
+        .args([
+            "--lease-ms",
+            "1500",
+            "--submit-secs",
+            "30",
+            "--fault-every-ms",
+            "1500",
+        ])
         .args(["--restarts", "1", "--drain-secs", "120"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -77,11 +86,18 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
         );
     }
     let zeros = counts(&output, "ZERO ");
-    assert_eq!(zeros.len(), 5, "the checker reported every must-be-zero count: {zeros:?}");
+    assert_eq!(
+        zeros.len(),
+        5,
+        "the checker reported every must-be-zero count: {zeros:?}"
+    );
     for (name, n) in &zeros {
         assert_eq!(*n, 0, "{name} must be 0");
     }
-    assert!(output.contains("| tasks submitted | 200 |"), "all 200 tasks submitted");
+    assert!(
+        output.contains("| tasks submitted | 200 |"),
+        "all 200 tasks submitted"
+    );
     assert!(output.contains("RESULT clean"));
     assert!(status.success(), "orchestrator exited with {status}");
 }

@@ -19,7 +19,9 @@ use chaos::args::Args;
 use chaos::queue::{Message, Queue};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use taskfence::runtime::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, Worker, WorkerConfig};
+use taskfence::runtime::{
+    AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, Worker, WorkerConfig,
+};
 use taskfence::{Failure, Lease, PgStore, Rejection, Response, TaskId};
 
 /// How the simulated provider behaves.
@@ -99,7 +101,10 @@ async fn main() {
         }
         // The message stays hidden a little longer than the first lease;
         // renewals push it further (Visibility).
-        let messages = match queue.receive(free as i64, lease + Duration::from_millis(500)).await {
+        let messages = match queue
+            .receive(free as i64, lease + Duration::from_millis(500))
+            .await
+        {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("{worker_id}: receive: {e}");
@@ -219,7 +224,10 @@ fn label(d: &Disposition) -> String {
             }
         ),
         Disposition::Leave(LeaveReason::LeaseLost(r)) => {
-            format!("leave: lease lost ({})", r.as_ref().map_or("store unreachable", kind))
+            format!(
+                "leave: lease lost ({})",
+                r.as_ref().map_or("store unreachable", kind)
+            )
         }
         Disposition::Leave(LeaveReason::Rejected(r)) => format!("leave: write rejected ({})", kind(r)),
         Disposition::Leave(_) => "leave: other".to_owned(),

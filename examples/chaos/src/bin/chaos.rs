@@ -36,7 +36,11 @@ use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, TaskStore}
 use tokio::process::{Child, Command};
 
 /// The kinds of fault, in the order the injector takes turns.
-const KINDS: [&str; 3] = ["sigkill mid-call", "sigstop past the lease", "pg_terminate_backend"];
+const KINDS: [&str; 3] = [
+    "sigkill mid-call",
+    "sigstop past the lease",
+    "pg_terminate_backend",
+];
 const RESTART: &str = "postgresql restart";
 
 #[derive(Debug, Clone)]
@@ -100,7 +104,10 @@ impl Config {
 enum Server {
     Private(PrivateServer),
     /// An existing server; restarts run this shell command (or are refused).
-    External { url: String, restart: Option<String> },
+    External {
+        url: String,
+        restart: Option<String>,
+    },
 }
 
 impl Server {
@@ -218,7 +225,11 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     let pool = PgPoolOptions::new()
         .max_connections(8)
         .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options.application_name("chaos-orchestrator").disable_statement_logging())
+        .connect_with(
+            options
+                .application_name("chaos-orchestrator")
+                .disable_statement_logging(),
+        )
         .await?;
     let store = PgStore::builder(pool.clone()).schema(&schema).build()?;
     store.migrate().await?;
@@ -254,7 +265,16 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     ));
     let dispatcher = tokio::spawn(dispatch_loop(store.clone(), queue.clone(), stop.clone()));
 
-    let faults = inject_faults(config, &server, &pool, &queue, &mut workers, &submitting_done, started).await;
+    let faults = inject_faults(
+        config,
+        &server,
+        &pool,
+        &queue,
+        &mut workers,
+        &submitting_done,
+        started,
+    )
+    .await;
     submitter.await??;
     println!(
         "chaos: {} tasks submitted in {:.1} s; draining",
@@ -331,7 +351,7 @@ async fn submit_all(
                 InputHash::of([run.as_bytes(), &i.to_be_bytes()]),
             )
             .payload(format!("message {i}"))
-            .policy(policy.clone())
+            .policy(policy)
         };
         let first = submit_until_ok(&store, new).await;
         if i % 10 == 0 {
@@ -394,7 +414,11 @@ async fn inject_faults(
         counts.insert(RESTART, 0);
     }
     let restart_at: Vec<Duration> = (1..=config.restarts)
-        .map(|i| config.submit_for.mul_f64(f64::from(i) / f64::from(config.restarts + 1)))
+        .map(|i| {
+            config
+                .submit_for
+                .mul_f64(f64::from(i) / f64::from(config.restarts + 1))
+        })
         .collect();
     let mut turn = 0usize;
     let give_up = started + config.submit_for + config.drain;
@@ -436,7 +460,9 @@ fn restart(server: &Server) -> bool {
             s.restart();
             true
         }
-        Server::External { restart: Some(cmd), .. } => std::process::Command::new("sh")
+        Server::External {
+            restart: Some(cmd), ..
+        } => std::process::Command::new("sh")
             .args(["-c", cmd])
             .status()
             .is_ok_and(|s| s.success()),
