@@ -31,6 +31,7 @@ impl PrivateServer {
     pub fn start() -> Self {
         let bindir = bindir();
         let as_postgres = is_root();
+        stop_abandoned(&bindir, as_postgres);
         let unique = uuid::Uuid::now_v7().simple().to_string();
         let dir = std::env::temp_dir().join(format!("taskfence-chaos-{}", &unique[unique.len() - 12..]));
         let port = free_port();
@@ -74,6 +75,8 @@ impl PrivateServer {
                 "start",
             ],
         );
+        // Who owns the cluster: a later run stops it if this process died without doing so.
+        let _ = std::fs::write(server.dir.join(OWNER_FILE), std::process::id().to_string());
         server
     }
 
@@ -143,6 +146,35 @@ impl Drop for PrivateServer {
         };
         let _ = cmd.args(args).current_dir(std::env::temp_dir()).output();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The file in a cluster's directory naming the process that owns it.
+const OWNER_FILE: &str = "chaos-owner.pid";
+
+/// Stops and deletes the clusters of earlier runs whose owner is gone
+/// (killed with SIGKILL, so its `Drop` never ran).
+fn stop_abandoned(bindir: &Path, as_postgres: bool) {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for dir in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let is_ours = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("taskfence-chaos-"));
+        let Ok(owner) = std::fs::read_to_string(dir.join(OWNER_FILE)) else {
+            continue;
+        };
+        if is_ours && !Path::new("/proc").join(owner.trim()).exists() {
+            // Dropping it stops the server and deletes the directory.
+            drop(PrivateServer {
+                dir,
+                port: 0,
+                bindir: bindir.to_path_buf(),
+                as_postgres,
+            });
+        }
     }
 }
 

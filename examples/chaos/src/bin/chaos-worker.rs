@@ -4,7 +4,7 @@
 //!
 //! It never exits on a database error (connections are killed and the server
 //! is restarted under it): it logs, waits a little and carries on. It stops
-//! when the orchestrator kills it.
+//! when the orchestrator kills it, or by itself when the orchestrator is gone.
 //!
 //! ```text
 //! chaos-worker --url postgres://… --schema chaos_… --worker w1 --lease-ms 2000 --concurrency 4
@@ -93,7 +93,12 @@ async fn main() {
     .expect("a valid worker config");
 
     let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+    let parent = std::os::unix::process::parent_id();
     loop {
+        // Orphaned (the orchestrator was killed without stopping us): stop too.
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
         let free = permits.available_permits();
         if free == 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
