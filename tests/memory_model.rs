@@ -2,25 +2,11 @@
 //! several workers, against `MemoryStore`, checked after every step against
 //! the reference model in `taskfence::testing::model`.
 
+mod model_ops;
+
 use proptest::prelude::*;
 use taskfence::testing::MemoryFixture;
 use taskfence::testing::model::{self, Op};
-
-fn op() -> impl Strategy<Value = Op> {
-    let worker = 0u8..model::WORKERS as u8;
-    prop_oneof![
-        2 => (0u8..4, 0u8..2).prop_map(|(key, input)| Op::Submit { key, input }),
-        4 => (worker.clone(), any::<u8>()).prop_map(|(worker, task)| Op::Claim { worker, task }),
-        2 => worker.clone().prop_map(|worker| Op::Renew { worker }),
-        3 => worker.clone().prop_map(|worker| Op::Complete { worker }),
-        2 => (worker.clone(), prop::bool::weighted(0.2)).prop_map(|(worker, permanent)| Op::Fail { worker, permanent }),
-        1 => worker.clone().prop_map(|worker| Op::Release { worker }),
-        1 => worker.prop_map(|worker| Op::RecordOperation { worker }),
-        1 => any::<u8>().prop_map(|task| Op::Cancel { task }),
-        3 => (1u8..15).prop_map(|secs| Op::Advance { secs }),
-        1 => Just(Op::Purge),
-    ]
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -33,7 +19,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
     #[test]
-    fn memory_store_agrees_with_the_model(ops in prop::collection::vec(op(), 1..60)) {
+    fn memory_store_agrees_with_the_model(ops in model_ops::ops(60)) {
         runtime().block_on(model::run(&MemoryFixture::new(), &ops));
     }
 }

@@ -94,6 +94,24 @@ impl PgFixture {
             .connect_with(connect)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {url}: {e}"));
+        Self::on_pool(url, pool).await
+    }
+
+    /// A fixture in a fresh schema on an existing `pool` (to the server at
+    /// `url`, which the fixture uses to drop its schema). Many fixtures can
+    /// share one pool: a property test that creates hundreds of them then
+    /// pays for a schema each, not for a pool each.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() {
+    /// let url = "postgres://postgres@127.0.0.1:5432/test";
+    /// let pool = sqlx::PgPool::connect(url).await.unwrap();
+    /// let a = taskfence::testing::PgFixture::on_pool(url, pool.clone()).await;
+    /// let b = taskfence::testing::PgFixture::on_pool(url, pool).await;
+    /// assert_ne!(a.schema(), b.schema());
+    /// # }
+    /// ```
+    pub async fn on_pool(url: &str, pool: sqlx::PgPool) -> Self {
         let store = PgStore::builder(pool)
             .schema(fresh_schema_name())
             .build()

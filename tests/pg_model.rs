@@ -1,0 +1,96 @@
+//! Model-based property test against `PgStore` on the real server: the same
+//! random interleavings and reference model as `tests/memory_model.rs`,
+//! fewer cases (each gets a fresh schema). Time moves through the store's own
+//! clock (`PgFixture::advance` offsets `store_clock()`); `tests/pg_lease_expiry.rs`
+//! lets real time pass instead.
+
+mod common;
+mod model_ops;
+
+use std::sync::LazyLock;
+
+use proptest::prelude::*;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use taskfence::testing::PgFixture;
+use taskfence::testing::model::{self, Op};
+use tokio::runtime::Runtime;
+
+/// One runtime and one pool for every case: a case pays for its schema only.
+static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+});
+
+static POOL: LazyLock<(String, PgPool)> = LazyLock::new(|| {
+    RUNTIME.block_on(async {
+        let url = common::database_url().await;
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
+            .connect(&url)
+            .await
+            .expect("connect to the test server");
+        (url, pool)
+    })
+});
+
+/// Runs `ops` against a fresh schema and the model.
+fn check(ops: &[Op]) {
+    let (url, pool) = &*POOL;
+    RUNTIME.block_on(async {
+        let fixture = PgFixture::on_pool(url, pool.clone()).await;
+        model::run(&fixture, ops).await;
+    });
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pg_store_agrees_with_the_model(ops in model_ops::ops(40)) {
+        check(&ops);
+    }
+}
+
+/// The counterexamples kept for `MemoryStore` (`tests/memory_model.rs`), on `PgStore` too.
+mod regressions {
+    use super::*;
+    use Op::*;
+
+    /// The third claim after two expired or failed attempts answers `Failed`.
+    #[test]
+    fn claim_after_spent_budget_is_failed() {
+        check(&[
+            Submit { key: 2, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 2, task: 0 },
+            Fail {
+                worker: 2,
+                permanent: false,
+            },
+            Advance { secs: 4 },
+            Submit { key: 1, input: 0 },
+            Claim { worker: 0, task: 216 },
+            Submit { key: 0, input: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 0, task: 189 },
+        ]);
+    }
+
+    /// A claim of a completed task answers `Completed` and acquires nothing.
+    #[test]
+    fn claim_of_completed_task_answers_completed() {
+        check(&[
+            Submit { key: 0, input: 0 },
+            Submit { key: 0, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Complete { worker: 0 },
+            Claim { worker: 0, task: 0 },
+        ]);
+    }
+}
