@@ -128,6 +128,7 @@ impl Shared {
                 consumer: self.name.clone(),
                 partition,
                 offset: position,
+                with: None,
             });
             let mut tpl = TopicPartitionList::new();
             if let Err(error) = tpl
@@ -180,6 +181,7 @@ impl ConsumerContext for Ctx {
                         consumer: shared.name.clone(),
                         partition,
                         offset: position,
+                        with: None,
                     });
                     let _ = commit.add_partition_offset(&shared.topic, partition, Offset::Offset(position));
                 }

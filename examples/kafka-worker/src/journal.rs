@@ -114,6 +114,9 @@ pub enum Event {
         partition: i32,
         /// The committed position.
         offset: i64,
+        /// PostgreSQL position mode: the record whose completion was saved in
+        /// the same transaction as this position (so it need not be finished before).
+        with: Option<i64>,
     },
     /// The broker answered a commit.
     CommitResult {
@@ -249,12 +252,13 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
                 consumer,
                 partition,
                 offset,
+                with,
             } => {
                 checked.commits += 1;
                 *checked.commits_by.entry(consumer.clone()).or_default() += 1;
                 let done = finished.get(partition);
                 for o in produced.get(partition).into_iter().flatten().take_while(|o| **o < *offset) {
-                    if !done.is_some_and(|d| d.contains(o)) {
+                    if Some(*o) != *with && !done.is_some_and(|d| d.contains(o)) {
                         violations.push(Violation(format!(
                             "{consumer} committed {offset} in partition {partition} while record {o} was unfinished"
                         )));
@@ -393,6 +397,7 @@ mod tests {
             consumer: "a".into(),
             partition,
             offset,
+            with: None,
         }
     }
 
@@ -405,6 +410,22 @@ mod tests {
         let violations = check(&events).unwrap_err();
         assert_eq!(violations.len(), 1, "{violations:?}");
         assert!(violations[0].0.contains("record 1 was unfinished"));
+    }
+
+    #[test]
+    fn a_position_saved_with_a_completion_covers_only_that_record() {
+        let mut events = produced(2, 0..3);
+        events.push(finished(2, 0));
+        let saved = |offset, with| Event::Commit {
+            consumer: "a".into(),
+            partition: 2,
+            offset,
+            with: Some(with),
+        };
+        events.push(saved(2, 1));
+        assert!(check(&events).is_ok(), "record 1 completed in the same transaction");
+        events.push(saved(3, 1));
+        assert!(check(&events).is_err(), "record 2 is neither finished nor saved with it");
     }
 
     #[test]

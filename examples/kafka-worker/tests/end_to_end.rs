@@ -38,6 +38,10 @@ fn worker(store: &Arc<dyn TaskStore>, name: &str) -> Worker {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_consumers_one_killed_every_task_settles_once_and_no_commit_passes_unfinished_work() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let started = Instant::now();
     let broker = Broker::start();
     let run = TaskId::new();
@@ -205,6 +209,7 @@ async fn two_consumers_one_killed_every_task_settles_once_and_no_commit_passes_u
                     consumer,
                     partition,
                     offset,
+                    ..
                 } if consumer == "b" && partition == p => Some(*offset),
                 _ => None,
             })

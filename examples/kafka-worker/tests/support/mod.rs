@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,19 @@ impl Broker {
             };
         }
         let tansu = tansu_binary();
+        match Broker::spawn(&tansu) {
+            Ok(broker) => broker,
+            Err(log) if log.contains("FeatureNotEnabled") => {
+                // A tansu built without the in-memory storage engine.
+                install_tansu();
+                Broker::spawn(&tansu).unwrap_or_else(|log| panic!("tansu did not start:\n{log}"))
+            }
+            Err(log) => panic!("tansu did not start:\n{log}"),
+        }
+    }
+
+    /// Starts tansu on a free loopback port; `Err(log)` if it exits before listening.
+    fn spawn(tansu: &Path) -> Result<Broker, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -34,22 +47,27 @@ impl Broker {
         let url = format!("tcp://127.0.0.1:{port}");
         let log_path = std::env::temp_dir().join(format!("tansu-{port}.log"));
         let log = std::fs::File::create(&log_path).expect("tansu log file");
-        let child = Command::new(&tansu)
+        let child = Command::new(tansu)
             .args(["broker", "--storage-engine", "memory://tansu/"])
             .args(["--listener-url", &url, "--advertised-listener-url", &url])
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", tansu.display()));
-        let broker = Broker {
+        let mut broker = Broker {
             bootstrap: format!("127.0.0.1:{port}"),
             child: Some(child),
         };
+        let mut exited = false;
         wait_for("tansu to listen", Duration::from_secs(60), || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
+            exited = broker.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            exited || TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
+        if exited {
+            return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
+        }
         eprintln!("started tansu on {} (log {})", broker.bootstrap, log_path.display());
-        broker
+        Ok(broker)
     }
 }
 
@@ -62,7 +80,7 @@ impl Drop for Broker {
     }
 }
 
-/// `tansu` on PATH or in `~/.cargo/bin`, installed with `cargo install tansu --locked` when missing.
+/// `tansu` on PATH or in `~/.cargo/bin`, installed when missing.
 fn tansu_binary() -> PathBuf {
     let cargo_bin = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
@@ -78,13 +96,19 @@ fn tansu_binary() -> PathBuf {
     if let Some(path) = found {
         return path;
     }
-    eprintln!("tansu is missing: cargo install tansu --locked (several minutes, once)");
+    install_tansu();
+    cargo_bin.join("tansu")
+}
+
+/// `cargo install tansu --locked --features dynostore`: the in-memory storage
+/// engine is that cargo feature (a default install has no storage engine).
+fn install_tansu() {
+    eprintln!("installing tansu with its in-memory storage engine (15-35 minutes, once)");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["install", "tansu", "--locked"])
+        .args(["install", "tansu", "--locked", "--features", "dynostore", "--force"])
         .status()
         .expect("running cargo install");
     assert!(status.success(), "cargo install tansu failed");
-    cargo_bin.join("tansu")
 }
 
 /// Polls `condition` every 100 ms until it holds; panics after `limit`.

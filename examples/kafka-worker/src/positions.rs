@@ -1,0 +1,237 @@
+//! PostgreSQL position mode: the consumer position is saved in the same
+//! transaction as the completion, and an assigned partition starts from it.
+//!
+//! **What it protects.** A saved response and the position that covers its
+//! record commit together or not at all: a crash can never leave the response
+//! saved with the position behind it, or the position moved past a record
+//! whose save rolled back. If the application writes its own rows in that
+//! transaction too (the reply into its `messages` table, via
+//! [`PgStore::complete_in`]), those rows and the position move together as
+//! well, so a restart re-reads nothing that those rows already reflect. The
+//! broker's committed offset stops being the source of truth: a lost or late
+//! Kafka commit costs nothing.
+//!
+//! **What it does not.** The provider call happens before the transaction and
+//! outside it — no transaction is ever held open across it. A crash after the
+//! call and before the commit loses the reply, and the next attempt calls the
+//! provider again (taskfence promises one saved result, not one call). Effects
+//! outside this database (a notification sent, a charge made) are not in the
+//! transaction either; they need their own idempotency. Records settled
+//! without a completion (already completed, terminally failed) move the
+//! position in a transaction of their own, after the fact; re-reading them is
+//! harmless.
+//!
+//! Positions only move forward (`GREATEST`): every saved position is safe (all
+//! records below it are durably handled), so the larger of two is too, and
+//! saves arriving out of order never move it back.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{PgConnection, PgPool, Row};
+use taskfence::{
+    Attempt, Claim, ClaimRequest, Error, Failure, Fenced, Lease, NewTask, OffsetTracker, PgStore,
+    RequestKey, Response, Result, Retry, Submitted, Task, TaskId, TaskStore,
+};
+
+use crate::journal::{Event, Journal};
+
+/// The `(group, topic, partition) → next offset` table.
+#[derive(Debug, Clone)]
+pub struct PgPositions {
+    pool: PgPool,
+    group: String,
+}
+
+const CREATE: &str = "CREATE TABLE IF NOT EXISTS kafka_consumer_positions (
+    consumer_group text NOT NULL,
+    topic text NOT NULL,
+    partition integer NOT NULL,
+    next_offset bigint NOT NULL CHECK (next_offset >= 0),
+    updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (consumer_group, topic, partition)
+)";
+
+const SAVE: &str = "INSERT INTO kafka_consumer_positions AS p (consumer_group, topic, partition, next_offset)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+    SET next_offset = GREATEST(p.next_offset, EXCLUDED.next_offset), updated_at = clock_timestamp()";
+
+const LOAD: &str = "SELECT partition, next_offset FROM kafka_consumer_positions
+    WHERE consumer_group = $1 AND topic = $2 AND partition = ANY($3)";
+
+impl PgPositions {
+    /// Positions of consumer group `group`, creating the table if needed.
+    pub async fn new(pool: PgPool, group: impl Into<String>) -> Result<Self> {
+        sqlx::query(CREATE).execute(&pool).await.map_err(Error::storage)?;
+        Ok(Self {
+            pool,
+            group: group.into(),
+        })
+    }
+
+    /// Moves the position forward to `next` on the caller's transaction.
+    pub async fn save_in(&self, conn: &mut PgConnection, topic: &str, partition: i32, next: i64) -> Result<()> {
+        sqlx::query(SAVE)
+            .bind(&self.group)
+            .bind(topic)
+            .bind(partition)
+            .bind(next)
+            .execute(conn)
+            .await
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    /// Moves the position forward to `next` in its own transaction.
+    pub async fn save(&self, topic: &str, partition: i32, next: i64) -> Result<()> {
+        let mut conn = self.pool.acquire().await.map_err(Error::storage)?;
+        self.save_in(&mut conn, topic, partition, next).await
+    }
+
+    /// The saved positions of these partitions (absent: none saved yet).
+    pub async fn load(&self, topic: &str, partitions: &[i32]) -> Result<HashMap<i32, i64>> {
+        let rows = sqlx::query(LOAD)
+            .bind(&self.group)
+            .bind(topic)
+            .bind(partitions)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(Error::storage)?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(Error::storage)
+    }
+}
+
+/// Which record each running task came from, so its completion can carry the position.
+pub(crate) struct Pending {
+    topic: String,
+    consumer: String,
+    tracker: Arc<Mutex<OffsetTracker<i32>>>,
+    records: Mutex<HashMap<TaskId, (i32, i64)>>,
+    journal: Arc<dyn Journal>,
+}
+
+impl Pending {
+    pub(crate) fn new(
+        topic: String,
+        consumer: String,
+        tracker: Arc<Mutex<OffsetTracker<i32>>>,
+        journal: Arc<dyn Journal>,
+    ) -> Self {
+        Self {
+            topic,
+            consumer,
+            tracker,
+            records: Mutex::new(HashMap::new()),
+            journal,
+        }
+    }
+
+    pub(crate) fn expect(&self, task: TaskId, partition: i32, offset: i64) {
+        self.records.lock().expect("pending lock").insert(task, (partition, offset));
+    }
+
+    pub(crate) fn forget(&self, task: TaskId) {
+        self.records.lock().expect("pending lock").remove(&task);
+    }
+}
+
+/// A [`TaskStore`] over [`PgStore`] whose `complete` also saves the consumer
+/// position, in the same transaction. The position saved is the tracker's
+/// safe position *as if this record were finished*: the lowest other record
+/// in flight, or one past the highest seen.
+pub(crate) struct PositionedStore {
+    store: Arc<PgStore>,
+    positions: Arc<PgPositions>,
+    pending: Arc<Pending>,
+}
+
+impl PositionedStore {
+    pub(crate) fn new(store: Arc<PgStore>, positions: Arc<PgPositions>, pending: Arc<Pending>) -> Self {
+        Self {
+            store,
+            positions,
+            pending,
+        }
+    }
+}
+
+#[async_trait]
+impl TaskStore for PositionedStore {
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        let record = self.pending.records.lock().expect("pending lock").get(&lease.task_id()).copied();
+        let Some((partition, offset)) = record else {
+            return self.store.complete(lease, response).await;
+        };
+        let position = {
+            let mut after = self.pending.tracker.lock().expect("tracker lock").clone();
+            after.finish(&partition, offset).then(|| after.committable(&partition)).flatten()
+        };
+        let Some(position) = position else {
+            // The partition was revoked: save the response alone.
+            return self.store.complete(lease, response).await;
+        };
+        let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
+        let outcome = self.store.complete_in(&mut tx, lease, response).await?;
+        if outcome.is_accepted() {
+            self.positions.save_in(&mut tx, &self.pending.topic, partition, position).await?;
+            tx.commit().await.map_err(Error::storage)?;
+            self.pending.journal.record(Event::Commit {
+                consumer: self.pending.consumer.clone(),
+                partition,
+                offset: position,
+                with: Some(offset),
+            });
+        } else {
+            tx.rollback().await.map_err(Error::storage)?;
+        }
+        Ok(outcome)
+    }
+
+    async fn submit(&self, task: NewTask) -> Result<Submitted> {
+        self.store.submit(task).await
+    }
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        self.store.get(id).await
+    }
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
+        self.store.find(key).await
+    }
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        self.store.claim(id, request).await
+    }
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+        self.store.renew(lease, extend_by).await
+    }
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+        self.store.fail(lease, failure).await
+    }
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
+        self.store.release(lease).await
+    }
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        self.store.cancel(id, reason).await
+    }
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
+        self.store.record_operation(lease, operation_id).await
+    }
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
+        self.store.attempts(id).await
+    }
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
+        self.store.due(limit).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64> {
+        self.store.purge_expired(limit).await
+    }
+}
+
+/// Partitions in `partitions` with no saved position.
+pub(crate) fn unsaved(partitions: &[i32], saved: &HashMap<i32, i64>) -> HashSet<i32> {
+    partitions.iter().filter(|p| !saved.contains_key(p)).copied().collect()
+}
