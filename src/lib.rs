@@ -10,6 +10,7 @@
 //! | [`rules`] | the decisions every backend makes, as pure functions |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | `PgStore` (feature `postgres`) |
+//! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
@@ -32,11 +33,19 @@ mod trace;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
+pub mod runtime;
+
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
+#[cfg(feature = "runtime")]
+pub use runtime::{
+    AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
+};
 pub use store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
     TaskStore,
