@@ -116,4 +116,11 @@ pub enum InvalidInput {
     /// Two settings contradict each other.
     #[error("{0}")]
     Inconsistent(&'static str),
+    /// Not a plain lowercase SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
+    /// e.g. a PostgreSQL schema name: it is written into SQL, so it must need no quoting.
+    #[error("{field} must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")]
+    NotAnIdentifier {
+        /// The field.
+        field: &'static str,
+    },
 }

@@ -9,7 +9,7 @@
 //! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
 //! | [`rules`] | the decisions every backend makes, as pure functions |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
-//! | `postgres` | `PgStore` (feature `postgres`) |
+//! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
@@ -29,6 +29,9 @@ pub mod store;
 pub mod task;
 mod trace;
 
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -41,6 +44,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
 pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 #[cfg(feature = "runtime")]
 pub use runtime::{

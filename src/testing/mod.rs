@@ -28,6 +28,12 @@ use crate::store::TaskStore;
 pub mod model;
 pub mod scenarios;
 
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use postgres::PgFixture;
+
 /// What a backend gives the conformance suite.
 ///
 /// ```

@@ -1,0 +1,269 @@
+//! The SQL of every operation, rendered once per store for its schema.
+//!
+//! Each happy-path operation is one statement: a data-modifying CTE chain that
+//! updates the task row, records the attempt and returns the new row. Times
+//! come only from `<schema>.store_clock()` (`clock_timestamp()`), called in the
+//! `WHERE` and `SET` of the row being written so that it is evaluated after
+//! the row lock is held (see the [module documentation](super)).
+
+/// The task columns, in the order [`super::row::task`] reads them by name.
+const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
+     max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
+     lease_until, not_before, response, last_error, created_at, finished_at, expires_at";
+
+/// The statements of one store, for one schema.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) submit: String,
+    pub(crate) get: String,
+    pub(crate) read: String,
+    pub(crate) find: String,
+    pub(crate) claim: String,
+    pub(crate) renew: String,
+    pub(crate) complete: String,
+    pub(crate) fail: String,
+    pub(crate) release: String,
+    pub(crate) cancel: String,
+    pub(crate) record_operation: String,
+    pub(crate) attempts: String,
+    pub(crate) due: String,
+    pub(crate) purge_expired: String,
+    pub(crate) claim_handoffs: String,
+    pub(crate) mark_published: String,
+}
+
+impl Statements {
+    /// Every statement by operation name, for `EXPLAIN` and review.
+    pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("submit", &self.submit),
+            ("get", &self.get),
+            ("read", &self.read),
+            ("find", &self.find),
+            ("claim", &self.claim),
+            ("renew", &self.renew),
+            ("complete", &self.complete),
+            ("fail", &self.fail),
+            ("release", &self.release),
+            ("cancel", &self.cancel),
+            ("record_operation", &self.record_operation),
+            ("attempts", &self.attempts),
+            ("due", &self.due),
+            ("purge_expired", &self.purge_expired),
+            ("claim_handoffs", &self.claim_handoffs),
+            ("mark_published", &self.mark_published),
+        ]
+    }
+
+    /// Renders every statement for the quoted schema name `s`.
+    pub(crate) fn new(s: &str) -> Self {
+        let cols = TASK_COLUMNS;
+        Self {
+            // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
+            // $7..$13 policy, $14 deadline interval, $15 retention interval.
+            // ON CONFLICT DO NOTHING never raises a unique violation; the second
+            // branch returns the existing task (a racing insert that committed
+            // after this statement's snapshot is read by the caller once more).
+            submit: format!(
+                "WITH created AS (
+                    INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
+                        version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
+                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at)
+                    SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
+                           c.now + $14, c.now, c.now + $15
+                    FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
+                    ON CONFLICT (scope, operation, request_key) DO NOTHING
+                    RETURNING {cols}
+                ),
+                handoff AS (
+                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT id, created_at FROM created
+                )
+                SELECT true AS created, {cols} FROM created
+                UNION ALL
+                SELECT false, {cols} FROM {s}.tasks
+                WHERE scope = $2 AND operation = $3 AND request_key = $4
+                  AND NOT EXISTS (SELECT 1 FROM created)"
+            ),
+            get: format!("SELECT {cols} FROM {s}.tasks WHERE id = $1"),
+            // The row and the store clock in one read: what a refused write is classified from.
+            read: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = $1"),
+            find: format!(
+                "SELECT {cols} FROM {s}.tasks WHERE scope = $1 AND operation = $2 AND request_key = $3"
+            ),
+            // $1 id, $2 attempt id, $3 lease interval, $4 worker, $5/$6 the stop reasons.
+            // The WHERE takes the row only if it is available (pending past its
+            // backoff, or running with an expired lease); the multi-column SET
+            // reads the clock once, after the lock, and decides take or exhaust.
+            // Not written: the statement's snapshot of the row, for the caller to classify.
+            claim: format!(
+                "WITH claimed AS (
+                    UPDATE {s}.tasks AS t
+                    SET (version, status, lease_until, not_before, finished_at, last_error) = (
+                        SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
+                               CASE WHEN d.take THEN 'running' ELSE 'failed' END,
+                               CASE WHEN d.take THEN d.now + $3 END,
+                               NULL::timestamptz,
+                               CASE WHEN d.take THEN NULL ELSE d.now END,
+                               CASE WHEN d.take THEN t.last_error
+                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
+                        FROM (SELECT c.now, t.version < t.max_attempts
+                                            AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
+                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
+                    )
+                    WHERE t.id = $1
+                      AND ((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
+                        OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))
+                    RETURNING {cols}
+                ),
+                expired AS (
+                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
+                    FROM claimed AS c
+                    WHERE a.task_id = c.id AND a.finished_at IS NULL
+                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
+                ),
+                started AS (
+                    INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
+                    SELECT c.id, c.version, $2, $4, c.lease_until - $3, 'running'
+                    FROM claimed AS c WHERE c.status = 'running'
+                )
+                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
+                UNION ALL
+                SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
+                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+            ),
+            // $1 id, $2 version, $3 extension.
+            renew: format!(
+                "UPDATE {s}.tasks SET lease_until = {s}.store_clock() + $3
+                 WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 RETURNING lease_until"
+            ),
+            // $1 id, $2 version, $3 response. The seed's guarded UPDATE, with the
+            // attempt's outcome written by the same statement.
+            complete: format!(
+                "WITH done AS (
+                    UPDATE {s}.tasks
+                    SET status = 'completed', response = $3, lease_until = NULL, not_before = NULL,
+                        finished_at = {s}.store_clock()
+                    WHERE id = $1
+                      AND version = $2
+                      AND status = 'running'
+                      AND lease_until > {s}.store_clock()
+                      AND response IS NULL
+                    RETURNING {cols}
+                ),
+                finished AS (
+                    UPDATE {s}.attempts AS a SET finished_at = d.finished_at, outcome = 'completed'
+                    FROM done AS d WHERE a.task_id = d.id AND a.number = d.version
+                )
+                SELECT {cols} FROM done"
+            ),
+            // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
+            // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
+            fail: format!(
+                "WITH failed AS (
+                    UPDATE {s}.tasks AS t
+                    SET (status, lease_until, not_before, finished_at, last_error) = (
+                        SELECT CASE WHEN d.stop THEN 'failed' ELSE 'pending' END,
+                               NULL::timestamptz,
+                               CASE WHEN NOT d.stop THEN d.retry_at END,
+                               CASE WHEN d.stop THEN d.now END,
+                               CASE WHEN $3::text IS NOT NULL THEN $3::text
+                                    WHEN d.stop THEN $5 ELSE $4 END
+                        FROM (SELECT c.now, c.now + $6 AS retry_at,
+                                     $3::text IS NOT NULL
+                                     OR (t.deadline_at IS NOT NULL AND c.now + $6 >= t.deadline_at) AS stop
+                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
+                    )
+                    WHERE t.id = $1 AND t.version = $2 AND t.status = 'running'
+                      AND t.lease_until > {s}.store_clock()
+                    RETURNING {cols}
+                ),
+                finished AS (
+                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = $7, error = $4
+                    FROM failed AS f WHERE a.task_id = f.id AND a.number = f.version
+                )
+                SELECT {cols} FROM failed"
+            ),
+            // $1 id, $2 version.
+            release: format!(
+                "WITH released AS (
+                    UPDATE {s}.tasks SET status = 'pending', lease_until = NULL, not_before = NULL
+                    WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                    RETURNING id, version
+                ),
+                finished AS (
+                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'released'
+                    FROM released AS r WHERE a.task_id = r.id AND a.number = r.version
+                )
+                SELECT id FROM released"
+            ),
+            // $1 id, $2 reason.
+            cancel: format!(
+                "WITH cancelled AS (
+                    UPDATE {s}.tasks
+                    SET status = 'cancelled', lease_until = NULL, not_before = NULL,
+                        finished_at = {s}.store_clock(), last_error = $2
+                    WHERE id = $1 AND status IN ('pending', 'running')
+                    RETURNING {cols}
+                ),
+                finished AS (
+                    UPDATE {s}.attempts AS a SET finished_at = c.finished_at, outcome = 'cancelled'
+                    FROM cancelled AS c
+                    WHERE a.task_id = c.id AND a.number = c.version AND a.finished_at IS NULL
+                )
+                SELECT {cols} FROM cancelled"
+            ),
+            // $1 id, $2 version, $3 operation id. FOR SHARE holds the task row
+            // (a concurrent completion or takeover waits) while the attempt is written.
+            record_operation: format!(
+                "WITH holder AS (
+                    SELECT id FROM {s}.tasks
+                    WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                    FOR SHARE
+                )
+                UPDATE {s}.attempts AS a SET operation_id = $3
+                FROM holder AS h WHERE a.task_id = h.id AND a.number = $2
+                RETURNING a.number"
+            ),
+            attempts: format!(
+                "SELECT id, task_id, number, worker, started_at, finished_at, outcome, operation_id, error
+                 FROM {s}.attempts WHERE task_id = $1 ORDER BY number"
+            ),
+            // $1 limit. The clock is read once (an InitPlan), so it can bound
+            // the partial-index range scans; each branch stops after $1 rows.
+            due: format!(
+                "WITH clock AS (SELECT {s}.store_clock() AS now)
+                 SELECT id FROM (
+                     (SELECT id, lease_until AS due_at FROM {s}.tasks
+                      WHERE status = 'running' AND lease_until <= (SELECT now FROM clock)
+                      ORDER BY lease_until LIMIT $1)
+                     UNION ALL
+                     (SELECT id, not_before FROM {s}.tasks
+                      WHERE status = 'pending' AND not_before IS NOT NULL AND not_before <= (SELECT now FROM clock)
+                      ORDER BY not_before LIMIT $1)
+                 ) AS due
+                 ORDER BY due_at, id LIMIT $1"
+            ),
+            // $1 limit. Attempts and handoffs go with their task (ON DELETE CASCADE).
+            purge_expired: format!(
+                "WITH expired AS (
+                    SELECT id FROM {s}.tasks
+                    WHERE status IN ('completed', 'failed', 'cancelled')
+                      AND expires_at <= (SELECT {s}.store_clock())
+                    ORDER BY expires_at LIMIT $1
+                    FOR UPDATE SKIP LOCKED
+                )
+                DELETE FROM {s}.tasks AS t USING expired AS e WHERE t.id = e.id"
+            ),
+            // $1 limit.
+            claim_handoffs: format!(
+                "SELECT id, task_id FROM {s}.handoffs WHERE published_at IS NULL
+                 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
+            ),
+            // $1 handoff ids.
+            mark_published: format!(
+                "UPDATE {s}.handoffs SET published_at = {s}.store_clock() WHERE id = ANY($1)"
+            ),
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The embedded migrations coexist with the host application's own
+//! `sqlx::migrate!` in one database, in either order, and concurrent
+//! migrators apply each file once.
+
+mod common;
+
+use common::TempDatabase;
+use sqlx::{PgPool, Row};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, TaskStore};
+
+static HOST: sqlx::migrate::Migrator = sqlx::migrate!("tests/host_migrations");
+
+async fn versions(pool: &PgPool, table: &str) -> Vec<i64> {
+    sqlx::query(&format!("SELECT version FROM {table} ORDER BY version"))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Both histories are separate and complete, both sets of tables work
+/// together, and running either migrator again changes nothing.
+async fn assert_coexist(pool: &PgPool) {
+    assert_eq!(
+        versions(pool, "public._sqlx_migrations").await,
+        [20260101000000, 20260102000000],
+        "the host's history holds only the host's migrations"
+    );
+    assert_eq!(versions(pool, "taskfence.taskfence_migrations").await, [1]);
+
+    let store = PgStore::new(pool.clone());
+    let mut tx = pool.begin().await.unwrap();
+    let task = store
+        .submit_in(
+            &mut tx,
+            NewTask::new(RequestKey::new("u", "chat.reply", "k"), InputHash::of(["m-1"])),
+        )
+        .await
+        .unwrap()
+        .into_task();
+    sqlx::query("INSERT INTO messages (id, body, task_id) VALUES (1, 'hello', $1)")
+        .bind(task.id.as_uuid())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(store.get(task.id).await.unwrap().is_some());
+
+    HOST.run(pool).await.expect("host migrations again: nothing to do");
+    store.migrate().await.expect("taskfence migrations again: nothing to do");
+    assert_eq!(versions(pool, "public._sqlx_migrations").await.len(), 2);
+    assert_eq!(versions(pool, "taskfence.taskfence_migrations").await, [1]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_migrations_first_then_taskfence() {
+    let db = TempDatabase::create().await;
+    let pool = db.pool(4).await;
+    HOST.run(&pool).await.unwrap();
+    taskfence::postgres::migrate(&pool).await.unwrap();
+    assert_coexist(&pool).await;
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taskfence_first_then_host_migrations() {
+    let db = TempDatabase::create().await;
+    let pool = db.pool(4).await;
+    taskfence::postgres::migrate(&pool).await.unwrap();
+    HOST.run(&pool).await.unwrap();
+    assert_coexist(&pool).await;
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrators_apply_each_file_once() {
+    let db = TempDatabase::create().await;
+    let pool = db.pool(10).await;
+    let runs = common::race(8, |_| {
+        let pool = pool.clone();
+        async move { taskfence::postgres::migrate(&pool).await }
+    })
+    .await;
+    assert!(runs.iter().all(Result::is_ok), "{runs:?}");
+    assert_eq!(versions(&pool, "taskfence.taskfence_migrations").await, [1]);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_migration_that_changed_is_refused() {
+    let f = common::fixture().await;
+    let pool = f.pg_store().pool();
+    sqlx::query(&format!(
+        "UPDATE \"{}\".taskfence_migrations SET checksum = '\\x00' WHERE version = 1",
+        f.schema()
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let err = f.pg_store().migrate().await.expect_err("checksum mismatch");
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_name_that_needs_quoting_is_refused() {
+    // Never connects: the name is checked before any SQL is built.
+    let pool = PgPool::connect_lazy("postgres://postgres@127.0.0.1:1/none").unwrap();
+    for bad in ["", "Tasks", "1abc", "a-b", "a\"b", "x; DROP TABLE y", &"a".repeat(64)] {
+        let err = PgStore::builder(pool.clone()).schema(bad).build().expect_err(bad);
+        assert!(
+            matches!(err, taskfence::Error::InvalidInput(taskfence::InvalidInput::NotAnIdentifier { .. })),
+            "{bad}: {err:?}"
+        );
+    }
+    pool.close().await;
+}

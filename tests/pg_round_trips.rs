@@ -1,0 +1,116 @@
+//! One statement, one round trip per happy-path operation — counted on the
+//! wire by a proxy that parses the PostgreSQL protocol (the server here has no
+//! `pg_stat_statements` in `shared_preload_libraries`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Wire, WireProxy};
+use taskfence::testing::Fixture;
+use taskfence::{
+    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy, TaskStore,
+};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn new_task(key: &str) -> NewTask {
+    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+        .policy(RetryPolicy::default().jitter(0.0).initial_backoff(Duration::from_secs(1)))
+}
+
+async fn acquire(store: &PgStore, id: taskfence::TaskId) -> Lease {
+    match store.claim(id, ClaimRequest::new("w", LEASE)).await.unwrap() {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+/// Every operation once, on one connection: submit, claim, renew,
+/// record_operation, complete; submit, claim, fail; claim, release.
+async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut seen: impl FnMut(&str)) {
+    let task = store.submit(new_task(key)).await.unwrap().into_task();
+    seen("submit");
+    let mut lease = acquire(store, task.id).await;
+    seen("claim");
+    assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
+    seen("renew");
+    assert!(store.record_operation(&lease, "op-1").await.unwrap().is_accepted());
+    seen("record_operation");
+    assert!(store.complete(lease, Response::from("answer")).await.unwrap().is_accepted());
+    seen("complete");
+
+    let other = store.submit(new_task(&format!("{key}-b"))).await.unwrap().into_task();
+    seen("submit");
+    let lease = acquire(store, other.id).await;
+    seen("claim");
+    assert!(store.fail(lease, Failure::retryable("429")).await.unwrap().is_accepted());
+    seen("fail");
+    fixture.advance(Duration::from_secs(2)).await; // the fixture's own connection: not counted
+    let lease = acquire(store, other.id).await;
+    seen("claim");
+    assert!(store.release(lease).await.unwrap().is_accepted());
+    seen("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
+    let f = common::fixture().await;
+    let proxy = WireProxy::start(f.url()).await;
+    let store = proxy.store(&f, 1).await;
+
+    // First use on a connection: sqlx prepares the statement (Parse/Describe,
+    // one extra round trip) and caches it for the connection's life.
+    proxy.take();
+    let mut cold = Vec::new();
+    every_operation(&store, &f, "cold", |op| cold.push((op.to_owned(), proxy.take()))).await;
+
+    let mut warm = Vec::new();
+    every_operation(&store, &f, "warm", |op| warm.push((op.to_owned(), proxy.take()))).await;
+    for (op, wire) in &cold {
+        println!("cold {op:<17} {wire:?}");
+    }
+    for (op, wire) in &warm {
+        println!("warm {op:<17} {wire:?}");
+        assert_eq!(
+            *wire,
+            Wire {
+                simple_queries: 0,
+                parses: 0,
+                executes: 1,
+                syncs: 1
+            },
+            "{op}: one statement, one round trip"
+        );
+    }
+    for (op, wire) in &cold {
+        assert_eq!(wire.statements(), 1, "{op}: one statement even on first use");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_deliveries_and_resubmits_are_one_round_trip_and_rejections_two() {
+    let f = common::fixture().await;
+    let proxy = WireProxy::start(f.url()).await;
+    let store = proxy.store(&f, 1).await;
+    every_operation(&store, &f, "warm", |_| {}).await; // prepare every statement
+
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let lease = acquire(&store, task.id).await;
+    let copy = lease.clone();
+    assert!(store.complete(lease, Response::from("a")).await.unwrap().is_accepted());
+    proxy.take();
+
+    assert!(!store.submit(new_task("k")).await.unwrap().is_created());
+    assert_eq!(proxy.take().round_trips(), 1, "a repeated submit: one round trip");
+    assert!(matches!(
+        store.claim(task.id, ClaimRequest::new("w2", LEASE)).await.unwrap(),
+        Claim::Completed(_)
+    ));
+    assert_eq!(proxy.take().round_trips(), 1, "a duplicate delivery: one round trip");
+
+    // A refused write: the write, then one read to classify it.
+    let _ = store.complete(copy, Response::from("b")).await.unwrap().rejection().cloned().unwrap();
+    let wire = proxy.take();
+    assert_eq!((wire.statements(), wire.round_trips()), (2, 2), "a rejection: {wire:?}");
+}
