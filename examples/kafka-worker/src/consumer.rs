@@ -27,13 +27,14 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
-use taskfence::OffsetTracker;
-use taskfence::runtime::{AckReason, Disposition, Worker};
+use taskfence::runtime::{AckReason, Disposition, Worker, WorkerConfig};
+use taskfence::{InvalidInput, OffsetTracker, PgStore};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::handoff::task_id;
 use crate::journal::{Event, Handled, Journal};
+use crate::positions::{Pending, PgPositions, PositionedStore};
 use crate::provider::Provider;
 
 /// Where and how a reply consumer reads.
@@ -90,7 +91,10 @@ impl ConsumerConfig {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
-            .set("heartbeat.interval.ms", (self.session_timeout.as_millis() / 5).max(100).to_string())
+            .set(
+                "heartbeat.interval.ms",
+                (self.session_timeout.as_millis() / 5).max(100).to_string(),
+            )
             // Eager protocol: a rebalance revokes everything, then assigns.
             .set("partition.assignment.strategy", "roundrobin");
         c
@@ -103,11 +107,57 @@ struct Shared {
     topic: String,
     journal: Arc<dyn Journal>,
     /// Which records are in flight per partition, and what is safe to commit.
-    tracker: Mutex<OffsetTracker<i32>>,
+    tracker: Arc<Mutex<OffsetTracker<i32>>>,
     /// Partitions owned now, each with a flag cleared when it is revoked.
     owned: Mutex<HashMap<i32, Arc<AtomicBool>>>,
     /// Set by [`ReplyConsumer::kill`]: a dead process runs no more code.
-    dead: AtomicBool,
+    dead: Arc<AtomicBool>,
+    /// PostgreSQL position mode: positions live in PostgreSQL, not in the group.
+    pg: Option<PgMode>,
+}
+
+struct PgMode {
+    positions: Arc<PgPositions>,
+    pending: Arc<Pending>,
+}
+
+impl Shared {
+    /// Saves a safe position: to PostgreSQL in position mode (in the
+    /// background; positions only move forward, so order does not matter),
+    /// else as an asynchronous group commit. Call under the tracker lock.
+    fn commit<C: Consumer<Ctx>>(&self, consumer: &C, partition: i32, position: i64) {
+        self.journal.record(Event::Commit {
+            consumer: self.name.clone(),
+            partition,
+            offset: position,
+            with: None,
+        });
+        if let Some(pg) = &self.pg {
+            let positions = Arc::clone(&pg.positions);
+            let (topic, name, journal) = (self.topic.clone(), self.name.clone(), Arc::clone(&self.journal));
+            tokio::spawn(async move {
+                let ok = positions.save(&topic, partition, position).await;
+                if let Err(error) = &ok {
+                    tracing::warn!(partition, position, %error, "saving the position failed; a later one covers it");
+                }
+                journal.record(Event::CommitResult {
+                    consumer: name,
+                    partition,
+                    offset: position,
+                    ok: ok.is_ok(),
+                });
+            });
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        if let Err(error) = tpl
+            .add_partition_offset(&self.topic, partition, Offset::Offset(position))
+            .and_then(|()| consumer.commit(&tpl, CommitMode::Async))
+        {
+            tracing::warn!(partition, position, %error, "commit failed; a later commit covers it");
+            self.commit_result(partition, position, false);
+        }
+    }
 }
 
 impl Shared {
@@ -124,20 +174,7 @@ impl Shared {
             return; // revoked meanwhile: the next owner re-reads it
         }
         if let Some(position) = tracker.take_commit(&partition) {
-            self.journal.record(Event::Commit {
-                consumer: self.name.clone(),
-                partition,
-                offset: position,
-                with: None,
-            });
-            let mut tpl = TopicPartitionList::new();
-            if let Err(error) = tpl
-                .add_partition_offset(&self.topic, partition, Offset::Offset(position))
-                .and_then(|()| consumer.commit(&tpl, CommitMode::Async))
-            {
-                tracing::warn!(partition, position, %error, "commit failed; a later commit covers it");
-                self.commit_result(partition, position, false);
-            }
+            self.commit(consumer, partition, position);
         }
     }
 
@@ -159,7 +196,9 @@ impl ClientContext for Ctx {}
 impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let shared = &self.0;
-        let Rebalance::Revoke(revoked) = rebalance else { return };
+        let Rebalance::Revoke(revoked) = rebalance else {
+            return;
+        };
         let mut commit = TopicPartitionList::new();
         {
             let mut tracker = shared.tracker.lock().expect("tracker lock");
@@ -189,7 +228,18 @@ impl ConsumerContext for Ctx {
         }
         if commit.count() > 0 {
             // Synchronous: the next owner must see it.
-            let ok = base.commit(&commit, CommitMode::Sync);
+            let ok = match &shared.pg {
+                Some(pg) => block_on(async {
+                    for e in commit.elements() {
+                        if let Offset::Offset(o) = e.offset() {
+                            pg.positions.save(&shared.topic, e.partition(), o).await?;
+                        }
+                    }
+                    Ok::<_, taskfence::Error>(())
+                })
+                .map_err(|e| e.to_string()),
+                None => base.commit(&commit, CommitMode::Sync).map_err(|e| e.to_string()),
+            };
             if let Err(error) = &ok {
                 tracing::warn!(%error, "commit on revoke failed; the next owner re-reads more");
             }
@@ -203,12 +253,41 @@ impl ConsumerContext for Ctx {
 
     fn post_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let shared = &self.0;
-        let Rebalance::Assign(assigned) = rebalance else { return };
+        let Rebalance::Assign(assigned) = rebalance else {
+            return;
+        };
         if shared.dead.load(Ordering::SeqCst) {
             return;
         }
-        // Read back where the group resumes, for the journal.
-        let committed: HashMap<i32, Option<i64>> = base
+        let partitions: Vec<i32> = assigned
+            .elements_for_topic(&shared.topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        // Where this assignment resumes: PostgreSQL mode seeks to the saved
+        // positions (the first record when none is saved); otherwise the group's
+        // committed offsets apply, read back here for the journal.
+        let committed: HashMap<i32, Option<i64>> = match &shared.pg {
+            Some(pg) => match block_on(pg.positions.load(&shared.topic, &partitions)) {
+                Ok(saved) => {
+                    let mut seek = TopicPartitionList::new();
+                    for p in &partitions {
+                        let offset = saved.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
+                        let _ = seek.add_partition_offset(&shared.topic, *p, offset);
+                    }
+                    if let Err(error) = base.assign(&seek) {
+                        tracing::error!(%error, "could not seek to the saved positions");
+                    }
+                    partitions.iter().map(|p| (*p, saved.get(p).copied())).collect()
+                }
+                Err(error) => {
+                    // Resuming from the group's offsets instead is still safe:
+                    // they never pass a saved position.
+                    tracing::error!(%error, "could not load the saved positions");
+                    HashMap::new()
+                }
+            },
+            None => base
                 .committed_offsets((*assigned).clone(), Duration::from_secs(10))
                 .map(|tpl| {
                     tpl.elements_for_topic(&shared.topic)
@@ -225,7 +304,8 @@ impl ConsumerContext for Ctx {
                 .unwrap_or_else(|error| {
                     tracing::warn!(%error, "could not read the committed offsets");
                     HashMap::new()
-                });
+                }),
+        };
         let mut owned = shared.owned.lock().expect("owned lock");
         for element in assigned.elements_for_topic(&shared.topic) {
             let partition = element.partition();
@@ -267,16 +347,70 @@ impl ReplyConsumer {
         provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
     ) -> Result<Self, KafkaError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        Self::start(config, worker, provider, journal, tracker, Arc::default(), None)
+    }
+
+    /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
+    /// completion saves its partition's position in the same transaction
+    /// (through [`PgStore::complete_in`]), and an assigned partition starts
+    /// from the saved position; the group's offsets are not used. See
+    /// [`positions`](crate::positions) for what that protects and what not.
+    ///
+    /// The rebalance callbacks wait for PostgreSQL with `block_in_place`, so
+    /// this needs tokio's multi-thread runtime.
+    pub fn spawn_with_positions(
+        config: ConsumerConfig,
+        worker: WorkerConfig,
+        store: Arc<PgStore>,
+        positions: Arc<PgPositions>,
+        provider: Arc<dyn Provider>,
+        journal: Arc<dyn Journal>,
+    ) -> Result<Self, SpawnError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let dead = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(Pending::new(
+            config.topic.clone(),
+            config.name.clone(),
+            Arc::clone(&tracker),
+            Arc::clone(&dead),
+            Arc::clone(&journal),
+        ));
+        let positioned = PositionedStore::new(store, Arc::clone(&positions), Arc::clone(&pending));
+        let worker = Worker::new(Arc::new(positioned), worker)?;
+        let pg = PgMode { positions, pending };
+        Ok(Self::start(
+            config,
+            worker,
+            provider,
+            journal,
+            tracker,
+            dead,
+            Some(pg),
+        )?)
+    }
+
+    fn start(
+        config: ConsumerConfig,
+        worker: Worker,
+        provider: Arc<dyn Provider>,
+        journal: Arc<dyn Journal>,
+        tracker: Arc<Mutex<OffsetTracker<i32>>>,
+        dead: Arc<AtomicBool>,
+        pg: Option<PgMode>,
+    ) -> Result<Self, KafkaError> {
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             topic: config.topic.clone(),
             journal,
-            tracker: Mutex::new(OffsetTracker::new()),
+            tracker,
             owned: Mutex::new(HashMap::new()),
-            dead: AtomicBool::new(false),
+            dead,
+            pg,
         });
-        let consumer: StreamConsumer<Ctx> =
-            config.client_config().create_with_context(Ctx(Arc::clone(&shared)))?;
+        let consumer: StreamConsumer<Ctx> = config
+            .client_config()
+            .create_with_context(Ctx(Arc::clone(&shared)))?;
         consumer.subscribe(&[&config.topic])?;
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(
@@ -292,7 +426,14 @@ impl ReplyConsumer {
 
     /// Partitions this consumer owns now.
     pub fn assigned(&self) -> Vec<i32> {
-        let mut p: Vec<i32> = self.shared.owned.lock().expect("owned lock").keys().copied().collect();
+        let mut p: Vec<i32> = self
+            .shared
+            .owned
+            .lock()
+            .expect("owned lock")
+            .keys()
+            .copied()
+            .collect();
         p.sort_unstable();
         p
     }
@@ -326,7 +467,9 @@ impl ReplyConsumer {
 
 impl std::fmt::Debug for ReplyConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplyConsumer").field("name", &self.shared.name).finish_non_exhaustive()
+        f.debug_struct("ReplyConsumer")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -369,8 +512,15 @@ async fn poll_loop(
         let limit = limits
             .entry(partition)
             .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1))));
-        let permit = Arc::clone(limit).acquire_owned().await.expect("semaphore never closed");
-        shared.tracker.lock().expect("tracker lock").start(partition, offset);
+        let permit = Arc::clone(limit)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        shared
+            .tracker
+            .lock()
+            .expect("tracker lock")
+            .start(partition, offset);
         let record = Record {
             partition,
             offset,
@@ -430,8 +580,16 @@ async fn process(
                 });
                 return;
             }
+            if let Some(pg) = &shared.pg {
+                pg.pending.expect(id, partition, offset);
+            }
             let call = Arc::clone(&provider);
-            let outcome = worker.handle(id, &(), |ctx| async move { call.reply(&ctx).await }).await;
+            let outcome = worker
+                .handle(id, &(), |ctx| async move { call.reply(&ctx).await })
+                .await;
+            if let Some(pg) = &shared.pg {
+                pg.pending.forget(id);
+            }
             match outcome {
                 Ok(Disposition::Ack(reason)) => break handled_as(reason),
                 Ok(Disposition::RetryAfter { delay, reason }) => {
@@ -467,4 +625,21 @@ fn handled_as(reason: AckReason) -> Handled {
         AckReason::Failed => Handled::Failed,
         _ => Handled::Dropped,
     }
+}
+
+/// Waits for a future from a synchronous rdkafka callback (multi-thread runtime only).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+/// Why [`ReplyConsumer::spawn_with_positions`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The worker configuration is invalid.
+    #[error(transparent)]
+    Worker(#[from] InvalidInput),
+    /// The Kafka client could not be created or subscribed.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
 }

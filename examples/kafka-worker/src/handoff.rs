@@ -75,7 +75,9 @@ impl Dispatcher {
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dispatcher").field("topic", &self.topic).finish_non_exhaustive()
+        f.debug_struct("Dispatcher")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
     }
 }
 

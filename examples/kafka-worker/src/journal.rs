@@ -176,7 +176,12 @@ impl MemoryJournal {
 
     /// Number of events matching `pred`.
     pub fn count(&self, pred: impl Fn(&Event) -> bool) -> usize {
-        self.events.lock().expect("journal lock").iter().filter(|e| pred(e)).count()
+        self.events
+            .lock()
+            .expect("journal lock")
+            .iter()
+            .filter(|e| pred(e))
+            .count()
     }
 }
 
@@ -233,7 +238,10 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
     // record was consumed, so they are taken regardless of position).
     let mut produced: HashMap<i32, Vec<i64>> = HashMap::new();
     for e in events {
-        if let Event::Produced { partition, offset, .. } = e {
+        if let Event::Produced {
+            partition, offset, ..
+        } = e
+        {
             produced.entry(*partition).or_default().push(*offset);
         }
     }
@@ -245,7 +253,9 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
     let mut finished: HashMap<i32, HashSet<i64>> = HashMap::new();
     for e in events {
         match e {
-            Event::Finished { partition, offset, .. } => {
+            Event::Finished {
+                partition, offset, ..
+            } => {
                 finished.entry(*partition).or_default().insert(*offset);
             }
             Event::Commit {
@@ -257,7 +267,12 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
                 checked.commits += 1;
                 *checked.commits_by.entry(consumer.clone()).or_default() += 1;
                 let done = finished.get(partition);
-                for o in produced.get(partition).into_iter().flatten().take_while(|o| **o < *offset) {
+                for o in produced
+                    .get(partition)
+                    .into_iter()
+                    .flatten()
+                    .take_while(|o| **o < *offset)
+                {
                     if Some(*o) != *with && !done.is_some_and(|d| d.contains(o)) {
                         violations.push(Violation(format!(
                             "{consumer} committed {offset} in partition {partition} while record {o} was unfinished"
@@ -276,7 +291,9 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
     let mut waiting: HashMap<(String, i32), (i64, bool)> = HashMap::new();
     for e in events {
         match e {
-            Event::Commit { partition, offset, .. } => {
+            Event::Commit {
+                partition, offset, ..
+            } => {
                 issued.entry(*partition).or_default().insert(*offset);
             }
             Event::CommitResult {
@@ -353,7 +370,11 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
                 }
             }
             Event::Received { task: Some(task), .. } if settled.contains(task) => checked.rereads += 1,
-            Event::ProviderCall { worker, task, version } => {
+            Event::ProviderCall {
+                worker,
+                task,
+                version,
+            } => {
                 checked.provider_calls += 1;
                 if completed.contains(task) {
                     violations.push(Violation(format!(
@@ -365,7 +386,11 @@ pub fn check(events: &[Event]) -> Result<Checked, Vec<Violation>> {
         }
     }
 
-    if violations.is_empty() { Ok(checked) } else { Err(violations) }
+    if violations.is_empty() {
+        Ok(checked)
+    } else {
+        Err(violations)
+    }
 }
 
 #[cfg(test)]
@@ -423,9 +448,15 @@ mod tests {
             with: Some(with),
         };
         events.push(saved(2, 1));
-        assert!(check(&events).is_ok(), "record 1 completed in the same transaction");
+        assert!(
+            check(&events).is_ok(),
+            "record 1 completed in the same transaction"
+        );
         events.push(saved(3, 1));
-        assert!(check(&events).is_err(), "record 2 is neither finished nor saved with it");
+        assert!(
+            check(&events).is_err(),
+            "record 2 is neither finished nor saved with it"
+        );
     }
 
     #[test]
@@ -456,7 +487,10 @@ mod tests {
         assert_eq!((checked.resumptions, checked.resumed_from_commit), (1, 1));
         let mut skipped = events.clone();
         skipped.extend([assigned, received(3)]);
-        assert!(check(&skipped).is_err(), "resuming past the committed offset loses record 2");
+        assert!(
+            check(&skipped).is_err(),
+            "resuming past the committed offset loses record 2"
+        );
         let mut invented = events;
         invented.extend([Event::Assigned {
             consumer: "b".into(),

@@ -16,9 +16,11 @@
 pub mod consumer;
 pub mod handoff;
 pub mod journal;
+pub mod positions;
 pub mod provider;
 
 pub use consumer::{ConsumerConfig, ReplyConsumer};
 pub use handoff::{Dispatcher, ensure_topic};
 pub use journal::{Event, Handled, Journal, MemoryJournal, TracingJournal};
+pub use positions::PgPositions;
 pub use provider::{Provider, SimulatedLlm};

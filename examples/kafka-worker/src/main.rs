@@ -18,7 +18,10 @@ use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskId, TaskStore};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bootstrap = std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into());
-    let count: usize = std::env::var("TASKS").ok().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let count: usize = std::env::var("TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20);
     let run = TaskId::new();
     let topic = format!("handoffs-{run}");
     ensure_topic(&bootstrap, &topic, 4).await?;
@@ -32,7 +35,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ids.push(store.submit(task).await?.into_task().id);
     }
 
-    let worker = Worker::new(Arc::clone(&store), WorkerConfig::new("demo-worker", Duration::from_secs(30)))?;
+    let worker = Worker::new(
+        Arc::clone(&store),
+        WorkerConfig::new("demo-worker", Duration::from_secs(30)),
+    )?;
     let provider = Arc::new(SimulatedLlm::new(
         journal.clone(),
         Duration::from_millis(50),

@@ -25,56 +25,74 @@
 //! records below it are durably handled), so the larger of two is too, and
 //! saves arriving out of order never move it back.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::{
-    Attempt, Claim, ClaimRequest, Error, Failure, Fenced, Lease, NewTask, OffsetTracker, PgStore,
-    RequestKey, Response, Result, Retry, Submitted, Task, TaskId, TaskStore,
+    Attempt, Claim, ClaimRequest, Error, Failure, Fenced, Lease, NewTask, OffsetTracker, PgStore, RequestKey,
+    Response, Result, Retry, Submitted, Task, TaskId, TaskStore,
 };
 
 use crate::journal::{Event, Journal};
 
-/// The `(group, topic, partition) → next offset` table.
+/// The `(group, topic, partition) → next offset` table, in the store's schema.
 #[derive(Debug, Clone)]
 pub struct PgPositions {
     pool: PgPool,
     group: String,
+    save: String,
+    load: String,
 }
 
-const CREATE: &str = "CREATE TABLE IF NOT EXISTS kafka_consumer_positions (
-    consumer_group text NOT NULL,
-    topic text NOT NULL,
-    partition integer NOT NULL,
-    next_offset bigint NOT NULL CHECK (next_offset >= 0),
-    updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (consumer_group, topic, partition)
-)";
-
-const SAVE: &str = "INSERT INTO kafka_consumer_positions AS p (consumer_group, topic, partition, next_offset)
-    VALUES ($1, $2, $3, $4)
-    ON CONFLICT (consumer_group, topic, partition) DO UPDATE
-    SET next_offset = GREATEST(p.next_offset, EXCLUDED.next_offset), updated_at = clock_timestamp()";
-
-const LOAD: &str = "SELECT partition, next_offset FROM kafka_consumer_positions
-    WHERE consumer_group = $1 AND topic = $2 AND partition = ANY($3)";
-
 impl PgPositions {
-    /// Positions of consumer group `group`, creating the table if needed.
-    pub async fn new(pool: PgPool, group: impl Into<String>) -> Result<Self> {
-        sqlx::query(CREATE).execute(&pool).await.map_err(Error::storage)?;
+    /// Positions of consumer group `group`, kept beside `store`'s tables (its
+    /// schema, its pool), creating the table if needed.
+    pub async fn new(store: &PgStore, group: impl Into<String>) -> Result<Self> {
+        // The schema name is a validated plain identifier (see `PgStore::builder`).
+        let table = format!("{}.kafka_consumer_positions", store.schema());
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                consumer_group text NOT NULL,
+                topic text NOT NULL,
+                partition integer NOT NULL,
+                next_offset bigint NOT NULL CHECK (next_offset >= 0),
+                updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (consumer_group, topic, partition)
+            )"
+        );
+        sqlx::query(&create)
+            .execute(store.pool())
+            .await
+            .map_err(Error::storage)?;
         Ok(Self {
-            pool,
+            pool: store.pool().clone(),
             group: group.into(),
+            save: format!(
+                "INSERT INTO {table} AS p (consumer_group, topic, partition, next_offset)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+                 SET next_offset = GREATEST(p.next_offset, EXCLUDED.next_offset), updated_at = clock_timestamp()"
+            ),
+            load: format!(
+                "SELECT partition, next_offset FROM {table}
+                 WHERE consumer_group = $1 AND topic = $2 AND partition = ANY($3)"
+            ),
         })
     }
 
     /// Moves the position forward to `next` on the caller's transaction.
-    pub async fn save_in(&self, conn: &mut PgConnection, topic: &str, partition: i32, next: i64) -> Result<()> {
-        sqlx::query(SAVE)
+    pub async fn save_in(
+        &self,
+        conn: &mut PgConnection,
+        topic: &str,
+        partition: i32,
+        next: i64,
+    ) -> Result<()> {
+        sqlx::query(&self.save)
             .bind(&self.group)
             .bind(topic)
             .bind(partition)
@@ -93,7 +111,7 @@ impl PgPositions {
 
     /// The saved positions of these partitions (absent: none saved yet).
     pub async fn load(&self, topic: &str, partitions: &[i32]) -> Result<HashMap<i32, i64>> {
-        let rows = sqlx::query(LOAD)
+        let rows = sqlx::query(&self.load)
             .bind(&self.group)
             .bind(topic)
             .bind(partitions)
@@ -112,6 +130,7 @@ pub(crate) struct Pending {
     topic: String,
     consumer: String,
     tracker: Arc<Mutex<OffsetTracker<i32>>>,
+    dead: Arc<AtomicBool>,
     records: Mutex<HashMap<TaskId, (i32, i64)>>,
     journal: Arc<dyn Journal>,
 }
@@ -121,19 +140,24 @@ impl Pending {
         topic: String,
         consumer: String,
         tracker: Arc<Mutex<OffsetTracker<i32>>>,
+        dead: Arc<AtomicBool>,
         journal: Arc<dyn Journal>,
     ) -> Self {
         Self {
             topic,
             consumer,
             tracker,
+            dead,
             records: Mutex::new(HashMap::new()),
             journal,
         }
     }
 
     pub(crate) fn expect(&self, task: TaskId, partition: i32, offset: i64) {
-        self.records.lock().expect("pending lock").insert(task, (partition, offset));
+        self.records
+            .lock()
+            .expect("pending lock")
+            .insert(task, (partition, offset));
     }
 
     pub(crate) fn forget(&self, task: TaskId) {
@@ -164,13 +188,22 @@ impl PositionedStore {
 #[async_trait]
 impl TaskStore for PositionedStore {
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
-        let record = self.pending.records.lock().expect("pending lock").get(&lease.task_id()).copied();
+        let record = self
+            .pending
+            .records
+            .lock()
+            .expect("pending lock")
+            .get(&lease.task_id())
+            .copied();
         let Some((partition, offset)) = record else {
             return self.store.complete(lease, response).await;
         };
         let position = {
             let mut after = self.pending.tracker.lock().expect("tracker lock").clone();
-            after.finish(&partition, offset).then(|| after.committable(&partition)).flatten()
+            after
+                .finish(&partition, offset)
+                .then(|| after.committable(&partition))
+                .flatten()
         };
         let Some(position) = position else {
             // The partition was revoked: save the response alone.
@@ -179,14 +212,30 @@ impl TaskStore for PositionedStore {
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
         let outcome = self.store.complete_in(&mut tx, lease, response).await?;
         if outcome.is_accepted() {
-            self.positions.save_in(&mut tx, &self.pending.topic, partition, position).await?;
-            tx.commit().await.map_err(Error::storage)?;
+            self.positions
+                .save_in(&mut tx, &self.pending.topic, partition, position)
+                .await?;
+            if self.pending.dead.load(Ordering::SeqCst) {
+                // A killed consumer runs no more code: the transaction rolls back on drop.
+                return Err(Error::storage(std::io::Error::other("consumer killed")));
+            }
+            // Journaled as issued, before the commit: if this process dies
+            // during the commit, the position may or may not be saved.
+            let name = self.pending.consumer.clone();
             self.pending.journal.record(Event::Commit {
-                consumer: self.pending.consumer.clone(),
+                consumer: name.clone(),
                 partition,
                 offset: position,
                 with: Some(offset),
             });
+            let ok = tx.commit().await.map_err(Error::storage);
+            self.pending.journal.record(Event::CommitResult {
+                consumer: name,
+                partition,
+                offset: position,
+                ok: ok.is_ok(),
+            });
+            ok?;
         } else {
             tx.rollback().await.map_err(Error::storage)?;
         }
@@ -229,9 +278,4 @@ impl TaskStore for PositionedStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
         self.store.purge_expired(limit).await
     }
-}
-
-/// Partitions in `partitions` with no saved position.
-pub(crate) fn unsaved(partitions: &[i32], saved: &HashMap<i32, i64>) -> HashSet<i32> {
-    partitions.iter().filter(|p| !saved.contains_key(p)).copied().collect()
 }

@@ -112,7 +112,10 @@ impl Provider for SimulatedLlm {
             Script::Flaky if lease.attempt() <= 2 => Err(Failure::retryable("model overloaded (503)")),
             Script::Down => Err(Failure::retryable("model unavailable (503)")),
             Script::Refuse => Err(Failure::permanent("prompt rejected (400)")),
-            _ => Ok(Response::from(format!("reply to {prompt} (attempt {})", lease.attempt()))),
+            _ => Ok(Response::from(format!(
+                "reply to {prompt} (attempt {})",
+                lease.attempt()
+            ))),
         }
     }
 }

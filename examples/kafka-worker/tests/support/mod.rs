@@ -60,13 +60,20 @@ impl Broker {
         };
         let mut exited = false;
         wait_for("tansu to listen", Duration::from_secs(60), || {
-            exited = broker.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            exited = broker
+                .child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
             exited || TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
         if exited {
             return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
         }
-        eprintln!("started tansu on {} (log {})", broker.bootstrap, log_path.display());
+        eprintln!(
+            "started tansu on {} (log {})",
+            broker.bootstrap,
+            log_path.display()
+        );
         Ok(broker)
     }
 }
@@ -105,7 +112,14 @@ fn tansu_binary() -> PathBuf {
 fn install_tansu() {
     eprintln!("installing tansu with its in-memory storage engine (15-35 minutes, once)");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["install", "tansu", "--locked", "--features", "dynostore", "--force"])
+        .args([
+            "install",
+            "tansu",
+            "--locked",
+            "--features",
+            "dynostore",
+            "--force",
+        ])
         .status()
         .expect("running cargo install");
     assert!(status.success(), "cargo install tansu failed");
@@ -115,7 +129,10 @@ fn install_tansu() {
 pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !condition() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     start.elapsed()
@@ -125,7 +142,10 @@ pub fn wait_for(what: &str, limit: Duration, mut condition: impl FnMut() -> bool
 pub async fn wait_until(what: &str, limit: Duration, mut condition: impl AsyncFnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !condition().await {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     start.elapsed()
