@@ -158,9 +158,7 @@ impl Shared {
             self.commit_result(partition, position, false);
         }
     }
-}
 
-impl Shared {
     fn owned(&self, partition: i32) -> Option<Arc<AtomicBool>> {
         self.owned.lock().expect("owned lock").get(&partition).cloned()
     }
