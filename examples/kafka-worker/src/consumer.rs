@@ -265,7 +265,8 @@ impl ConsumerContext for Ctx {
         // Where this assignment resumes: PostgreSQL mode seeks to the saved
         // positions (the first record when none is saved); otherwise the group's
         // committed offsets apply, read back here for the journal.
-        let committed: HashMap<i32, Option<i64>> = match &shared.pg {
+        // `None`: unknown (the read failed), so the journal makes no claim.
+        let committed: Option<HashMap<i32, Option<i64>>> = match &shared.pg {
             Some(pg) => match block_on(pg.positions.load(&shared.topic, &partitions)) {
                 Ok(saved) => {
                     let mut seek = TopicPartitionList::new();
@@ -276,13 +277,13 @@ impl ConsumerContext for Ctx {
                     if let Err(error) = base.assign(&seek) {
                         tracing::error!(%error, "could not seek to the saved positions");
                     }
-                    partitions.iter().map(|p| (*p, saved.get(p).copied())).collect()
+                    Some(partitions.iter().map(|p| (*p, saved.get(p).copied())).collect())
                 }
                 Err(error) => {
-                    // Resuming from the group's offsets instead is still safe:
-                    // they never pass a saved position.
+                    // The group's offsets are unused in this mode, so the
+                    // partitions start at the first record: re-reads, no skips.
                     tracing::error!(%error, "could not load the saved positions");
-                    HashMap::new()
+                    None
                 }
             },
             None => base
@@ -299,20 +300,20 @@ impl ConsumerContext for Ctx {
                         })
                         .collect()
                 })
-                .unwrap_or_else(|error| {
-                    tracing::warn!(%error, "could not read the committed offsets");
-                    HashMap::new()
-                }),
+                .inspect_err(|error| tracing::warn!(%error, "could not read the committed offsets"))
+                .ok(),
         };
         let mut owned = shared.owned.lock().expect("owned lock");
         for element in assigned.elements_for_topic(&shared.topic) {
             let partition = element.partition();
             owned.insert(partition, Arc::new(AtomicBool::new(true)));
-            shared.journal.record(Event::Assigned {
-                consumer: shared.name.clone(),
-                partition,
-                committed: committed.get(&partition).copied().flatten(),
-            });
+            if let Some(committed) = &committed {
+                shared.journal.record(Event::Assigned {
+                    consumer: shared.name.clone(),
+                    partition,
+                    committed: committed.get(&partition).copied().flatten(),
+                });
+            }
         }
     }
 

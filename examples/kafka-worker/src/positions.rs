@@ -279,3 +279,177 @@ impl TaskStore for PositionedStore {
         self.store.purge_expired(limit).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::MemoryJournal;
+    use taskfence::testing::PgFixture;
+    use taskfence::{InputHash, Rejection, Status};
+
+    async fn fixture() -> PgFixture {
+        let url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        PgFixture::connect(&url).await
+    }
+
+    struct Setup {
+        _fixture: PgFixture,
+        pg: Arc<PgStore>,
+        positions: Arc<PgPositions>,
+        tracker: Arc<Mutex<OffsetTracker<i32>>>,
+        pending: Arc<Pending>,
+        store: PositionedStore,
+    }
+
+    async fn setup() -> Setup {
+        let fixture = fixture().await;
+        let pg = Arc::new(fixture.pg_store().clone());
+        let positions = Arc::new(PgPositions::new(&pg, "workers").await.unwrap());
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let pending = Arc::new(Pending::new(
+            "handoffs".into(),
+            "a".into(),
+            Arc::clone(&tracker),
+            Arc::default(),
+            Arc::new(MemoryJournal::new()),
+        ));
+        let store = PositionedStore::new(Arc::clone(&pg), Arc::clone(&positions), Arc::clone(&pending));
+        Setup {
+            _fixture: fixture,
+            pg,
+            positions,
+            tracker,
+            pending,
+            store,
+        }
+    }
+
+    async fn lease(store: &PgStore, key: &str) -> Lease {
+        let task = store
+            .submit(NewTask::new(
+                RequestKey::new("u", "chat.reply", key),
+                InputHash::of([key]),
+            ))
+            .await
+            .unwrap()
+            .into_task();
+        match store
+            .claim(task.id, ClaimRequest::new("a", Duration::from_secs(30)))
+            .await
+            .unwrap()
+        {
+            Claim::Acquired(lease) => lease,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn positions_only_move_forward_and_groups_are_separate() {
+        let s = setup().await;
+        s.positions.save("handoffs", 0, 10).await.unwrap();
+        s.positions.save("handoffs", 0, 4).await.unwrap();
+        s.positions.save("handoffs", 1, 3).await.unwrap();
+        let other = PgPositions::new(&s.pg, "other-group").await.unwrap();
+        other.save("handoffs", 0, 99).await.unwrap();
+        let saved = s.positions.load("handoffs", &[0, 1, 2]).await.unwrap();
+        assert_eq!(
+            saved,
+            HashMap::from([(0, 10), (1, 3)]),
+            "a late, lower save never moves it back"
+        );
+        assert_eq!(
+            other.load("handoffs", &[0]).await.unwrap(),
+            HashMap::from([(0, 99)])
+        );
+    }
+
+    #[tokio::test]
+    async fn the_completion_saves_the_position_past_its_record_and_no_further() {
+        let s = setup().await;
+        {
+            let mut t = s.tracker.lock().unwrap();
+            for offset in 5..=7 {
+                t.start(0, offset);
+            }
+        }
+        let l6 = lease(&s.pg, "k6").await;
+        s.pending.expect(l6.task_id(), 0, 6);
+        let l5 = lease(&s.pg, "k5").await;
+        s.pending.expect(l5.task_id(), 0, 5);
+        assert!(
+            s.store
+                .complete(l6, Response::from("six"))
+                .await
+                .unwrap()
+                .is_accepted()
+        );
+        assert_eq!(
+            s.positions.load("handoffs", &[0]).await.unwrap(),
+            HashMap::from([(0, 5)]),
+            "5 is still running: the position stays on it"
+        );
+        s.tracker.lock().unwrap().finish(&0, 6);
+        assert!(
+            s.store
+                .complete(l5, Response::from("five"))
+                .await
+                .unwrap()
+                .is_accepted()
+        );
+        assert_eq!(
+            s.positions.load("handoffs", &[0]).await.unwrap(),
+            HashMap::from([(0, 7)]),
+            "5 saved with it, 6 finished: 7 is next"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_completion_moves_no_position() {
+        let s = setup().await;
+        s.tracker.lock().unwrap().start(0, 3);
+        let lease = lease(&s.pg, "k").await;
+        s.pending.expect(lease.task_id(), 0, 3);
+        let stale = lease.clone();
+        assert!(
+            s.store
+                .complete(lease, Response::from("first"))
+                .await
+                .unwrap()
+                .is_accepted()
+        );
+        sqlx::query(&format!("DELETE FROM {}.kafka_consumer_positions", s.pg.schema()))
+            .execute(s.pg.pool())
+            .await
+            .unwrap();
+        let again = s.store.complete(stale, Response::from("second")).await.unwrap();
+        assert!(
+            matches!(again, Fenced::Rejected(Rejection::AlreadyCompleted(_))),
+            "{again:?}"
+        );
+        assert!(
+            s.positions.load("handoffs", &[0]).await.unwrap().is_empty(),
+            "rolled back with it"
+        );
+    }
+
+    #[tokio::test]
+    async fn when_the_position_cannot_be_saved_the_response_is_not_saved_either() {
+        let s = setup().await;
+        // A position the table refuses (CHECK next_offset >= 0): the fault is real.
+        s.tracker.lock().unwrap().start(0, -5);
+        s.tracker.lock().unwrap().start(0, -3);
+        let lease = lease(&s.pg, "k").await;
+        let id = lease.task_id();
+        s.pending.expect(id, 0, -3);
+        let err = s.store.complete(lease, Response::from("lost")).await.unwrap_err();
+        assert!(matches!(err, Error::Storage(_)), "{err:?}");
+        let task = s.pg.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            task.status,
+            Status::Running,
+            "the completion rolled back with the position"
+        );
+        assert_eq!(task.response, None);
+    }
+}
