@@ -1,0 +1,644 @@
+//! The reply consumer: reads handoff records, runs each task through the
+//! worker runtime, and commits a partition's offset only once every record
+//! before it is durably handled.
+//!
+//! * Auto commit is off and so is `enable.auto.offset.store`: the only
+//!   commits are the ones this module issues, each one the
+//!   [`OffsetTracker`]'s safe position (the lowest record still in flight).
+//! * Several records of one partition run at once (bounded per partition by
+//!   [`ConsumerConfig::per_partition`]), so they finish out of order; the
+//!   tracker keeps the commit behind the oldest unfinished one.
+//! * A record is finished when the store says its task is settled: saved by
+//!   this attempt, completed before (a re-read: the provider is not called),
+//!   or terminally failed. Busy or backing off: the consumer keeps the record
+//!   and claims again after the wait. Kafka has no per-message timer to bring
+//!   a record back, so giving up on it would stall the partition's commits.
+//! * On revoke: commit what is committable, stop tracking; the next owner
+//!   re-reads the rest from the committed offset. On (re)start: the group
+//!   resumes from the committed offset, and records whose tasks are already
+//!   complete are skipped by the claim.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use taskfence::runtime::{AckReason, Disposition, Worker, WorkerConfig};
+use taskfence::{InvalidInput, OffsetTracker, PgStore};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::handoff::task_id;
+use crate::journal::{Event, Handled, Journal};
+use crate::positions::{Pending, PgPositions, PositionedStore};
+use crate::provider::Provider;
+
+/// Where and how a reply consumer reads.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// `bootstrap.servers`.
+    pub bootstrap: String,
+    /// The consumer group: consumers in one group share the partitions.
+    pub group: String,
+    /// The handoff topic.
+    pub topic: String,
+    /// This consumer's name (Kafka `client.id`; use the worker id).
+    pub name: String,
+    /// Records of one partition processed at once.
+    pub per_partition: usize,
+    /// Wait before claiming again after the lease was lost or the store failed.
+    pub retry_delay: Duration,
+    /// `session.timeout.ms`: how long the group waits for a silent member.
+    pub session_timeout: Duration,
+}
+
+impl ConsumerConfig {
+    /// A config with 4 records per partition, 500 ms retry delay, 10 s session timeout.
+    ///
+    /// ```
+    /// use kafka_worker::consumer::ConsumerConfig;
+    /// let c = ConsumerConfig::new("127.0.0.1:9092", "reply-workers", "handoffs", "worker-a");
+    /// assert_eq!(c.per_partition, 4);
+    /// ```
+    pub fn new(
+        bootstrap: impl Into<String>,
+        group: impl Into<String>,
+        topic: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+            group: group.into(),
+            topic: topic.into(),
+            name: name.into(),
+            per_partition: 4,
+            retry_delay: Duration::from_millis(500),
+            session_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", &self.group)
+            .set("client.id", &self.name)
+            // The two settings that make commits ours alone.
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
+            .set(
+                "heartbeat.interval.ms",
+                (self.session_timeout.as_millis() / 5).max(100).to_string(),
+            )
+            // Eager protocol: a rebalance revokes everything, then assigns.
+            .set("partition.assignment.strategy", "roundrobin");
+        c
+    }
+}
+
+/// State shared by the poll loop, the record tasks and the rebalance callbacks.
+struct Shared {
+    name: String,
+    topic: String,
+    journal: Arc<dyn Journal>,
+    /// Which records are in flight per partition, and what is safe to commit.
+    tracker: Arc<Mutex<OffsetTracker<i32>>>,
+    /// Partitions owned now, each with a flag cleared when it is revoked.
+    owned: Mutex<HashMap<i32, Arc<AtomicBool>>>,
+    /// Set by [`ReplyConsumer::kill`]: a dead process runs no more code.
+    dead: Arc<AtomicBool>,
+    /// PostgreSQL position mode: positions live in PostgreSQL, not in the group.
+    pg: Option<PgMode>,
+}
+
+struct PgMode {
+    positions: Arc<PgPositions>,
+    pending: Arc<Pending>,
+}
+
+impl Shared {
+    /// Saves a safe position: to PostgreSQL in position mode (in the
+    /// background; positions only move forward, so order does not matter),
+    /// else as an asynchronous group commit. Call under the tracker lock.
+    fn commit<C: Consumer<Ctx>>(&self, consumer: &C, partition: i32, position: i64) {
+        self.journal.record(Event::Commit {
+            consumer: self.name.clone(),
+            partition,
+            offset: position,
+            with: None,
+        });
+        if let Some(pg) = &self.pg {
+            let positions = Arc::clone(&pg.positions);
+            let (topic, name, journal) = (self.topic.clone(), self.name.clone(), Arc::clone(&self.journal));
+            tokio::spawn(async move {
+                let ok = positions.save(&topic, partition, position).await;
+                if let Err(error) = &ok {
+                    tracing::warn!(partition, position, %error, "saving the position failed; a later one covers it");
+                }
+                journal.record(Event::CommitResult {
+                    consumer: name,
+                    partition,
+                    offset: position,
+                    ok: ok.is_ok(),
+                });
+            });
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        if let Err(error) = tpl
+            .add_partition_offset(&self.topic, partition, Offset::Offset(position))
+            .and_then(|()| consumer.commit(&tpl, CommitMode::Async))
+        {
+            tracing::warn!(partition, position, %error, "commit failed; a later commit covers it");
+            self.commit_result(partition, position, false);
+        }
+    }
+
+    fn owned(&self, partition: i32) -> Option<Arc<AtomicBool>> {
+        self.owned.lock().expect("owned lock").get(&partition).cloned()
+    }
+
+    /// A record is durably handled: mark it and commit the partition's new
+    /// safe position, if it moved. The commit is issued under the tracker lock,
+    /// so commits of one partition go out in order.
+    fn finish<C: Consumer<Ctx>>(&self, consumer: &C, partition: i32, offset: i64) {
+        let mut tracker = self.tracker.lock().expect("tracker lock");
+        if self.dead.load(Ordering::SeqCst) || !tracker.finish(&partition, offset) {
+            return; // revoked meanwhile: the next owner re-reads it
+        }
+        if let Some(position) = tracker.take_commit(&partition) {
+            self.commit(consumer, partition, position);
+        }
+    }
+
+    fn commit_result(&self, partition: i32, offset: i64, ok: bool) {
+        self.journal.record(Event::CommitResult {
+            consumer: self.name.clone(),
+            partition,
+            offset,
+            ok,
+        });
+    }
+}
+
+/// The rdkafka context: rebalance and commit callbacks.
+struct Ctx(Arc<Shared>);
+
+impl ClientContext for Ctx {}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let shared = &self.0;
+        let Rebalance::Revoke(revoked) = rebalance else {
+            return;
+        };
+        let mut commit = TopicPartitionList::new();
+        {
+            let mut tracker = shared.tracker.lock().expect("tracker lock");
+            if shared.dead.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut owned = shared.owned.lock().expect("owned lock");
+            for element in revoked.elements_for_topic(&shared.topic) {
+                let partition = element.partition();
+                if let Some(flag) = owned.remove(&partition) {
+                    flag.store(false, Ordering::SeqCst);
+                }
+                shared.journal.record(Event::Revoked {
+                    consumer: shared.name.clone(),
+                    partition,
+                });
+                if let Some(position) = tracker.revoke(&partition) {
+                    shared.journal.record(Event::Commit {
+                        consumer: shared.name.clone(),
+                        partition,
+                        offset: position,
+                        with: None,
+                    });
+                    let _ = commit.add_partition_offset(&shared.topic, partition, Offset::Offset(position));
+                }
+            }
+        }
+        if commit.count() > 0 {
+            // Synchronous: the next owner must see it.
+            let ok = match &shared.pg {
+                Some(pg) => block_on(async {
+                    for e in commit.elements() {
+                        if let Offset::Offset(o) = e.offset() {
+                            pg.positions.save(&shared.topic, e.partition(), o).await?;
+                        }
+                    }
+                    Ok::<_, taskfence::Error>(())
+                })
+                .map_err(|e| e.to_string()),
+                None => base.commit(&commit, CommitMode::Sync).map_err(|e| e.to_string()),
+            };
+            if let Err(error) = &ok {
+                tracing::warn!(%error, "commit on revoke failed; the next owner re-reads more");
+            }
+            for e in commit.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    shared.commit_result(e.partition(), o, ok.is_ok());
+                }
+            }
+        }
+    }
+
+    fn post_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let shared = &self.0;
+        let Rebalance::Assign(assigned) = rebalance else {
+            return;
+        };
+        if shared.dead.load(Ordering::SeqCst) {
+            return;
+        }
+        let partitions: Vec<i32> = assigned
+            .elements_for_topic(&shared.topic)
+            .iter()
+            .map(|e| e.partition())
+            .collect();
+        // Where this assignment resumes: PostgreSQL mode seeks to the saved
+        // positions (the first record when none is saved); otherwise the group's
+        // committed offsets apply, read back here for the journal.
+        // `None`: unknown (the read failed), so the journal makes no claim.
+        let committed: Option<HashMap<i32, Option<i64>>> = match &shared.pg {
+            Some(pg) => match block_on(pg.positions.load(&shared.topic, &partitions)) {
+                Ok(saved) => {
+                    let mut seek = TopicPartitionList::new();
+                    for p in &partitions {
+                        let offset = saved.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
+                        let _ = seek.add_partition_offset(&shared.topic, *p, offset);
+                    }
+                    if let Err(error) = base.assign(&seek) {
+                        tracing::error!(%error, "could not seek to the saved positions");
+                    }
+                    Some(partitions.iter().map(|p| (*p, saved.get(p).copied())).collect())
+                }
+                Err(error) => {
+                    // The group's offsets are unused in this mode, so the
+                    // partitions start at the first record: re-reads, no skips.
+                    tracing::error!(%error, "could not load the saved positions");
+                    None
+                }
+            },
+            None => base
+                .committed_offsets((*assigned).clone(), Duration::from_secs(10))
+                .map(|tpl| {
+                    tpl.elements_for_topic(&shared.topic)
+                        .into_iter()
+                        .map(|e| {
+                            let offset = match e.offset() {
+                                Offset::Offset(o) => Some(o),
+                                _ => None,
+                            };
+                            (e.partition(), offset)
+                        })
+                        .collect()
+                })
+                .inspect_err(|error| tracing::warn!(%error, "could not read the committed offsets"))
+                .ok(),
+        };
+        let mut owned = shared.owned.lock().expect("owned lock");
+        for element in assigned.elements_for_topic(&shared.topic) {
+            let partition = element.partition();
+            owned.insert(partition, Arc::new(AtomicBool::new(true)));
+            if let Some(committed) = &committed {
+                shared.journal.record(Event::Assigned {
+                    consumer: shared.name.clone(),
+                    partition,
+                    committed: committed.get(&partition).copied().flatten(),
+                });
+            }
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(error) = &result {
+            tracing::warn!(%error, "async commit failed; a later commit covers it");
+        }
+        for e in offsets.elements() {
+            if let Offset::Offset(o) = e.offset() {
+                self.0.commit_result(e.partition(), o, result.is_ok());
+            }
+        }
+    }
+}
+
+/// A running reply consumer. Stop it with [`shutdown`](Self::shutdown)
+/// (finish in-flight records, commit, leave the group) or, in a crash test,
+/// [`kill`](Self::kill).
+pub struct ReplyConsumer {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReplyConsumer {
+    /// Subscribes to the handoff topic and starts processing.
+    pub fn spawn(
+        config: ConsumerConfig,
+        worker: Worker,
+        provider: Arc<dyn Provider>,
+        journal: Arc<dyn Journal>,
+    ) -> Result<Self, KafkaError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        Self::start(config, worker, provider, journal, tracker, Arc::default(), None)
+    }
+
+    /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
+    /// completion saves its partition's position in the same transaction
+    /// (through [`PgStore::complete_in`]), and an assigned partition starts
+    /// from the saved position; the group's offsets are not used. See
+    /// [`positions`](crate::positions) for what that protects and what not.
+    ///
+    /// The rebalance callbacks wait for PostgreSQL with `block_in_place`, so
+    /// this needs tokio's multi-thread runtime.
+    pub fn spawn_with_positions(
+        config: ConsumerConfig,
+        worker: WorkerConfig,
+        store: Arc<PgStore>,
+        positions: Arc<PgPositions>,
+        provider: Arc<dyn Provider>,
+        journal: Arc<dyn Journal>,
+    ) -> Result<Self, SpawnError> {
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let dead = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(Pending::new(
+            config.topic.clone(),
+            config.name.clone(),
+            Arc::clone(&tracker),
+            Arc::clone(&dead),
+            Arc::clone(&journal),
+        ));
+        let positioned = PositionedStore::new(store, Arc::clone(&positions), Arc::clone(&pending));
+        let worker = Worker::new(Arc::new(positioned), worker)?;
+        let pg = PgMode { positions, pending };
+        Ok(Self::start(
+            config,
+            worker,
+            provider,
+            journal,
+            tracker,
+            dead,
+            Some(pg),
+        )?)
+    }
+
+    fn start(
+        config: ConsumerConfig,
+        worker: Worker,
+        provider: Arc<dyn Provider>,
+        journal: Arc<dyn Journal>,
+        tracker: Arc<Mutex<OffsetTracker<i32>>>,
+        dead: Arc<AtomicBool>,
+        pg: Option<PgMode>,
+    ) -> Result<Self, KafkaError> {
+        let shared = Arc::new(Shared {
+            name: config.name.clone(),
+            topic: config.topic.clone(),
+            journal,
+            tracker,
+            owned: Mutex::new(HashMap::new()),
+            dead,
+            pg,
+        });
+        let consumer: StreamConsumer<Ctx> = config
+            .client_config()
+            .create_with_context(Ctx(Arc::clone(&shared)))?;
+        consumer.subscribe(&[&config.topic])?;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(poll_loop(
+            Arc::new(consumer),
+            Arc::clone(&shared),
+            config,
+            worker,
+            provider,
+            stopped,
+        ));
+        Ok(Self { shared, stop, task })
+    }
+
+    /// Partitions this consumer owns now.
+    pub fn assigned(&self) -> Vec<i32> {
+        let mut p: Vec<i32> = self
+            .shared
+            .owned
+            .lock()
+            .expect("owned lock")
+            .keys()
+            .copied()
+            .collect();
+        p.sort_unstable();
+        p
+    }
+
+    /// Graceful stop: no new records, in-flight ones finish and commit, then
+    /// the consumer leaves the group (revoking commits what is left).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(error) = self.task.await {
+            tracing::warn!(%error, "consumer task ended abnormally");
+        }
+    }
+
+    /// Simulates a crash (`kill -9`): from now on this consumer runs none of
+    /// its own code: no commit, no revoke handling, in-flight records and their
+    /// leases abandoned mid-call. What it committed before stays; everything
+    /// after is re-read by the next owner. (Destroying the librdkafka client
+    /// still sends LeaveGroup, so the group rebalances at once instead of after
+    /// `session.timeout.ms`; the offsets involved are the same.)
+    pub fn kill(self) {
+        {
+            let _tracker = self.shared.tracker.lock().expect("tracker lock");
+            self.shared.dead.store(true, Ordering::SeqCst);
+        }
+        self.shared.journal.record(Event::Killed {
+            consumer: self.shared.name.clone(),
+        });
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for ReplyConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyConsumer")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn poll_loop(
+    consumer: Arc<StreamConsumer<Ctx>>,
+    shared: Arc<Shared>,
+    config: ConsumerConfig,
+    worker: Worker,
+    provider: Arc<dyn Provider>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut records = JoinSet::new();
+    let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
+    loop {
+        let message = tokio::select! {
+            _ = stop.changed() => break,
+            m = consumer.recv() => m,
+        };
+        let message = match message {
+            Ok(m) => m,
+            Err(error) => {
+                tracing::warn!(%error, "receive failed");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let (partition, offset) = (message.partition(), message.offset());
+        let task = task_id(message.payload());
+        shared.journal.record(Event::Received {
+            consumer: shared.name.clone(),
+            partition,
+            offset,
+            task,
+        });
+        let Some(owned) = shared.owned(partition) else {
+            continue; // a record of a partition revoked meanwhile
+        };
+        // Bounded concurrency per partition: wait for a slot (callbacks only
+        // run inside `recv`, so the assignment cannot change meanwhile).
+        let limit = limits
+            .entry(partition)
+            .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1))));
+        let permit = Arc::clone(limit)
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        shared
+            .tracker
+            .lock()
+            .expect("tracker lock")
+            .start(partition, offset);
+        let record = Record {
+            partition,
+            offset,
+            task,
+            owned,
+        };
+        records.spawn(process(
+            record,
+            Arc::clone(&consumer),
+            Arc::clone(&shared),
+            worker.clone(),
+            Arc::clone(&provider),
+            config.retry_delay,
+            permit,
+        ));
+        while records.try_join_next().is_some() {}
+    }
+    // Graceful stop: let in-flight records settle and commit.
+    while records.join_next().await.is_some() {}
+    // Dropping the client closes it (blocking): revoke runs and commits what is left.
+    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+}
+
+struct Record {
+    partition: i32,
+    offset: i64,
+    task: Option<taskfence::TaskId>,
+    owned: Arc<AtomicBool>,
+}
+
+async fn process(
+    record: Record,
+    consumer: Arc<StreamConsumer<Ctx>>,
+    shared: Arc<Shared>,
+    worker: Worker,
+    provider: Arc<dyn Provider>,
+    retry_delay: Duration,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let Record {
+        partition,
+        offset,
+        task,
+        owned,
+    } = record;
+    let handled = match task {
+        None => {
+            tracing::warn!(partition, offset, "handoff without a task id; skipped");
+            Handled::Malformed
+        }
+        Some(id) => loop {
+            if !owned.load(Ordering::SeqCst) {
+                shared.journal.record(Event::Abandoned {
+                    consumer: shared.name.clone(),
+                    partition,
+                    offset,
+                });
+                return;
+            }
+            if let Some(pg) = &shared.pg {
+                pg.pending.expect(id, partition, offset);
+            }
+            let call = Arc::clone(&provider);
+            let outcome = worker
+                .handle(id, &(), |ctx| async move { call.reply(&ctx).await })
+                .await;
+            if let Some(pg) = &shared.pg {
+                pg.pending.forget(id);
+            }
+            match outcome {
+                Ok(Disposition::Ack(reason)) => break handled_as(reason),
+                Ok(Disposition::RetryAfter { delay, reason }) => {
+                    tracing::debug!(%id, ?reason, ?delay, "not now; claiming again after the wait");
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(Disposition::Leave(reason)) => {
+                    tracing::info!(%id, ?reason, "lease lost; claiming again");
+                    tokio::time::sleep(retry_delay).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%id, %error, "store failed; claiming again");
+                    tokio::time::sleep(retry_delay).await;
+                }
+            }
+        },
+    };
+    shared.journal.record(Event::Finished {
+        consumer: shared.name.clone(),
+        partition,
+        offset,
+        task,
+        handled,
+    });
+    shared.finish(&*consumer, partition, offset);
+}
+
+fn handled_as(reason: AckReason) -> Handled {
+    match reason {
+        AckReason::Completed => Handled::Completed,
+        AckReason::AlreadyCompleted => Handled::AlreadyCompleted,
+        AckReason::CompletedElsewhere => Handled::CompletedElsewhere,
+        AckReason::Failed => Handled::Failed,
+        _ => Handled::Dropped,
+    }
+}
+
+/// Waits for a future from a synchronous rdkafka callback (multi-thread runtime only).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+/// Why [`ReplyConsumer::spawn_with_positions`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The worker configuration is invalid.
+    #[error(transparent)]
+    Worker(#[from] InvalidInput),
+    /// The Kafka client could not be created or subscribed.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+}
