@@ -44,9 +44,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
+pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
-pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
 #[cfg(feature = "runtime")]
 pub use runtime::{
     AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,

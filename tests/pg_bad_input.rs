@@ -11,7 +11,11 @@ use taskfence::{
 };
 
 async fn rows(f: &PgFixture) -> (i64, i64, i64) {
-    (f.count("tasks").await, f.count("attempts").await, f.count("handoffs").await)
+    (
+        f.count("tasks").await,
+        f.count("attempts").await,
+        f.count("handoffs").await,
+    )
 }
 
 fn invalid<T: std::fmt::Debug>(r: taskfence::Result<T>) -> bool {
@@ -57,19 +61,39 @@ async fn nul_bytes_oversized_and_malformed_values_are_typed_errors_and_write_not
     };
     let before = rows(&f).await;
     let snapshot = store.get(task.id).await.unwrap().unwrap();
-    assert!(invalid(store.claim(task.id, ClaimRequest::new("w\0", Duration::from_secs(30))).await));
+    assert!(invalid(
+        store
+            .claim(task.id, ClaimRequest::new("w\0", Duration::from_secs(30)))
+            .await
+    ));
     assert!(invalid(store.record_operation(&lease, "op\0").await));
-    assert!(invalid(store.fail(lease.clone(), Failure::retryable("x\0")).await));
+    assert!(invalid(
+        store.fail(lease.clone(), Failure::retryable("x\0")).await
+    ));
     assert!(invalid(store.cancel(task.id, "why\0").await));
     let mut tx = store.pool().begin().await.unwrap();
     let oversized = Response::new(vec![0u8; limits::MAX_RESPONSE_LEN + 1]);
-    assert!(invalid(store.complete_in(&mut tx, lease.clone(), oversized).await));
-    assert!(invalid(store.fail_in(&mut tx, lease.clone(), Failure::retryable("y\0")).await));
+    assert!(invalid(
+        store.complete_in(&mut tx, lease.clone(), oversized).await
+    ));
+    assert!(invalid(
+        store
+            .fail_in(&mut tx, lease.clone(), Failure::retryable("y\0"))
+            .await
+    ));
     assert!(invalid(store.cancel_in(&mut tx, task.id, "z\0").await));
-    assert!(invalid(store.claim_in(&mut tx, task.id, ClaimRequest::new("w", Duration::ZERO)).await));
+    assert!(invalid(
+        store
+            .claim_in(&mut tx, task.id, ClaimRequest::new("w", Duration::ZERO))
+            .await
+    ));
     tx.commit().await.unwrap();
     assert_eq!(rows(&f).await, before, "refused writes add no row");
-    assert_eq!(store.get(task.id).await.unwrap().unwrap(), snapshot, "and change none");
+    assert_eq!(
+        store.get(task.id).await.unwrap().unwrap(),
+        snapshot,
+        "and change none"
+    );
     assert!(
         store
             .complete(lease, Response::new(b"\0\x01binary".to_vec()))

@@ -8,12 +8,18 @@ use taskfence::testing::Fixture;
 use taskfence::{Claim, ClaimRequest, InputHash, NewTask, RequestKey, TaskId, TaskStore};
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 type Sent = std::sync::Arc<std::sync::Mutex<Vec<TaskId>>>;
 
-fn recorder() -> (Sent, impl FnMut(TaskId) -> std::future::Ready<Result<(), std::io::Error>> + Send) {
+fn recorder() -> (
+    Sent,
+    impl FnMut(TaskId) -> std::future::Ready<Result<(), std::io::Error>> + Send,
+) {
     let sent = Sent::default();
     let s = sent.clone();
     (sent, move |id| {
@@ -28,7 +34,14 @@ async fn submitted_tasks_are_published_once_in_order_and_marked() {
     let store = f.pg_store();
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(store.submit(new_task(&format!("k{i}"))).await.unwrap().into_task().id);
+        ids.push(
+            store
+                .submit(new_task(&format!("k{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
     }
     // A duplicate submit records no second handoff.
     assert!(!store.submit(new_task("k0")).await.unwrap().is_created());
@@ -39,7 +52,10 @@ async fn submitted_tasks_are_published_once_in_order_and_marked() {
     assert_eq!(*sent.lock().unwrap(), ids);
     let (sent, publish) = recorder();
     let again = store.dispatch(100, publish).await.unwrap();
-    assert!(again.published.is_empty() && sent.lock().unwrap().is_empty(), "marked published");
+    assert!(
+        again.published.is_empty() && sent.lock().unwrap().is_empty(),
+        "marked published"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +91,11 @@ async fn crash_between_publish_and_mark_republishes_the_same_task() {
         }
     })
     .await;
-    assert_eq!(republished, [id], "at least once, and every copy is the same task");
+    assert_eq!(
+        republished,
+        [id],
+        "at least once, and every copy is the same task"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,13 +165,26 @@ async fn expired_leases_and_passed_backoffs_are_redispatched() {
     let live = store.submit(new_task("live")).await.unwrap().into_task().id;
     for id in [crashed, live] {
         assert!(matches!(
-            store.claim(id, ClaimRequest::new("w", Duration::from_secs(30))).await.unwrap(),
+            store
+                .claim(id, ClaimRequest::new("w", Duration::from_secs(30)))
+                .await
+                .unwrap(),
             Claim::Acquired(_)
         ));
     }
     let (sent, publish) = recorder();
-    assert!(store.dispatch_due(10, publish).await.unwrap().published.is_empty());
-    assert!(sent.lock().unwrap().is_empty(), "nothing due while leases are live");
+    assert!(
+        store
+            .dispatch_due(10, publish)
+            .await
+            .unwrap()
+            .published
+            .is_empty()
+    );
+    assert!(
+        sent.lock().unwrap().is_empty(),
+        "nothing due while leases are live"
+    );
     f.advance(Duration::from_secs(31)).await;
     let Claim::Acquired(_) = store
         .claim(live, ClaimRequest::new("w2", Duration::from_secs(30)))
@@ -161,6 +194,9 @@ async fn expired_leases_and_passed_backoffs_are_redispatched() {
         panic!("expired: taken over")
     };
     let (sent, publish) = recorder();
-    assert_eq!(store.dispatch_due(10, publish).await.unwrap().published, [crashed]);
+    assert_eq!(
+        store.dispatch_due(10, publish).await.unwrap().published,
+        [crashed]
+    );
     assert_eq!(*sent.lock().unwrap(), [crashed]);
 }

@@ -15,7 +15,10 @@ use taskfence::{
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duration) -> Lease {
@@ -28,11 +31,14 @@ async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duratio
 /// Holds the task's row lock in an open transaction, as a takeover or renewal in flight would.
 async fn lock_row(f: &PgFixture, id: TaskId) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut tx = f.pg_store().pool().begin().await.unwrap();
-    sqlx::query(&format!("SELECT 1 FROM \"{}\".tasks WHERE id = $1 FOR UPDATE", f.schema()))
-        .bind(id.as_uuid())
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM \"{}\".tasks WHERE id = $1 FOR UPDATE",
+        f.schema()
+    ))
+    .bind(id.as_uuid())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     tx
 }
 
@@ -54,9 +60,19 @@ async fn paused_worker_returns_after_takeover_is_superseded_and_the_new_answer_s
     let paused = acquire(&*store, task.id, "paused", LEASE).await;
     f.advance(LEASE + Duration::from_secs(1)).await; // the worker is stuck past its lease
     let fresh = acquire(&*store, task.id, "fresh", LEASE).await;
-    assert!(store.complete(fresh, Response::from("fresh")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     assert_eq!(
-        store.complete(paused, Response::from("stale")).await.unwrap().rejection(),
+        store
+            .complete(paused, Response::from("stale"))
+            .await
+            .unwrap()
+            .rejection(),
         Some(&Rejection::AlreadyCompleted(Box::new(
             store.get(task.id).await.unwrap().unwrap()
         ))),
@@ -68,12 +84,26 @@ async fn paused_worker_returns_after_takeover_is_superseded_and_the_new_answer_s
     f.advance(LEASE + Duration::from_secs(1)).await;
     let fresh = acquire(&*store, task.id, "fresh", LEASE).await;
     assert_eq!(
-        store.complete(paused, Response::from("stale")).await.unwrap().rejection(),
+        store
+            .complete(paused, Response::from("stale"))
+            .await
+            .unwrap()
+            .rejection(),
         Some(&Rejection::Superseded { current_version: 2 })
     );
-    assert!(store.complete(fresh, Response::from("fresh")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     let saved = store.get(task.id).await.unwrap().unwrap();
-    assert_eq!(saved.response, Some(Response::from("fresh")), "the new worker's answer stands");
+    assert_eq!(
+        saved.response,
+        Some(Response::from("fresh")),
+        "the new worker's answer stands"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,12 +117,21 @@ async fn renewals_keep_a_long_call_alive_and_renew_after_takeover_fails() {
         f.advance(Duration::from_secs(20)).await;
         assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
         assert!(matches!(
-            store.claim(task.id, ClaimRequest::new("other", LEASE)).await.unwrap(),
+            store
+                .claim(task.id, ClaimRequest::new("other", LEASE))
+                .await
+                .unwrap(),
             Claim::Busy { .. }
         ));
     }
     assert!(lease.expires_at() >= first_expiry + Duration::from_secs(80));
-    assert!(store.complete(lease, Response::from("long answer")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("long answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 
     let task = store.submit(new_task("k2")).await.unwrap().into_task();
     let mut lapsed = acquire(&*store, task.id, "lapsed", LEASE).await;
@@ -120,7 +159,7 @@ async fn completion_waiting_for_the_row_lock_checks_the_lease_after_the_wait() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("late")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "WITH done AS").await;
+    common::wait_until_blocked(&f, "done AS (").await;
     assert!(
         !store_clock_passed(&f, until).await,
         "the completion started while its lease was live"
@@ -135,7 +174,11 @@ async fn completion_waiting_for_the_row_lock_checks_the_lease_after_the_wait() {
         Some(&Rejection::LeaseExpired)
     );
     let after = store.get(task.id).await.unwrap().unwrap();
-    assert_eq!((after.status, after.response), (Status::Running, None), "nothing saved");
+    assert_eq!(
+        (after.status, after.response),
+        (Status::Running, None),
+        "nothing saved"
+    );
 }
 
 /// A completion that waits for the lock of a takeover in flight re-evaluates
@@ -153,7 +196,7 @@ async fn completion_waiting_behind_a_takeover_is_superseded() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("stale")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "WITH done AS").await;
+    common::wait_until_blocked(&f, "done AS (").await;
     assert!(!store_clock_passed(&f, until).await, "started while live");
     common::eventually(Duration::from_secs(10), || async {
         store_clock_passed(&f, until).await.then_some(())
@@ -171,8 +214,20 @@ async fn completion_waiting_behind_a_takeover_is_superseded() {
         completion.await.unwrap().rejection(),
         Some(&Rejection::Superseded { current_version: 2 })
     );
-    assert!(store.complete(fresh, Response::from("fresh")).await.unwrap().is_accepted());
-    let outcomes: Vec<_> = store.attempts(task.id).await.unwrap().into_iter().map(|a| a.outcome).collect();
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let outcomes: Vec<_> = store
+        .attempts(task.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
     assert_eq!(outcomes, [AttemptOutcome::Expired, AttemptOutcome::Completed]);
 }
 
@@ -184,7 +239,11 @@ async fn completions_racing_takeovers_save_one_answer_from_a_current_assignment(
     let f = common::fixture_with(8).await;
     let store = f.pg_store().clone();
     for round in 0..20 {
-        let task = store.submit(new_task(&format!("k{round}"))).await.unwrap().into_task();
+        let task = store
+            .submit(new_task(&format!("k{round}")))
+            .await
+            .unwrap()
+            .into_task();
         let old = acquire(&store, task.id, "old", Duration::from_millis(200)).await;
         // Wait (store clock) until the old lease is over, then race its
         // completion against a takeover and the takeover's completion.
@@ -200,7 +259,11 @@ async fn completions_racing_takeovers_save_one_answer_from_a_current_assignment(
         let takeover = tokio::spawn({
             let store = store.clone();
             async move {
-                match store.claim(task.id, ClaimRequest::new("new", LEASE)).await.unwrap() {
+                match store
+                    .claim(task.id, ClaimRequest::new("new", LEASE))
+                    .await
+                    .unwrap()
+                {
                     Claim::Acquired(lease) => store.complete(lease, Response::from("new")).await.unwrap(),
                     other => panic!("takeover after expiry must acquire: {other:?}"),
                 }
@@ -208,7 +271,10 @@ async fn completions_racing_takeovers_save_one_answer_from_a_current_assignment(
         });
         let (late, new) = (late.await.unwrap(), takeover.await.unwrap());
         assert!(!late.is_accepted(), "round {round}: an expired lease never saves");
-        assert!(matches!(new, Fenced::Accepted(_)), "round {round}: the current assignment saves");
+        assert!(
+            matches!(new, Fenced::Accepted(_)),
+            "round {round}: the current assignment saves"
+        );
         let saved = store.get(task.id).await.unwrap().unwrap();
         assert_eq!(saved.response, Some(Response::from("new")), "round {round}");
     }

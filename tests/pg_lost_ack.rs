@@ -12,7 +12,10 @@ use taskfence::{Claim, ClaimRequest, Error, InputHash, NewTask, RequestKey, Resp
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,24 +25,49 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
     let proxy = WireProxy::start(f.url()).await;
     let worker = proxy.store(&f, 1).await;
 
-    // Prepare the completion statement on the worker's connection first, so
-    // the lost reply below is the reply to the execution itself.
-    let warm = worker.submit(new_task("warm-up")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = worker.claim(warm.id, ClaimRequest::new("w", LEASE)).await.unwrap() else {
+    // The worker holds its connection (no pool traffic in between), and the
+    // completion statement is prepared on it first, so the lost reply below
+    // is the reply to the completion's execution itself.
+    let mut conn = worker.pool().acquire().await.unwrap();
+    let warm = worker
+        .submit_in(&mut conn, new_task("warm-up"))
+        .await
+        .unwrap()
+        .into_task();
+    let Claim::Acquired(lease) = worker
+        .claim_in(&mut conn, warm.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
         panic!("fresh task")
     };
-    assert!(worker.complete(lease, Response::from("warm")).await.unwrap().is_accepted());
+    assert!(
+        worker
+            .complete_in(&mut conn, lease, Response::from("warm"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 
-    let task = worker.submit(new_task("k")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = worker.claim(task.id, ClaimRequest::new("w", LEASE)).await.unwrap() else {
+    let task = worker
+        .submit_in(&mut conn, new_task("k"))
+        .await
+        .unwrap()
+        .into_task();
+    let Claim::Acquired(lease) = worker
+        .claim_in(&mut conn, task.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
         panic!("fresh task")
     };
     proxy.lose_next_reply();
     let err = worker
-        .complete(lease, Response::from("the answer"))
+        .complete_in(&mut conn, lease, Response::from("the answer"))
         .await
         .expect_err("the reply was lost on the way back");
     assert!(matches!(err, Error::Storage(_)) && err.is_retryable(), "{err:?}");
+    drop(conn);
 
     // Read the durable task before deciding to generate again.
     let saved = direct.get(task.id).await.unwrap().unwrap();
@@ -47,7 +75,11 @@ async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it
         (saved.status, saved.response),
         (Status::Completed, Some(Response::from("the answer")))
     );
-    match direct.claim(task.id, ClaimRequest::new("redelivered", LEASE)).await.unwrap() {
+    match direct
+        .claim(task.id, ClaimRequest::new("redelivered", LEASE))
+        .await
+        .unwrap()
+    {
         Claim::Completed(done) => assert_eq!(done.response, Some(Response::from("the answer"))),
         other => panic!("expected Completed, got {other:?}"),
     }

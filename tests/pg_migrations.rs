@@ -48,8 +48,13 @@ async fn assert_coexist(pool: &PgPool) {
     tx.commit().await.unwrap();
     assert!(store.get(task.id).await.unwrap().is_some());
 
-    HOST.run(pool).await.expect("host migrations again: nothing to do");
-    store.migrate().await.expect("taskfence migrations again: nothing to do");
+    HOST.run(pool)
+        .await
+        .expect("host migrations again: nothing to do");
+    store
+        .migrate()
+        .await
+        .expect("taskfence migrations again: nothing to do");
     assert_eq!(versions(pool, "public._sqlx_migrations").await.len(), 2);
     assert_eq!(versions(pool, "taskfence.taskfence_migrations").await, [1]);
 }
@@ -107,10 +112,21 @@ async fn an_applied_migration_that_changed_is_refused() {
 async fn a_schema_name_that_needs_quoting_is_refused() {
     // Never connects: the name is checked before any SQL is built.
     let pool = PgPool::connect_lazy("postgres://postgres@127.0.0.1:1/none").unwrap();
-    for bad in ["", "Tasks", "1abc", "a-b", "a\"b", "x; DROP TABLE y", &"a".repeat(64)] {
+    for bad in [
+        "",
+        "Tasks",
+        "1abc",
+        "a-b",
+        "a\"b",
+        "x; DROP TABLE y",
+        &"a".repeat(64),
+    ] {
         let err = PgStore::builder(pool.clone()).schema(bad).build().expect_err(bad);
         assert!(
-            matches!(err, taskfence::Error::InvalidInput(taskfence::InvalidInput::NotAnIdentifier { .. })),
+            matches!(
+                err,
+                taskfence::Error::InvalidInput(taskfence::InvalidInput::NotAnIdentifier { .. })
+            ),
             "{bad}: {err:?}"
         );
     }

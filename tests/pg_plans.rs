@@ -125,17 +125,22 @@ async fn every_statement_is_index_driven_and_cheap_on_a_large_table() {
     let s = format!("\"{}\"", f.schema());
     let n = rows();
     fill(pool, &s, n).await;
-    let running: Uuid = sqlx::query(&format!("SELECT id FROM {s}.tasks WHERE status = 'running' LIMIT 1"))
-        .fetch_one(pool)
-        .await
-        .unwrap()
-        .get(0);
+    let running: Uuid = sqlx::query(&format!(
+        "SELECT id FROM {s}.tasks WHERE status = 'running' LIMIT 1"
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
     let jit_above: f64 = sqlx::query("SELECT current_setting('jit_above_cost')::float8")
         .fetch_one(pool)
         .await
         .unwrap()
         .get(0);
-    assert!(MAX_COST * 10.0 <= jit_above, "the bound is well below jit_above_cost");
+    assert!(
+        MAX_COST * 10.0 <= jit_above,
+        "the bound is well below jit_above_cost"
+    );
 
     let mut conn = pool.acquire().await.unwrap();
     for (name, sql) in f.pg_store().statements() {

@@ -14,7 +14,10 @@ use taskfence::{
 const RACERS: usize = 32;
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -26,10 +29,21 @@ async fn thirty_two_concurrent_duplicate_submits_make_one_task() {
         async move { store.submit(new_task("pressed-send-once")).await.expect("submit") }
     })
     .await;
-    assert_eq!(results.iter().filter(|s| s.is_created()).count(), 1, "one creates");
+    assert_eq!(
+        results.iter().filter(|s| s.is_created()).count(),
+        1,
+        "one creates"
+    );
     let id = results[0].task().id;
-    assert!(results.iter().all(|s| s.task().id == id), "all 32 see the same task");
-    assert_eq!((f.count("tasks").await, f.count("handoffs").await), (1, 1), "one row each");
+    assert!(
+        results.iter().all(|s| s.task().id == id),
+        "all 32 see the same task"
+    );
+    assert_eq!(
+        (f.count("tasks").await, f.count("handoffs").await),
+        (1, 1),
+        "one row each"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -41,15 +55,24 @@ async fn thirty_two_concurrent_claims_acquire_once() {
         let store = store.clone();
         async move {
             store
-                .claim(task.id, ClaimRequest::new(format!("worker-{i}"), Duration::from_secs(30)))
+                .claim(
+                    task.id,
+                    ClaimRequest::new(format!("worker-{i}"), Duration::from_secs(30)),
+                )
                 .await
                 .expect("claim")
         }
     })
     .await;
-    assert_eq!(claims.iter().filter(|c| c.is_acquired()).count(), 1, "one Acquired");
+    assert_eq!(
+        claims.iter().filter(|c| c.is_acquired()).count(),
+        1,
+        "one Acquired"
+    );
     assert!(
-        claims.iter().all(|c| matches!(c, Claim::Acquired(_) | Claim::Busy { .. })),
+        claims
+            .iter()
+            .all(|c| matches!(c, Claim::Acquired(_) | Claim::Busy { .. })),
         "the rest are Busy: {claims:?}"
     );
     let now = store.get(task.id).await.unwrap().unwrap();
@@ -80,7 +103,11 @@ async fn thirty_two_concurrent_completes_with_the_same_lease_accept_once() {
         }
     })
     .await;
-    let winners: Vec<usize> = results.iter().filter(|(_, r)| r.is_accepted()).map(|(i, _)| *i).collect();
+    let winners: Vec<usize> = results
+        .iter()
+        .filter(|(_, r)| r.is_accepted())
+        .map(|(i, _)| *i)
+        .collect();
     assert_eq!(winners.len(), 1, "one Accepted");
     let saved = Response::from(format!("answer {}", winners[0]));
     for (_, r) in &results {

@@ -1,6 +1,11 @@
 //! One statement, one round trip per happy-path operation — counted on the
 //! wire by a proxy that parses the PostgreSQL protocol (the server here has no
 //! `pg_stat_statements` in `shared_preload_libraries`).
+//!
+//! A pooled operation is followed by sqlx's own liveness ping when the
+//! connection goes back to the pool (a lone `Sync`, no statement, after the
+//! operation has returned); the `_in` variants on a held connection show the
+//! operation alone.
 
 mod common;
 
@@ -9,14 +14,22 @@ use std::time::Duration;
 use common::{Wire, WireProxy};
 use taskfence::testing::Fixture;
 use taskfence::{
-    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy, TaskStore,
+    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy,
+    TaskStore,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
-        .policy(RetryPolicy::default().jitter(0.0).initial_backoff(Duration::from_secs(1)))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
+    .policy(
+        RetryPolicy::default()
+            .jitter(0.0)
+            .initial_backoff(Duration::from_secs(1)),
+    )
 }
 
 async fn acquire(store: &PgStore, id: taskfence::TaskId) -> Lease {
@@ -35,16 +48,38 @@ async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut
     seen("claim");
     assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
     seen("renew");
-    assert!(store.record_operation(&lease, "op-1").await.unwrap().is_accepted());
+    assert!(
+        store
+            .record_operation(&lease, "op-1")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("record_operation");
-    assert!(store.complete(lease, Response::from("answer")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("complete");
 
-    let other = store.submit(new_task(&format!("{key}-b"))).await.unwrap().into_task();
+    let other = store
+        .submit(new_task(&format!("{key}-b")))
+        .await
+        .unwrap()
+        .into_task();
     seen("submit");
     let lease = acquire(store, other.id).await;
     seen("claim");
-    assert!(store.fail(lease, Failure::retryable("429")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .fail(lease, Failure::retryable("429"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     seen("fail");
     fixture.advance(Duration::from_secs(2)).await; // the fixture's own connection: not counted
     let lease = acquire(store, other.id).await;
@@ -73,19 +108,81 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
     for (op, wire) in &warm {
         println!("warm {op:<17} {wire:?}");
         assert_eq!(
-            *wire,
-            Wire {
-                simple_queries: 0,
-                parses: 0,
-                executes: 1,
-                syncs: 1
-            },
+            (wire.simple_queries, wire.parses, wire.executes, wire.requests),
+            (0, 0, 1, 1),
             "{op}: one statement, one round trip"
         );
     }
+    // sqlx pings each connection it takes back, in the background after the
+    // operation returned, so a ping lands in whichever window is open then.
+    let pings: u64 = warm.iter().map(|(_, w)| w.pings).sum::<u64>() + proxy.take().pings;
+    assert!(
+        pings <= warm.len() as u64,
+        "at most one release ping per pooled operation"
+    );
     for (op, wire) in &cold {
         assert_eq!(wire.statements(), 1, "{op}: one statement even on first use");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
+    let f = common::fixture().await;
+    let proxy = WireProxy::start(f.url()).await;
+    let store = proxy.store(&f, 1).await;
+    every_operation(&store, &f, "warm", |_| {}).await; // prepare every statement
+    let mut conn = store.pool().acquire().await.unwrap();
+    let exactly_one = Wire {
+        simple_queries: 0,
+        parses: 0,
+        executes: 1,
+        requests: 1,
+        pings: 0,
+    };
+    proxy.take();
+    let task = store
+        .submit_in(&mut conn, new_task("k"))
+        .await
+        .unwrap()
+        .into_task();
+    assert_eq!(proxy.take(), exactly_one, "submit_in");
+    let Claim::Acquired(lease) = store
+        .claim_in(&mut conn, task.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
+        panic!("fresh task")
+    };
+    assert_eq!(proxy.take(), exactly_one, "claim_in");
+    assert!(
+        store
+            .complete_in(&mut conn, lease, Response::from("a"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(proxy.take(), exactly_one, "complete_in");
+    let other = store
+        .submit_in(&mut conn, new_task("k2"))
+        .await
+        .unwrap()
+        .into_task();
+    let Claim::Acquired(lease) = store
+        .claim_in(&mut conn, other.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap()
+    else {
+        panic!("fresh task")
+    };
+    proxy.take();
+    assert!(
+        store
+            .fail_in(&mut conn, lease, Failure::retryable("429"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(proxy.take(), exactly_one, "fail_in");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,19 +195,50 @@ async fn duplicate_deliveries_and_resubmits_are_one_round_trip_and_rejections_tw
     let task = store.submit(new_task("k")).await.unwrap().into_task();
     let lease = acquire(&store, task.id).await;
     let copy = lease.clone();
-    assert!(store.complete(lease, Response::from("a")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("a"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    // Prepare the classifying read too.
+    assert!(
+        !store
+            .complete(copy.clone(), Response::from("b"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     proxy.take();
 
     assert!(!store.submit(new_task("k")).await.unwrap().is_created());
     assert_eq!(proxy.take().round_trips(), 1, "a repeated submit: one round trip");
     assert!(matches!(
-        store.claim(task.id, ClaimRequest::new("w2", LEASE)).await.unwrap(),
+        store
+            .claim(task.id, ClaimRequest::new("w2", LEASE))
+            .await
+            .unwrap(),
         Claim::Completed(_)
     ));
-    assert_eq!(proxy.take().round_trips(), 1, "a duplicate delivery: one round trip");
+    assert_eq!(
+        proxy.take().round_trips(),
+        1,
+        "a duplicate delivery: one round trip"
+    );
 
     // A refused write: the write, then one read to classify it.
-    let _ = store.complete(copy, Response::from("b")).await.unwrap().rejection().cloned().unwrap();
+    let _ = store
+        .complete(copy, Response::from("b"))
+        .await
+        .unwrap()
+        .rejection()
+        .cloned()
+        .unwrap();
     let wire = proxy.take();
-    assert_eq!((wire.statements(), wire.round_trips()), (2, 2), "a rejection: {wire:?}");
+    assert_eq!(
+        (wire.statements(), wire.round_trips()),
+        (2, 2),
+        "a rejection: {wire:?}"
+    );
 }

@@ -28,7 +28,10 @@ async fn host_rows(f: &PgFixture, table: &str) -> i64 {
 }
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,17 +40,28 @@ async fn message_and_task_commit_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!("INSERT INTO \"{}\".messages VALUES (1, 'question')", f.schema()))
-        .execute(&mut *tx)
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\".messages VALUES (1, 'question')",
+        f.schema()
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let task = store
+        .submit_in(&mut tx, new_task("k1"))
         .await
-        .unwrap();
-    let task = store.submit_in(&mut tx, new_task("k1")).await.unwrap().into_task();
+        .unwrap()
+        .into_task();
     // Not visible outside the transaction before it commits.
     assert!(store.get(task.id).await.unwrap().is_none());
     tx.commit().await.unwrap();
     assert_eq!(host_rows(&f, "messages").await, 1);
     assert_eq!(store.get(task.id).await.unwrap().unwrap().status, Status::Pending);
-    assert_eq!(f.count("handoffs").await, 1, "the handoff committed with the task");
+    assert_eq!(
+        f.count("handoffs").await,
+        1,
+        "the handoff committed with the task"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,11 +70,18 @@ async fn message_and_task_roll_back_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!("INSERT INTO \"{}\".messages VALUES (1, 'question')", f.schema()))
-        .execute(&mut *tx)
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\".messages VALUES (1, 'question')",
+        f.schema()
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let task = store
+        .submit_in(&mut tx, new_task("k1"))
         .await
-        .unwrap();
-    let task = store.submit_in(&mut tx, new_task("k1")).await.unwrap().into_task();
+        .unwrap()
+        .into_task();
     tx.rollback().await.unwrap();
     assert_eq!(host_rows(&f, "messages").await, 0);
     assert!(store.get(task.id).await.unwrap().is_none());
@@ -83,11 +104,17 @@ async fn reply_and_completion_commit_together() {
         panic!("fresh task")
     };
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!("INSERT INTO \"{}\".replies VALUES (1, 'answer')", f.schema()))
-        .execute(&mut *tx)
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
+        f.schema()
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let done = store
+        .complete_in(&mut tx, lease, Response::from("answer"))
         .await
         .unwrap();
-    let done = store.complete_in(&mut tx, lease, Response::from("answer")).await.unwrap();
     assert!(done.is_accepted());
     tx.commit().await.unwrap();
     assert_eq!(host_rows(&f, "replies").await, 1);
@@ -112,10 +139,13 @@ async fn reply_and_completion_roll_back_together() {
         panic!("fresh task")
     };
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!("INSERT INTO \"{}\".replies VALUES (1, 'answer')", f.schema()))
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
+        f.schema()
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
     assert!(
         store
             .complete_in(&mut tx, lease.clone(), Response::from("answer"))
@@ -134,7 +164,13 @@ async fn reply_and_completion_roll_back_together() {
     let attempts = store.attempts(task.id).await.unwrap();
     assert_eq!(attempts[0].outcome, taskfence::AttemptOutcome::Running);
     // The lease is still the current one: the worker can still save.
-    assert!(store.complete(lease, Response::from("answer")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,8 +198,11 @@ async fn an_open_completion_holds_the_row_until_the_caller_commits() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("competitor")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "WITH done AS").await;
-    assert!(!competitor.is_finished(), "the competitor waits for the caller's transaction");
+    common::wait_until_blocked(&f, "done AS (").await;
+    assert!(
+        !competitor.is_finished(),
+        "the competitor waits for the caller's transaction"
+    );
     tx.commit().await.unwrap();
     match competitor.await.unwrap() {
         Fenced::Rejected(taskfence::Rejection::AlreadyCompleted(t)) => {

@@ -10,14 +10,17 @@ use std::time::Duration;
 
 use taskfence::testing::Fixture;
 use taskfence::{
-    AttemptOutcome, Claim, ClaimRequest, Failure, InputHash, NewTask, RequestKey, Response, RetryPolicy, Status,
-    TaskId, TaskStore,
+    AttemptOutcome, Claim, ClaimRequest, Failure, InputHash, NewTask, RequestKey, Response, RetryPolicy,
+    Status, TaskId, TaskStore,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of(["m", key]))
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 /// A stand-in LLM provider that counts its calls.
@@ -72,7 +75,8 @@ async fn provider_answered_but_worker_died_before_saving_takeover_saves_one_answ
     let worker_a = tokio::spawn({
         let (store, provider) = (store.clone(), provider.clone());
         async move {
-            let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap() else {
+            let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap()
+            else {
                 panic!("fresh task")
             };
             let answer = provider.call().await;
@@ -95,12 +99,29 @@ async fn provider_answered_but_worker_died_before_saving_takeover_saves_one_answ
 
     let done = store.get(task.id).await.unwrap().unwrap();
     assert_eq!(done.status, Status::Completed);
-    assert_eq!(done.response, Some(Response::from("answer from call 2")), "one answer: B's");
-    assert_eq!(provider.calls(), 2, "the provider did the work twice: documented, not hidden");
-    let outcomes: Vec<_> = store.attempts(task.id).await.unwrap().into_iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        done.response,
+        Some(Response::from("answer from call 2")),
+        "one answer: B's"
+    );
+    assert_eq!(
+        provider.calls(),
+        2,
+        "the provider did the work twice: documented, not hidden"
+    );
+    let outcomes: Vec<_> = store
+        .attempts(task.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
     assert_eq!(outcomes, [AttemptOutcome::Expired, AttemptOutcome::Completed]);
     // Any further delivery finds it done.
-    assert_eq!(deliver(&*store, &provider, task.id, "c").await, Delivery::AlreadyDone);
+    assert_eq!(
+        deliver(&*store, &provider, task.id, "c").await,
+        Delivery::AlreadyDone
+    );
     assert_eq!(provider.calls(), 2);
 }
 
@@ -114,10 +135,17 @@ async fn crash_after_save_before_queue_ack_redelivery_skips_the_provider() {
     // the queue redelivers the same message, possibly several times.
     assert_eq!(deliver(&*store, &provider, task.id, "a").await, Delivery::Saved);
     for worker in ["b", "c", "d"] {
-        assert_eq!(deliver(&*store, &provider, task.id, worker).await, Delivery::AlreadyDone);
+        assert_eq!(
+            deliver(&*store, &provider, task.id, worker).await,
+            Delivery::AlreadyDone
+        );
     }
     assert_eq!(provider.calls(), 1, "redeliveries never reach the provider");
-    assert_eq!(store.attempts(task.id).await.unwrap().len(), 1, "and start no attempt");
+    assert_eq!(
+        store.attempts(task.id).await.unwrap().len(),
+        1,
+        "and start no attempt"
+    );
     assert_eq!(
         store.get(task.id).await.unwrap().unwrap().response,
         Some(Response::from("answer from call 1"))
@@ -132,7 +160,11 @@ async fn budget_runs_out_across_redeliveries_then_terminal_with_no_further_attem
         .max_attempts(3)
         .jitter(0.0)
         .initial_backoff(Duration::from_secs(1));
-    let task = store.submit(new_task("k").policy(policy)).await.unwrap().into_task();
+    let task = store
+        .submit(new_task("k").policy(policy))
+        .await
+        .unwrap()
+        .into_task();
     let provider = Provider::default();
     // Attempt 1 fails (rate limited), attempt 2 crashes (lease expires), attempt 3 fails.
     let lease = match store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap() {
@@ -140,7 +172,13 @@ async fn budget_runs_out_across_redeliveries_then_terminal_with_no_further_attem
         other => panic!("{other:?}"),
     };
     provider.call().await;
-    assert!(store.fail(lease, Failure::retryable("429")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .fail(lease, Failure::retryable("429"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     f.advance(Duration::from_secs(2)).await;
     let crashed = match store.claim(task.id, ClaimRequest::new("b", LEASE)).await.unwrap() {
         Claim::Acquired(l) => l,
@@ -155,8 +193,16 @@ async fn budget_runs_out_across_redeliveries_then_terminal_with_no_further_attem
     };
     assert_eq!(lease.attempt(), 3);
     provider.call().await;
-    let out = store.fail(lease, Failure::retryable("503")).await.unwrap().accepted().unwrap();
-    assert!(matches!(out, taskfence::Retry::Exhausted(ref t) if t.status == Status::Failed), "{out:?}");
+    let out = store
+        .fail(lease, Failure::retryable("503"))
+        .await
+        .unwrap()
+        .accepted()
+        .unwrap();
+    assert!(
+        matches!(out, taskfence::Retry::Exhausted(ref t) if t.status == Status::Failed),
+        "{out:?}"
+    );
 
     // Redeliveries keep coming: none reaches the provider or counts an attempt.
     for worker in ["d", "e", "f"] {
@@ -165,8 +211,15 @@ async fn budget_runs_out_across_redeliveries_then_terminal_with_no_further_attem
     }
     assert_eq!(provider.calls(), 3);
     let failed = store.get(task.id).await.unwrap().unwrap();
-    assert_eq!((failed.status, failed.attempts()), (Status::Failed, 3), "terminal, visible to all");
+    assert_eq!(
+        (failed.status, failed.attempts()),
+        (Status::Failed, 3),
+        "terminal, visible to all"
+    );
     assert!(failed.last_error.unwrap().contains("attempts exhausted"));
     assert_eq!(store.attempts(task.id).await.unwrap().len(), 3);
-    assert!(store.due(10).await.unwrap().is_empty(), "nothing left to re-dispatch");
+    assert!(
+        store.due(10).await.unwrap().is_empty(),
+        "nothing left to re-dispatch"
+    );
 }

@@ -29,7 +29,9 @@ pub(crate) const HISTORY_TABLE: &str = "taskfence_migrations";
 
 /// An applied migration whose file has changed since: refuse to guess.
 #[derive(Debug, thiserror::Error)]
-#[error("taskfence migration {version} in schema {schema} was applied with other contents (checksum mismatch)")]
+#[error(
+    "taskfence migration {version} in schema {schema} was applied with other contents (checksum mismatch)"
+)]
 struct ChangedMigration {
     version: i64,
     schema: String,
@@ -58,14 +60,15 @@ pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
     );
     // Several statements: the simple-query protocol (an `&str` without arguments).
     conn.execute(setup.as_str()).await.map_err(db)?;
-    let applied: Vec<(i64, Vec<u8>)> = sqlx::query(&format!("SELECT version, checksum FROM {q}.{HISTORY_TABLE}"))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(db)?;
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query(&format!("SELECT version, checksum FROM {q}.{HISTORY_TABLE}"))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db)?;
     for migration in MIGRATIONS {
         let checksum = Sha256::digest(migration.sql.as_bytes()).to_vec();
         match applied.iter().find(|(v, _)| *v == migration.version) {
@@ -78,7 +81,11 @@ pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
             }
             None => {}
         }
-        tracing::info!(schema = schema.name(), version = migration.version, "applying taskfence migration");
+        tracing::info!(
+            schema = schema.name(),
+            version = migration.version,
+            "applying taskfence migration"
+        );
         // SET LOCAL ends with the transaction: the host's search_path is untouched.
         let script = format!("SET LOCAL search_path TO {q};\n{}", migration.sql);
         conn.execute(script.as_str()).await.map_err(db)?;

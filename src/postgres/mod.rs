@@ -83,8 +83,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgPool};
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -94,7 +94,8 @@ use crate::memory::stop_message;
 use crate::policy::{Failure, Plan, StopReason, jitter_unit};
 use crate::rules::{self, ClaimRule};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted, TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
+    TaskStore,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
@@ -270,7 +271,9 @@ impl PgStore {
     /// # }
     /// ```
     pub fn new(pool: PgPool) -> Self {
-        Self::builder(pool).build().expect("the default schema name is valid")
+        Self::builder(pool)
+            .build()
+            .expect("the default schema name is valid")
     }
 
     /// A builder, to choose the schema.
@@ -408,7 +411,12 @@ impl PgStore {
     /// let claim = store.claim_in(&mut conn, id, taskfence::ClaimRequest::new("w", Duration::from_secs(30))).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn claim_in(&self, conn: &mut PgConnection, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+    pub async fn claim_in(
+        &self,
+        conn: &mut PgConnection,
+        id: TaskId,
+        request: ClaimRequest,
+    ) -> Result<Claim> {
         request.validate()?;
         let attempt_id = AttemptId::new();
         for _ in 0..RACE_RETRIES {
@@ -513,12 +521,18 @@ impl PgStore {
     /// tx.commit().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn fail_in(&self, conn: &mut PgConnection, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+    pub async fn fail_in(
+        &self,
+        conn: &mut PgConnection,
+        lease: Lease,
+        failure: Failure,
+    ) -> Result<Fenced<Retry>> {
         failure.validate()?;
         // The policy's decision is pure (reused from `RetryPolicy::plan`); only
         // the deadline comparison needs the store clock and happens in SQL.
         let policy = &lease.task().policy;
-        let (stop, delay) = match policy.plan(failure.kind, lease.attempt(), jitter_unit(lease.attempt_id())) {
+        let (stop, delay) = match policy.plan(failure.kind, lease.attempt(), jitter_unit(lease.attempt_id()))
+        {
             Plan::Stop(reason) => (Some(stop_message(reason, &failure.message)), Duration::ZERO),
             Plan::RetryAfter(delay) => (None, delay),
         };
@@ -577,7 +591,9 @@ impl PgStore {
             let (task, _) = self.read_on(conn, id).await?.ok_or(Error::NotFound(id))?;
             match task.status {
                 Status::Cancelled => return Ok(Fenced::Accepted(task)),
-                Status::Completed => return Ok(Fenced::Rejected(Rejection::AlreadyCompleted(Box::new(task)))),
+                Status::Completed => {
+                    return Ok(Fenced::Rejected(Rejection::AlreadyCompleted(Box::new(task))));
+                }
                 Status::Failed => return Ok(Fenced::Rejected(Rejection::NotRunning(Status::Failed))),
                 Status::Pending | Status::Running => continue,
             }
@@ -817,9 +833,12 @@ impl TaskStore for PgStore {
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
         limits::check_response(&response)?;
         let span = trace::lease_op("complete", &lease);
-        async move { self.complete_in(&mut *self.acquire().await?, lease, response).await }
-            .instrument(span)
-            .await
+        async move {
+            self.complete_in(&mut *self.acquire().await?, lease, response)
+                .await
+        }
+        .instrument(span)
+        .await
     }
 
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {

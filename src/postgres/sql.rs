@@ -58,6 +58,12 @@ impl Statements {
     /// Renders every statement for the quoted schema name `s`.
     pub(crate) fn new(s: &str) -> Self {
         let cols = TASK_COLUMNS;
+        // Lock the row first (an InitPlan that the write's `id = (SELECT id
+        // FROM locked)` needs before it reads a row), so the guard and its
+        // clock are evaluated after the lock is held — also when the previous
+        // holder only locked the row and changed nothing (no recheck then).
+        let locked =
+            format!("locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)");
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval.
@@ -96,7 +102,8 @@ impl Statements {
             // reads the clock once, after the lock, and decides take or exhaust.
             // Not written: the statement's snapshot of the row, for the caller to classify.
             claim: format!(
-                "WITH claimed AS (
+                "WITH {locked},
+                claimed AS (
                     UPDATE {s}.tasks AS t
                     SET (version, status, lease_until, not_before, finished_at, last_error) = (
                         SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
@@ -110,7 +117,7 @@ impl Statements {
                                             AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
                               FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
                     )
-                    WHERE t.id = $1
+                    WHERE t.id = (SELECT id FROM locked)
                       AND ((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
                         OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))
                     RETURNING {cols}
@@ -133,18 +140,20 @@ impl Statements {
             ),
             // $1 id, $2 version, $3 extension.
             renew: format!(
-                "UPDATE {s}.tasks SET lease_until = {s}.store_clock() + $3
-                 WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                "WITH {locked}
+                 UPDATE {s}.tasks SET lease_until = {s}.store_clock() + $3
+                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
             ),
             // $1 id, $2 version, $3 response. The seed's guarded UPDATE, with the
             // attempt's outcome written by the same statement.
             complete: format!(
-                "WITH done AS (
+                "WITH {locked},
+                done AS (
                     UPDATE {s}.tasks
                     SET status = 'completed', response = $3, lease_until = NULL, not_before = NULL,
                         finished_at = {s}.store_clock()
-                    WHERE id = $1
+                    WHERE id = (SELECT id FROM locked)
                       AND version = $2
                       AND status = 'running'
                       AND lease_until > {s}.store_clock()
@@ -160,7 +169,8 @@ impl Statements {
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
             // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
             fail: format!(
-                "WITH failed AS (
+                "WITH {locked},
+                failed AS (
                     UPDATE {s}.tasks AS t
                     SET (status, lease_until, not_before, finished_at, last_error) = (
                         SELECT CASE WHEN d.stop THEN 'failed' ELSE 'pending' END,
@@ -174,7 +184,7 @@ impl Statements {
                                      OR (t.deadline_at IS NOT NULL AND c.now + $6 >= t.deadline_at) AS stop
                               FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
                     )
-                    WHERE t.id = $1 AND t.version = $2 AND t.status = 'running'
+                    WHERE t.id = (SELECT id FROM locked) AND t.version = $2 AND t.status = 'running'
                       AND t.lease_until > {s}.store_clock()
                     RETURNING {cols}
                 ),
@@ -186,9 +196,10 @@ impl Statements {
             ),
             // $1 id, $2 version.
             release: format!(
-                "WITH released AS (
+                "WITH {locked},
+                released AS (
                     UPDATE {s}.tasks SET status = 'pending', lease_until = NULL, not_before = NULL
-                    WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                    WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                     RETURNING id, version
                 ),
                 finished AS (
@@ -216,9 +227,10 @@ impl Statements {
             // $1 id, $2 version, $3 operation id. FOR SHARE holds the task row
             // (a concurrent completion or takeover waits) while the attempt is written.
             record_operation: format!(
-                "WITH holder AS (
+                "WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR SHARE),
+                holder AS (
                     SELECT id FROM {s}.tasks
-                    WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                    WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                     FOR SHARE
                 )
                 UPDATE {s}.attempts AS a SET operation_id = $3

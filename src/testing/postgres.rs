@@ -54,8 +54,9 @@ impl PgFixture {
     /// # }
     /// ```
     pub async fn new() -> Self {
-        let url = std::env::var("DATABASE_URL")
-            .expect("DATABASE_URL must name a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/test");
+        let url = std::env::var("DATABASE_URL").expect(
+            "DATABASE_URL must name a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/test",
+        );
         Self::connect(&url).await
     }
 
@@ -201,7 +202,10 @@ impl Drop for PgFixture {
     fn drop(&mut self) {
         let (url, schema) = (self.url.clone(), self.schema().to_owned());
         let dropper = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             runtime.block_on(async {
                 let options: PgConnectOptions = url.parse().ok()?;
                 let mut conn = options.disable_statement_logging().connect().await.ok()?;

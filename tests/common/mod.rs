@@ -110,8 +110,12 @@ pub struct Wire {
     pub parses: u64,
     /// Extended-protocol `Execute` messages: one per statement executed.
     pub executes: u64,
-    /// `Sync` messages: each ends one request the client then waits on (a round trip).
-    pub syncs: u64,
+    /// Requests: a `Sync` ending a batch of extended-protocol messages, which
+    /// the client then waits on (one round trip).
+    pub requests: u64,
+    /// Lone `Sync`s: sqlx's liveness check when a connection goes back to the
+    /// pool, sent after the operation has returned (not a statement).
+    pub pings: u64,
 }
 
 impl Wire {
@@ -119,9 +123,9 @@ impl Wire {
     pub fn statements(&self) -> u64 {
         self.executes + self.simple_queries
     }
-    /// Round trips: requests the client waited for.
+    /// Round trips carrying statements: requests plus simple queries.
     pub fn round_trips(&self) -> u64 {
-        self.syncs + self.simple_queries
+        self.requests + self.simple_queries
     }
 }
 
@@ -205,7 +209,8 @@ impl WireProxy {
             simple_queries: get(b'Q'),
             parses: get(b'P'),
             executes: get(b'E'),
-            syncs: get(b'S'),
+            requests: get(REQUEST),
+            pings: get(PING),
         };
         counts.clear();
         wire
@@ -225,6 +230,10 @@ impl Drop for WireProxy {
     }
 }
 
+/// Synthetic count keys (not protocol message types).
+const REQUEST: u8 = 1;
+const PING: u8 = 2;
+
 async fn pipe(
     client: TcpStream,
     server: TcpStream,
@@ -236,13 +245,21 @@ async fn pipe(
     let upstream = async move {
         let mut frames = Frames::startup();
         let mut buf = vec![0u8; 64 * 1024];
+        let mut batch = false; // messages since the last Sync
         loop {
             let n = match client_read.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => n,
             };
             for kind in frames.push(&buf[..n]) {
-                *counts.lock().unwrap().entry(kind).or_default() += 1;
+                let mut counts = counts.lock().unwrap();
+                *counts.entry(kind).or_default() += 1;
+                if kind == b'S' {
+                    *counts.entry(if batch { REQUEST } else { PING }).or_default() += 1;
+                    batch = false;
+                } else {
+                    batch = true;
+                }
             }
             if server_write.write_all(&buf[..n]).await.is_err() {
                 break;
@@ -309,7 +326,10 @@ impl Frames {
         let mut kinds = Vec::new();
         loop {
             if self.startup {
-                let Some(len) = self.pending.get(..4).map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
+                let Some(len) = self
+                    .pending
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
                 else {
                     break;
                 };
@@ -406,7 +426,10 @@ impl Drop for TempDatabase {
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
             use sqlx::{ConnectOptions, Connection};
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async {
                 let mut conn = admin.connect().await.ok()?;
                 sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
