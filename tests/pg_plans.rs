@@ -71,6 +71,49 @@ fn interval(secs: i64) -> PgInterval {
     }
 }
 
+/// Each statement's parameter types and plausible arguments, for `PREPARE`
+/// and `EXPLAIN EXECUTE` (the generic plan).
+fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
+    let id = format!("'{id}'");
+    match name {
+        "submit" => (
+            "uuid, text, text, text, bytea, bytea, int4, int8, int8, float8, float8, int8, text, interval, interval",
+            "gen_random_uuid(), 'scope-1', 'chat.reply', 'key-new', sha256('x'), '', 5, 1000000000, \
+             300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day'"
+                .into(),
+        ),
+        "get" | "read" | "attempts" => ("uuid", id),
+        "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
+        "claim" => (
+            "uuid, uuid, interval, text, text, text",
+            format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted'"),
+        ),
+        "renew" => ("uuid, int8, interval", format!("{id}, 1, '30 s'")),
+        "complete" => ("uuid, int8, bytea", format!("{id}, 1, 'answer'")),
+        "fail" => (
+            "uuid, int8, text, text, text, interval, text",
+            format!("{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable'"),
+        ),
+        "release" => ("uuid, int8", format!("{id}, 1")),
+        "cancel" => ("uuid, text", format!("{id}, 'user deleted it'")),
+        "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
+        "due" | "purge_expired" | "claim_handoffs" => ("int8", "100".into()),
+        "mark_published" => ("int8[]", "'{1,2,3}'".into()),
+        other => panic!("no parameters for {other}"),
+    }
+}
+
+/// The total cost on the first line of a text plan.
+fn total_cost(name: &str, plan: &[String]) -> f64 {
+    plan[0]
+        .split("cost=")
+        .nth(1)
+        .and_then(|c| c.split("..").nth(1))
+        .and_then(|c| c.split(' ').next())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no cost in {:?}", plan[0]))
+}
+
 /// Binds plausible values for each statement's parameters.
 fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<'q, Postgres, PgArguments> {
     match name {
@@ -153,18 +196,67 @@ async fn every_statement_is_index_driven_and_cheap_on_a_large_table() {
             .map(|r| r.get(0))
             .collect();
         println!("-- {name} ({n} tasks)\n{}\n", plan.join("\n"));
-        let total: f64 = plan[0]
-            .split("cost=")
-            .nth(1)
-            .and_then(|c| c.split("..").nth(1))
-            .and_then(|c| c.split(' ').next())
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("{name}: no cost in {:?}", plan[0]));
+        let total = total_cost(name, &plan);
         assert!(total < MAX_COST, "{name}: total cost {total} at {n} rows");
         assert!(
             !plan.iter().any(|line| line.contains("Seq Scan")),
             "{name}: sequential scan at {n} rows:\n{}",
             plan.join("\n")
+        );
+    }
+}
+
+/// sqlx runs every statement as a named prepared statement; after five runs
+/// PostgreSQL may switch it to a generic plan (parameters unknown at planning,
+/// `LIMIT $1` estimated, not known). Those plans must be index-driven and
+/// below `jit_above_cost` too, or a long-lived connection would start
+/// JIT-compiling its calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_plans_of_prepared_statements_stay_index_driven_and_below_jit() {
+    let f = common::fixture().await;
+    let pool = f.pg_store().pool();
+    let s = format!("\"{}\"", f.schema());
+    let n = rows();
+    fill(pool, &s, n).await;
+    let running: Uuid = sqlx::query(&format!(
+        "SELECT id FROM {s}.tasks WHERE status = 'running' LIMIT 1"
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get(0);
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let jit_above: f64 = sqlx::query("SELECT current_setting('jit_above_cost')::float8")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+        .get(0);
+    for (name, sql) in f.pg_store().statements() {
+        let (types, args) = prepared(name, running);
+        sqlx::raw_sql(&format!("PREPARE tf_{name} ({types}) AS {sql}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("PREPARE {name}: {e}"));
+        let plan: Vec<String> = sqlx::raw_sql(&format!("EXPLAIN EXECUTE tf_{name} ({args})"))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("EXPLAIN EXECUTE {name}: {e}"))
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        println!("-- generic {name} ({n} tasks)\n{}\n", plan.join("\n"));
+        let total = total_cost(name, &plan);
+        assert!(
+            total < jit_above,
+            "{name}: generic plan cost {total} reaches jit_above_cost"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("Seq Scan")),
+            "{name}: sequential scan in the generic plan at {n} rows"
         );
     }
 }

@@ -114,11 +114,12 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
         );
     }
     // sqlx pings each connection it takes back, in the background after the
-    // operation returned, so a ping lands in whichever window is open then.
+    // operation returned, so a ping lands in whichever window is open then
+    // (the last cold operation's may land in the first warm window).
     let pings: u64 = warm.iter().map(|(_, w)| w.pings).sum::<u64>() + proxy.take().pings;
     assert!(
-        pings <= warm.len() as u64,
-        "at most one release ping per pooled operation"
+        pings <= warm.len() as u64 + 1,
+        "at most one release ping per pooled operation: {pings}"
     );
     for (op, wire) in &cold {
         assert_eq!(wire.statements(), 1, "{op}: one statement even on first use");

@@ -25,41 +25,66 @@
 //! or transaction started (`now()` / `CURRENT_TIMESTAMP`). The Rust process's
 //! clock is never used.
 //!
-//! # Why one `UPDATE` decides exactly as the seed's transaction
+//! # Why one statement decides exactly as the seed's transaction
 //!
 //! The seed completes a task with
 //! `BEGIN; SELECT … FOR UPDATE; UPDATE … WHERE version = $v AND status = 'running'
 //! AND lease_until > clock_timestamp() AND response IS NULL; COMMIT;` under Read
-//! Committed. [`PgStore`] sends only the `UPDATE` (with its attempt bookkeeping
-//! in CTEs). The decision is the same because of how PostgreSQL executes an
-//! `UPDATE` in Read Committed:
+//! Committed. [`PgStore`] sends one statement instead:
 //!
-//! 1. The `UPDATE` finds the row through its snapshot and **locks it** before
-//!    changing it — the lock the seed's `SELECT … FOR UPDATE` takes. If
-//!    another transaction holds the lock (a takeover, a renewal, a racing
-//!    completion), the `UPDATE` waits for it to commit or roll back.
-//! 2. If the row was changed while it waited, PostgreSQL does not use its old
-//!    snapshot of the row: it fetches the **newest committed version** and
-//!    re-evaluates the whole `WHERE` clause against it (EvalPlanQual). So the
-//!    version, status and response conditions are checked against the row as
-//!    it is once the lock is held — as the seed's `UPDATE` after `FOR UPDATE` does.
-//! 3. `store_clock()` is `VOLATILE` and written directly in the `WHERE` (never
-//!    precomputed in a sub-select): it is called when the condition is
-//!    evaluated, which for a row that had to be waited for is the recheck, after
-//!    the lock was granted. The lease is thus compared with the time after the
-//!    wait, like the seed's `clock_timestamp()` in its second statement.
-//! 4. The check and the write are one statement in one implicit transaction,
-//!    and the lock is held until it commits: nobody can take the task over
-//!    between the check and the save, exactly as in the seed.
+//! ```sql
+//! WITH locked AS MATERIALIZED (SELECT id FROM tasks WHERE id = $1 FOR NO KEY UPDATE),
+//! done AS (
+//!     UPDATE tasks SET status = 'completed', response = $3, … , finished_at = store_clock()
+//!     WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running'
+//!       AND lease_until > store_clock() AND response IS NULL
+//!     RETURNING …),
+//! finished AS (UPDATE attempts SET outcome = 'completed', … FROM done …)
+//! SELECT … FROM done
+//! ```
 //!
-//! The seed's separate `SELECT … FOR UPDATE` adds only a round trip; it
-//! does not decide anything the `UPDATE` does not re-decide. `tests/pg_fencing.rs`
-//! races completions against takeovers and renewals to check it.
+//! It decides exactly as the seed does:
 //!
-//! Claims and failures decide between two outcomes (take or exhaust, retry or
-//! stop) from the clock; their `SET (…) = (SELECT … FROM (SELECT store_clock())
-//! …)` reads the clock once per row, also after the lock, so every column of
-//! the decision uses the same instant.
+//! 1. **The lock first.** `id = (SELECT id FROM locked)` is an uncorrelated
+//!    sub-select, which PostgreSQL runs as an InitPlan before the `UPDATE`
+//!    reads any row. Its `FOR NO KEY UPDATE` is the seed's `SELECT … FOR UPDATE`
+//!    (the lock an `UPDATE` takes anyway): it waits for any holder — a
+//!    takeover, a renewal, a racing completion — to commit or roll back.
+//! 2. **Then the guard, on the newest row.** The `UPDATE` reads the row with
+//!    its statement snapshot. If the row was changed while the lock was
+//!    awaited, the `UPDATE` sees that its version is outdated, fetches the
+//!    newest committed version and re-evaluates the whole `WHERE` against it
+//!    (EvalPlanQual). Either way the version, status and response conditions
+//!    are decided on the row as it stands once the lock is held.
+//! 3. **With the clock after the wait.** `store_clock()` is `VOLATILE` and
+//!    written directly in the `WHERE`: it is called when the row is evaluated,
+//!    after the InitPlan got the lock (and again at an EvalPlanQual recheck).
+//! 4. **One atomic decision.** Check and write are one statement in one
+//!    implicit transaction (or the caller's), and the lock is held until it
+//!    commits: nobody takes the task over between the check and the save.
+//!
+//! Why not a plain `UPDATE … WHERE … lease_until > clock_timestamp()`: an
+//! `UPDATE` evaluates its `WHERE` when it reads the row, *before* it waits
+//! for the row lock. When the holder changes the row, EvalPlanQual
+//! re-evaluates it after the wait, clock included; but when the holder only
+//! *locked* the row (a `SELECT … FOR UPDATE` or `FOR SHARE`, such as
+//! `record_operation`'s, or the application's own) there is no recheck, and
+//! the lease would be compared with the time before the wait.
+//! `tests/pg_fencing.rs` has that case: a completion that starts with a live
+//! lease and waits behind a lock-only holder until the lease has passed is
+//! refused with [`Rejection::LeaseExpired`].
+//!
+//! A row that passed the guard in the snapshot but not on recheck, or failed
+//! it in the snapshot, yields zero rows; the classifying re-read then applies
+//! [`rules::fence`] to the newest row. Should the fence pass there (possible
+//! only when the same lease renewed concurrently at the expiry edge), the
+//! write is tried again, so that case too ends as the seed's would.
+//!
+//! Claim, renew, fail, release and record_operation lock the row the same
+//! way. Claims and failures decide between two outcomes (take or exhaust,
+//! retry or stop) from the clock; their `SET (…) = (SELECT … FROM (SELECT
+//! store_clock()) …)` reads the clock once per row, also after the lock, so
+//! every column of the decision uses the same instant.
 //!
 //! # Inside the caller's transaction
 //!
@@ -472,6 +497,12 @@ impl PgStore {
     /// [`TaskStore::complete`] on the caller's connection or transaction, so
     /// the application can write the reply into its own tables and complete the
     /// task atomically. The row lock is held until the caller commits.
+    ///
+    /// One statement that locks the row first, then checks version, status,
+    /// lease (on `clock_timestamp()`, read after the lock) and the absence of a
+    /// response, and saves: the seed's `BEGIN / SELECT … FOR UPDATE / UPDATE /
+    /// COMMIT` decision in one round trip — why it decides identically is
+    /// explained in the [module documentation](crate::postgres).
     ///
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore, lease: taskfence::Lease) -> Result<(), Box<dyn std::error::Error>> {

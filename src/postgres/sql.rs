@@ -258,14 +258,17 @@ impl Statements {
             ),
             // $1 limit. Attempts and handoffs go with their task (ON DELETE CASCADE).
             purge_expired: format!(
-                "WITH expired AS (
-                    SELECT id FROM {s}.tasks
-                    WHERE status IN ('completed', 'failed', 'cancelled')
-                      AND expires_at <= (SELECT {s}.store_clock())
-                    ORDER BY expires_at LIMIT $1
-                    FOR UPDATE SKIP LOCKED
-                )
-                DELETE FROM {s}.tasks AS t USING expired AS e WHERE t.id = e.id"
+                // `id = ANY(ARRAY(…))`, not a join: the batch is an InitPlan
+                // that drives primary-key lookups even in a generic plan,
+                // where `LIMIT $1` is only estimated (a join then hashed the
+                // whole table).
+                "DELETE FROM {s}.tasks
+                 WHERE id = ANY (ARRAY(
+                     SELECT id FROM {s}.tasks
+                     WHERE status IN ('completed', 'failed', 'cancelled')
+                       AND expires_at <= (SELECT {s}.store_clock())
+                     ORDER BY expires_at LIMIT $1
+                     FOR UPDATE SKIP LOCKED))"
             ),
             // $1 limit.
             claim_handoffs: format!(
