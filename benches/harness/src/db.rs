@@ -1,0 +1,343 @@
+//! Schemas, the raw-SQL ceiling, bulk loads and the server's settings.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::Row;
+use sqlx::postgres::PgPool;
+use taskfence::{InputHash, PgStore};
+use uuid::Uuid;
+
+use crate::Res;
+
+/// Schemas this harness creates start with this; ones older than an hour
+/// (left by a killed run) are dropped at start-up.
+const PREFIX: &str = "taskfence_bench_";
+
+/// The payload every benchmarked task carries, and the saved response.
+pub const PAYLOAD: [u8; 64] = [0xab; 64];
+pub const RESPONSE: [u8; 256] = [b'o'; 256];
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A fresh, migrated schema of its own: a [`PgStore`] on it, and the same
+/// `tasks` table shape (`LIKE … INCLUDING ALL`: columns, checks, indexes) in
+/// `<schema>_raw` for the hand-written ceiling. Dropped by [`BenchSchema::drop`].
+pub struct BenchSchema {
+    pub store: PgStore,
+    pub pool: PgPool,
+    pub name: String,
+}
+
+impl BenchSchema {
+    pub async fn create(pool: &PgPool, label: &str) -> Res<Self> {
+        let unique = Uuid::now_v7().simple().to_string();
+        let name = format!("{PREFIX}{}_{label}_{}", unix_secs(), &unique[unique.len() - 8..]);
+        let store = PgStore::builder(pool.clone()).schema(name.clone()).build()?;
+        store.migrate().await?;
+        eprintln!("[bench] created schema {name}");
+        sqlx::raw_sql(&format!(
+            "CREATE SCHEMA \"{name}_raw\";
+             CREATE TABLE \"{name}_raw\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);"
+        ))
+        .execute(pool)
+        .await?;
+        Ok(Self {
+            store,
+            pool: pool.clone(),
+            name,
+        })
+    }
+
+    /// `"schema"`, quoted.
+    pub fn q(&self) -> String {
+        format!("\"{}\"", self.name)
+    }
+
+    /// The ceiling's schema, quoted.
+    pub fn raw(&self) -> String {
+        format!("\"{}_raw\"", self.name)
+    }
+
+    /// One of the store's statements by name (`PgStore::statements`).
+    pub fn statement(&self, name: &str) -> String {
+        self.store
+            .statements()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, sql)| sql.to_owned())
+            .unwrap_or_else(|| panic!("PgStore has no statement named {name}"))
+    }
+
+    pub async fn drop(self) -> Res<()> {
+        sqlx::raw_sql(&format!(
+            "DROP SCHEMA IF EXISTS \"{0}\" CASCADE; DROP SCHEMA IF EXISTS \"{0}_raw\" CASCADE;",
+            self.name
+        ))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Loads `n` tasks shaped like a live table: 70 % completed (10 % of all
+    /// rows past their retention), 10 % pending (1 in 20 backing off, 1 in
+    /// 2000 due), 10 % running (1 in 1000 with an expired lease), 10 % failed;
+    /// one attempt and one handoff per task (0.1 % of handoffs unpublished);
+    /// 64-byte payloads and 256-byte responses. Then `ANALYZE`.
+    pub async fn fill(&self, n: u64) -> Res<()> {
+        let s = self.q();
+        sqlx::query(&format!(
+            "INSERT INTO {s}.tasks (id, scope, operation, request_key, input_hash, payload, status, version,
+                 max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, on_ambiguous,
+                 lease_until, not_before, response, created_at, finished_at, expires_at)
+             SELECT gen_random_uuid(), 'scope-' || (i % 1000), 'chat.reply', 'bulk-' || i,
+                    sha256(i::text::bytea), decode(repeat('ab', 64), 'hex'), st, 1, 5,
+                    1000000000, 300000000000, 2, 0.2, 'retry',
+                    CASE WHEN st = 'running'
+                         THEN now() + CASE WHEN i % 1000 = 8 THEN '-1 hour' ELSE '1 hour' END::interval END,
+                    CASE WHEN st = 'pending' AND i % 20 = 7
+                         THEN now() + CASE WHEN i % 2000 = 7 THEN '-1 hour' ELSE '1 hour' END::interval END,
+                    CASE WHEN st = 'completed' THEN decode(repeat('6f', 256), 'hex') END,
+                    now() - interval '1 day',
+                    CASE WHEN st IN ('completed', 'failed') THEN now() - interval '23 hours' END,
+                    now() + CASE WHEN i % 10 = 0 THEN '-1 day' ELSE '6 days' END::interval
+             FROM (SELECT i, CASE WHEN i % 10 < 7 THEN 'completed' WHEN i % 10 = 7 THEN 'pending'
+                                  WHEN i % 10 = 8 THEN 'running' ELSE 'failed' END AS st
+                   FROM generate_series(1, $1) AS i) AS g"
+        ))
+        .bind(i64::try_from(n)?)
+        .execute(&self.pool)
+        .await?;
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome)
+             SELECT id, 1, gen_random_uuid(), 'w', created_at, finished_at,
+                    CASE status WHEN 'running' THEN 'running' WHEN 'completed' THEN 'completed'
+                                ELSE 'expired' END
+             FROM {s}.tasks;
+             INSERT INTO {s}.handoffs (task_id, created_at, published_at)
+             SELECT id, created_at, CASE WHEN random() < 0.999 THEN now() END FROM {s}.tasks;
+             ANALYZE {s}.tasks; ANALYZE {s}.attempts; ANALYZE {s}.handoffs;"
+        ))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The estimated total cost of `EXPLAIN <statement>` for a representative
+    /// call (the plan the server would run, at this table size).
+    pub async fn plan_cost(&self, name: &str, id: Uuid) -> Res<f64> {
+        let sql = self.statement(name);
+        let lease = sqlx::postgres::types::PgInterval {
+            months: 0,
+            days: 0,
+            microseconds: 30_000_000,
+        };
+        let explain = format!("EXPLAIN {sql}");
+        let q = sqlx::query(&explain);
+        let q = match name {
+            "claim" => q
+                .bind(id)
+                .bind(Uuid::now_v7())
+                .bind(lease)
+                .bind("w")
+                .bind("exhausted")
+                .bind("deadline"),
+            "complete" => q.bind(id).bind(1_i64).bind(&RESPONSE[..]),
+            "due" | "purge_expired" => q.bind(100_i64),
+            other => panic!("no parameters known for {other}"),
+        };
+        // EXPLAIN only plans: nothing runs, nothing is written. The first
+        // line is the root node: `… (cost=0.42..8.45 rows=1 width=…)`.
+        let top: String = q.fetch_one(&self.pool).await?.try_get(0)?;
+        top.split("..")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|cost| cost.parse().ok())
+            .ok_or_else(|| format!("no cost in the plan line {top:?}").into())
+    }
+}
+
+/// Drops harness schemas left by killed runs (older than an hour).
+pub async fn drop_stale_schemas(pool: &PgPool) -> Res<()> {
+    let cutoff = unix_secs().saturating_sub(3600);
+    let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)")
+        .bind(PREFIX)
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for name in names {
+        let created = name[PREFIX.len()..]
+            .split('_')
+            .next()
+            .and_then(|s| s.parse::<u64>().ok());
+        if created.is_some_and(|secs| secs < cutoff) {
+            sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+                .execute(pool)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The input hash every benchmark binds for `key` (computed client-side by
+/// ours and by the ceiling alike).
+pub fn input_hash(key: &str) -> InputHash {
+    InputHash::of(["conversation-1", key])
+}
+
+/// The hand-written ceiling: the same three steps, one autocommit statement each.
+pub struct Raw {
+    submit: String,
+    claim: String,
+    complete: String,
+}
+
+impl Raw {
+    pub fn new(schema: &BenchSchema) -> Self {
+        let r = schema.raw();
+        Self {
+            submit: format!(
+                "INSERT INTO {r}.tasks (id, scope, operation, request_key, input_hash, payload, status, version,
+                     max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, on_ambiguous,
+                     created_at, expires_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, 5, 1000000000, 300000000000, 2, 0.2, 'retry',
+                         clock_timestamp(), clock_timestamp() + interval '7 days')
+                 ON CONFLICT (scope, operation, request_key) DO NOTHING
+                 RETURNING id"
+            ),
+            claim: format!(
+                "UPDATE {r}.tasks SET version = version + 1, status = 'running',
+                     lease_until = clock_timestamp() + $2, not_before = NULL
+                 WHERE id = $1
+                   AND ((status = 'pending' AND (not_before IS NULL OR not_before <= clock_timestamp()))
+                     OR (status = 'running' AND lease_until <= clock_timestamp()))
+                 RETURNING version"
+            ),
+            complete: format!(
+                "UPDATE {r}.tasks SET status = 'completed', response = $3, lease_until = NULL,
+                     finished_at = clock_timestamp()
+                 WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > clock_timestamp()
+                 RETURNING id"
+            ),
+        }
+    }
+
+    /// Submit, claim and complete one task; errors if a step is refused.
+    pub async fn lifecycle(&self, pool: &PgPool, key: &str) -> Res<()> {
+        let id = self.submit(pool, key).await?;
+        let version = self.claim(pool, id).await?;
+        self.complete(pool, id, version).await
+    }
+
+    pub async fn submit(&self, pool: &PgPool, key: &str) -> Res<Uuid> {
+        let row = sqlx::query(&self.submit)
+            .bind(Uuid::now_v7())
+            .bind("user-1")
+            .bind("chat.reply")
+            .bind(key)
+            .bind(&input_hash(key).as_bytes()[..])
+            .bind(&PAYLOAD[..])
+            .fetch_optional(pool)
+            .await?
+            .ok_or("raw submit: key already used")?;
+        Ok(row.try_get(0)?)
+    }
+
+    pub async fn claim(&self, pool: &PgPool, id: Uuid) -> Res<i64> {
+        Ok(self
+            .try_claim(pool, id)
+            .await?
+            .ok_or("raw claim: not claimable")?)
+    }
+
+    /// The claim; `None` when the task is not claimable (no row updated).
+    pub async fn try_claim(&self, pool: &PgPool, id: Uuid) -> Res<Option<i64>> {
+        let lease = sqlx::postgres::types::PgInterval {
+            months: 0,
+            days: 0,
+            microseconds: 30_000_000,
+        };
+        let row = sqlx::query(&self.claim)
+            .bind(id)
+            .bind(lease)
+            .fetch_optional(pool)
+            .await?;
+        Ok(row.map(|r| r.try_get(0)).transpose()?)
+    }
+
+    pub async fn complete(&self, pool: &PgPool, id: Uuid, version: i64) -> Res<()> {
+        sqlx::query(&self.complete)
+            .bind(id)
+            .bind(version)
+            .bind(&RESPONSE[..])
+            .fetch_optional(pool)
+            .await?
+            .ok_or("raw complete: fenced out")?;
+        Ok(())
+    }
+}
+
+/// The machine and the server, for the report.
+pub async fn describe(pool: &PgPool) -> Res<Vec<(String, String)>> {
+    let mut out = vec![
+        (
+            "client cores (nproc)".to_owned(),
+            std::thread::available_parallelism()
+                .map_or(0, |n| n.get())
+                .to_string(),
+        ),
+        ("memory".to_owned(), meminfo_total()),
+    ];
+    let version: String = sqlx::query("SELECT version()").fetch_one(pool).await?.get(0);
+    out.push((
+        "PostgreSQL".into(),
+        version.split(" on ").next().unwrap_or(&version).to_owned(),
+    ));
+    for setting in [
+        "shared_buffers",
+        "synchronous_commit",
+        "fsync",
+        "wal_level",
+        "jit",
+        "jit_above_cost",
+        "max_connections",
+        "shared_preload_libraries",
+    ] {
+        let v: String = sqlx::query(&format!("SHOW {setting}"))
+            .fetch_one(pool)
+            .await?
+            .get(0);
+        out.push((setting.to_owned(), if v.is_empty() { "(none)".into() } else { v }));
+    }
+    Ok(out)
+}
+
+fn meminfo_total() -> String {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map_or_else(
+            || "unknown".into(),
+            |kb| format!("{:.1} GiB", kb / 1024.0 / 1024.0),
+        )
+}
+
+/// `/proc/loadavg`'s first three fields (1, 5, 15 minutes).
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// A fixed 30 s lease.
+pub const LEASE: Duration = Duration::from_secs(30);

@@ -1,0 +1,191 @@
+//! taskfence's benchmark harness: PgStore side by side with the hand-written
+//! SQL it replaces, on a real PostgreSQL server, in one run.
+//!
+//! ```text
+//! cargo run --release -p taskfence-bench -- [--quick | --long] [--out DIR] [--database-url URL]
+//! ```
+//!
+//! Prints a Markdown report and writes `DIR/bench-results.md` and
+//! `DIR/throughput.svg` (default `DIR`: `target/bench`). The server is
+//! `--database-url`, else `DATABASE_URL`, else
+//! `postgres://postgres@127.0.0.1:5432/test`. Every section works in a fresh
+//! schema of its own and drops it afterwards. See `docs/PERFORMANCE.md`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+mod completion;
+mod contention;
+mod db;
+mod lifecycle;
+mod memory;
+mod report;
+mod scale;
+mod stats;
+mod trips;
+mod wire;
+
+/// The harness's error type: any error, reported and the run stops.
+pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Tiny sizes, one round: CI runs it so the harness cannot rot.
+    Quick,
+    /// 10^4, 10^5 and 10^6 rows; several rounds (about 10 minutes here).
+    Normal,
+    /// Normal plus 10^7 rows (loading takes a long time).
+    Long,
+}
+
+/// Sizes and repetitions of one run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mode: Mode,
+    pub out: PathBuf,
+    pub url: String,
+    /// Concurrent workers of the lifecycle throughput section.
+    pub workers: Vec<usize>,
+    /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
+    pub lifecycle_rounds: usize,
+    /// Seconds one round of one pair runs.
+    pub lifecycle_secs: f64,
+    /// Rounds, and completions of each kind per round, for textbook vs ours.
+    pub completion_rounds: usize,
+    pub completion_ops: usize,
+    /// Existing rows of the scaling section.
+    pub sizes: Vec<u64>,
+    /// Rounds, and lifecycles per size per round, of the scaling section.
+    pub scale_rounds: usize,
+    pub scale_ops: usize,
+    /// `purge_expired(100)` calls per size.
+    pub purge_calls: usize,
+    /// Rounds of 32 workers racing for one task.
+    pub contention_rounds: usize,
+    /// Seconds per MemoryStore measurement.
+    pub memory_secs: f64,
+}
+
+impl Config {
+    fn new(mode: Mode, out: PathBuf, url: String) -> Self {
+        let quick = mode == Mode::Quick;
+        let mut sizes = if quick {
+            vec![100, 1_000]
+        } else {
+            vec![10_000, 100_000, 1_000_000]
+        };
+        if mode == Mode::Long {
+            sizes.push(10_000_000);
+        }
+        Self {
+            mode,
+            out,
+            url,
+            workers: vec![1, 8, 32],
+            lifecycle_rounds: if quick { 1 } else { 5 },
+            lifecycle_secs: if quick { 0.3 } else { 2.0 },
+            completion_rounds: if quick { 1 } else { 5 },
+            completion_ops: if quick { 10 } else { 200 },
+            sizes,
+            scale_rounds: if quick { 1 } else { 10 },
+            scale_ops: if quick { 10 } else { 100 },
+            purge_calls: if quick { 1 } else { 8 },
+            contention_rounds: if quick { 2 } else { 20 },
+            memory_secs: if quick { 0.2 } else { 1.0 },
+        }
+    }
+
+    fn from_args() -> Res<Self> {
+        let mut mode = Mode::Normal;
+        let mut out = PathBuf::from("target/bench");
+        let mut url = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => mode = Mode::Quick,
+                "--long" => mode = Mode::Long,
+                "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
+                "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
+                "--print-sql" => {
+                    // PgStore's statements for a schema, e.g. to EXPLAIN them by hand.
+                    let schema = args.next().ok_or("--print-sql needs a schema name")?;
+                    let pool = PgPoolOptions::new().connect_lazy(&url)?;
+                    let store = taskfence::PgStore::builder(pool).schema(schema).build()?;
+                    for (name, sql) in store.statements() {
+                        println!("-- {name}\n{sql};\n");
+                    }
+                    std::process::exit(0);
+                }
+                "-h" | "--help" => {
+                    println!(
+                        "usage: taskfence-bench [--quick | --long] [--out DIR] [--database-url URL]\n\
+                         writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench)"
+                    );
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown argument {other:?} (try --help)").into()),
+            }
+        }
+        Ok(Self::new(mode, out, url))
+    }
+
+    /// The largest worker count: the pool must serve that many at once, plus
+    /// the connections still sending sqlx's release-time ping.
+    fn pool_size(&self) -> u32 {
+        let most = self.workers.iter().copied().max().unwrap_or(1);
+        u32::try_from(most + 4).unwrap_or(u32::MAX)
+    }
+}
+
+/// A pool like the one `PgStore`'s docs recommend: no acquire-time ping.
+/// `session` adds per-connection settings (e.g. `synchronous_commit`).
+pub async fn pool(cfg: &Config, size: u32, session: &[(&str, &str)]) -> Res<PgPool> {
+    let options: PgConnectOptions = cfg.url.parse()?;
+    let options = options.options(session.iter().copied());
+    Ok(PgPoolOptions::new()
+        .max_connections(size)
+        .min_connections(size)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await?)
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("taskfence-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Res<()> {
+    let cfg = Config::from_args()?;
+    let started = Instant::now();
+    let pool = pool(&cfg, cfg.pool_size(), &[]).await?;
+    db::drop_stale_schemas(&pool).await?;
+    let mut report = report::Report::new(&cfg, db::describe(&pool).await?);
+
+    eprintln!("[bench] round trips per operation");
+    trips::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] lifecycle throughput, ours vs the raw-SQL ceiling");
+    lifecycle::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] completion latency, the seed's textbook transaction vs ours");
+    completion::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] 32 workers racing for one task");
+    contention::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] latency as the table grows: {:?} rows", cfg.sizes);
+    scale::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] MemoryStore");
+    memory::run(&cfg, &mut report).await?;
+
+    report.finish(started.elapsed());
+    let (md, svg) = report.write(&cfg.out)?;
+    println!("{}", report.markdown());
+    eprintln!("[bench] wrote {} and {}", md.display(), svg.display());
+    pool.close().await;
+    Ok(())
+}
