@@ -83,7 +83,7 @@ async fn taskfence_first_then_host_migrations() {
 async fn concurrent_migrators_apply_each_file_once() {
     let db = TempDatabase::create().await;
     let pool = db.pool(10).await;
-    let runs = common::race(8, |_| {
+    let runs = taskfence::testing::race(8, |_| {
         let pool = pool.clone();
         async move { taskfence::postgres::migrate(&pool).await }
     })

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::race;
+use taskfence::testing::race;
 use taskfence::{
     AttemptOutcome, Claim, ClaimRequest, Fenced, InputHash, NewTask, Rejection, RequestKey, Response, Status,
     TaskStore,

@@ -155,3 +155,35 @@ macro_rules! conformance_suite {
         )*
     };
 }
+
+/// Runs `n` copies of a future at once on the tokio runtime, released together
+/// by a barrier, and collects their outputs in order: the race the
+/// concurrency scenarios (and backends' own race tests) are made of.
+///
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)] async fn main() {
+/// let squares = taskfence::testing::race(4, |i| async move { i * i }).await;
+/// assert_eq!(squares, [0, 1, 4, 9]);
+/// # }
+/// ```
+pub async fn race<T, Fut>(n: usize, make: impl Fn(usize) -> Fut) -> Vec<T>
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (barrier, fut) = (barrier.clone(), make(i));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                fut.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for h in handles {
+        out.push(h.await.expect("racer panicked"));
+    }
+    out
+}

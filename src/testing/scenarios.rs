@@ -9,10 +9,9 @@
 //! # }
 //! ```
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::Fixture;
+use super::{Fixture, race};
 use crate::error::Error;
 use crate::limits;
 use crate::policy::{Failure, OnAmbiguous, RetryPolicy};
@@ -1144,27 +1143,4 @@ pub async fn bad_input_is_rejected_and_writes_nothing(f: &dyn Fixture) {
         Some(&Rejection::Superseded { current_version: 1 })
     );
     assert_eq!(task(&*store, t.id).await, snapshot);
-}
-
-/// Runs `n` copies of a future concurrently on the runtime and collects their outputs in order.
-async fn race<T, Fut>(n: usize, make: impl Fn(usize) -> Fut) -> Vec<T>
-where
-    T: Send + 'static,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|i| {
-            let (barrier, fut) = (barrier.clone(), make(i));
-            tokio::spawn(async move {
-                barrier.wait().await;
-                fut.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(n);
-    for h in handles {
-        out.push(h.await.expect("racer panicked"));
-    }
-    out
 }

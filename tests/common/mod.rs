@@ -60,29 +60,6 @@ pub async fn fixture_with(connections: u32) -> PgFixture {
     .await
 }
 
-/// Runs `n` copies of a future at once (released together by a barrier).
-pub async fn race<T, Fut>(n: usize, make: impl Fn(usize) -> Fut) -> Vec<T>
-where
-    T: Send + 'static,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(tokio::sync::Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|i| {
-            let (barrier, fut) = (barrier.clone(), make(i));
-            tokio::spawn(async move {
-                barrier.wait().await;
-                fut.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(n);
-    for h in handles {
-        out.push(h.await.expect("racer panicked"));
-    }
-    out
-}
-
 /// Polls `check` until it returns `Some`, for at most `within`.
 pub async fn eventually<T, Fut>(within: Duration, mut check: impl FnMut() -> Fut) -> T
 where
