@@ -56,41 +56,17 @@ proptest! {
     }
 }
 
-/// The counterexamples kept for `MemoryStore` (`tests/memory_model.rs`), on `PgStore` too.
+/// The counterexamples kept in `model_ops::regressions`, on `PgStore` too.
 mod regressions {
     use super::*;
-    use Op::*;
 
-    /// The third claim after two expired or failed attempts answers `Failed`.
     #[test]
     fn claim_after_spent_budget_is_failed() {
-        check(&[
-            Submit { key: 2, input: 0 },
-            Claim { worker: 0, task: 0 },
-            Advance { secs: 10 },
-            Claim { worker: 2, task: 0 },
-            Fail {
-                worker: 2,
-                permanent: false,
-            },
-            Advance { secs: 4 },
-            Submit { key: 1, input: 0 },
-            Claim { worker: 0, task: 216 },
-            Submit { key: 0, input: 0 },
-            Advance { secs: 10 },
-            Claim { worker: 0, task: 189 },
-        ]);
+        check(&model_ops::regressions::claim_after_spent_budget_is_failed());
     }
 
-    /// A claim of a completed task answers `Completed` and acquires nothing.
     #[test]
     fn claim_of_completed_task_answers_completed() {
-        check(&[
-            Submit { key: 0, input: 0 },
-            Submit { key: 0, input: 0 },
-            Claim { worker: 0, task: 0 },
-            Complete { worker: 0 },
-            Claim { worker: 0, task: 0 },
-        ]);
+        check(&model_ops::regressions::claim_of_completed_task_answers_completed());
     }
 }

@@ -25,3 +25,41 @@ pub fn op() -> impl Strategy<Value = Op> {
 pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 1..max_len)
 }
+
+/// Shrunk counterexamples found while mutation-testing the rules, replayed
+/// against every backend as named regression tests.
+pub mod regressions {
+    use taskfence::testing::model::Op::{self, *};
+
+    /// Found with the budget check off by one: the third claim after two
+    /// expired or failed attempts must answer `Failed`, not acquire a fourth.
+    pub fn claim_after_spent_budget_is_failed() -> Vec<Op> {
+        vec![
+            Submit { key: 2, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 2, task: 0 },
+            Fail {
+                worker: 2,
+                permanent: false,
+            },
+            Advance { secs: 4 },
+            Submit { key: 1, input: 0 },
+            Claim { worker: 0, task: 216 },
+            Submit { key: 0, input: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 0, task: 189 },
+        ]
+    }
+
+    /// Found with "done means done" broken: a claim of a completed task must not acquire.
+    pub fn claim_of_completed_task_answers_completed() -> Vec<Op> {
+        vec![
+            Submit { key: 0, input: 0 },
+            Submit { key: 0, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Complete { worker: 0 },
+            Claim { worker: 0, task: 0 },
+        ]
+    }
+}
