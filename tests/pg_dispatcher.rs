@@ -5,14 +5,9 @@ mod common;
 use std::time::Duration;
 
 use taskfence::testing::Fixture;
-use taskfence::{Claim, ClaimRequest, InputHash, NewTask, RequestKey, TaskId, TaskStore};
+use taskfence::{Claim, ClaimRequest, TaskId, TaskStore};
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 type Sent = std::sync::Arc<std::sync::Mutex<Vec<TaskId>>>;
 

@@ -8,18 +8,12 @@ use std::time::Duration;
 use sqlx::Row;
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{
-    AttemptOutcome, Claim, ClaimRequest, Fenced, InputHash, Lease, NewTask, Rejection, RequestKey, Response,
-    Status, TaskId, TaskStore,
+    AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Response, Status, TaskId, TaskStore,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duration) -> Lease {
     match store.claim(id, ClaimRequest::new(worker, lease)).await.unwrap() {

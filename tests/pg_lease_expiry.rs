@@ -15,43 +15,20 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{
     Claim, ClaimRequest, Failure, InputHash, NewTask, RequestKey, Response, RetryPolicy, Status, TaskId,
     TaskStore,
 };
 use time::OffsetDateTime;
-use tokio::runtime::Runtime;
 
 const LEASE: Duration = Duration::from_millis(300);
 const MAX_ATTEMPTS: u32 = 4;
-
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
-static POOL: LazyLock<(String, PgPool)> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
-        let url = common::database_url().await;
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .test_before_acquire(false)
-            .connect(&url)
-            .await
-            .expect("connect to the test server");
-        (url, pool)
-    })
-});
 
 /// What a worker does with a task it acquired.
 #[derive(Debug, Clone, Copy)]
@@ -278,8 +255,8 @@ proptest! {
     #[test]
     fn real_leases_expire_and_fence(plan in plan()) {
         let (tasks, plans) = plan;
-        let (url, pool) = &*POOL; // outside block_on: its first use connects on RUNTIME
-        RUNTIME.block_on(run_case(url, pool, tasks, plans));
+        let (url, pool) = common::shared_pool(8); // outside block_on: its first use connects on the shared runtime
+        common::shared_runtime().block_on(run_case(url, pool, tasks, plans));
     }
 }
 
@@ -299,8 +276,8 @@ fn a_worker_paused_past_its_lease_is_fenced_off() {
         renew: false,
         outcome: Outcome::Complete,
     };
-    let (url, pool) = &*POOL;
-    RUNTIME.block_on(async {
+    let (url, pool) = common::shared_pool(8);
+    common::shared_runtime().block_on(async {
         let fixture = PgFixture::on_pool(url, pool.clone()).await;
         let store = fixture.store();
         let id = store

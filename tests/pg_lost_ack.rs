@@ -7,16 +7,11 @@ mod common;
 use std::time::Duration;
 
 use common::WireProxy;
-use taskfence::{Claim, ClaimRequest, Error, InputHash, NewTask, RequestKey, Response, Status, TaskStore};
+use taskfence::{Claim, ClaimRequest, Error, Response, Status, TaskStore};
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn save_succeeded_but_ack_lost_reread_shows_completed_and_claim_returns_it() {

@@ -7,41 +7,14 @@
 mod common;
 mod model_ops;
 
-use std::sync::LazyLock;
-
 use proptest::prelude::*;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use taskfence::testing::PgFixture;
 use taskfence::testing::model::{self, Op};
-use tokio::runtime::Runtime;
-
-/// One runtime and one pool for every case: a case pays for its schema only.
-static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-});
-
-static POOL: LazyLock<(String, PgPool)> = LazyLock::new(|| {
-    RUNTIME.block_on(async {
-        let url = common::database_url().await;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .test_before_acquire(false)
-            .connect(&url)
-            .await
-            .expect("connect to the test server");
-        (url, pool)
-    })
-});
 
 /// Runs `ops` against a fresh schema and the model.
 fn check(ops: &[Op]) {
-    let (url, pool) = &*POOL;
-    RUNTIME.block_on(async {
+    let (url, pool) = common::shared_pool(4);
+    common::shared_runtime().block_on(async {
         let fixture = PgFixture::on_pool(url, pool.clone()).await;
         model::run(&fixture, ops).await;
     });

@@ -6,19 +6,11 @@ mod common;
 use std::time::Duration;
 
 use taskfence::testing::race;
-use taskfence::{
-    AttemptOutcome, Claim, ClaimRequest, Fenced, InputHash, NewTask, Rejection, RequestKey, Response, Status,
-    TaskStore,
-};
+use taskfence::{AttemptOutcome, Claim, ClaimRequest, Fenced, Rejection, Response, Status, TaskStore};
 
 const RACERS: usize = 32;
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_concurrent_duplicate_submits_make_one_task() {

@@ -13,19 +13,12 @@ use std::time::Duration;
 
 use common::{Wire, WireProxy};
 use taskfence::testing::Fixture;
-use taskfence::{
-    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, PgStore, RequestKey, Response, RetryPolicy,
-    TaskStore,
-};
+use taskfence::{Claim, ClaimRequest, Failure, Lease, NewTask, PgStore, Response, RetryPolicy, TaskStore};
 
 const LEASE: Duration = Duration::from_secs(30);
 
 fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-    .policy(
+    common::new_task(key).policy(
         RetryPolicy::default()
             .jitter(0.0)
             .initial_backoff(Duration::from_secs(1)),

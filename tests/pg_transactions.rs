@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 use taskfence::testing::PgFixture;
-use taskfence::{Claim, ClaimRequest, Fenced, InputHash, NewTask, RequestKey, Response, Status, TaskStore};
+use taskfence::{Claim, ClaimRequest, Fenced, Response, Status, TaskStore};
 
 async fn host_table(f: &PgFixture, table: &str) {
     sqlx::raw_sql(&format!(
@@ -27,12 +27,7 @@ async fn host_rows(f: &PgFixture, table: &str) -> i64 {
         .get(0)
 }
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_and_task_commit_together() {

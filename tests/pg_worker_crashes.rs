@@ -10,18 +10,12 @@ use std::time::Duration;
 
 use taskfence::testing::Fixture;
 use taskfence::{
-    AttemptOutcome, Claim, ClaimRequest, Failure, InputHash, NewTask, RequestKey, Response, RetryPolicy,
-    Status, TaskId, TaskStore,
+    AttemptOutcome, Claim, ClaimRequest, Failure, Response, RetryPolicy, Status, TaskId, TaskStore,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", key),
-        InputHash::of(["m", key]),
-    )
-}
+use common::new_task;
 
 /// A stand-in LLM provider that counts its calls.
 #[derive(Clone, Default)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgSslMode};
-use taskfence::PgStore;
 use taskfence::testing::PgFixture;
+use taskfence::{InputHash, NewTask, PgStore, RequestKey};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -58,6 +58,45 @@ pub async fn fixture_with(connections: u32) -> PgFixture {
         PgPoolOptions::new().max_connections(connections),
     )
     .await
+}
+
+/// One multi-thread runtime per test binary, for synchronous test bodies
+/// (proptest) that run many async cases.
+pub fn shared_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime")
+    })
+}
+
+/// The server's URL and one pool on [`shared_runtime`], made at first use:
+/// a case then pays for its schema only. Call it outside `block_on`.
+pub fn shared_pool(max_connections: u32) -> &'static (String, PgPool) {
+    static POOL: std::sync::OnceLock<(String, PgPool)> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        shared_runtime().block_on(async {
+            let url = database_url().await;
+            let pool = PgPoolOptions::new()
+                .max_connections(max_connections)
+                .test_before_acquire(false)
+                .connect(&url)
+                .await
+                .expect("connect to the test server");
+            (url, pool)
+        })
+    })
+}
+
+/// A submission under user-1's `chat.reply` key `key`, its inputs bound to the key.
+pub fn new_task(key: &str) -> NewTask {
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", key),
+        InputHash::of(["m", key]),
+    )
 }
 
 /// Polls `check` until it returns `Some`, for at most `within`.
