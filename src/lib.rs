@@ -8,6 +8,7 @@
 //! | [`policy`] | [`RetryPolicy`], backoff and jitter, [`Failure`] |
 //! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
 //! | [`rules`] | the decisions every backend makes, as pure functions |
+//! | [`intercept`] | wrap a store: forward every call except the ones you change |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
@@ -20,6 +21,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod intercept;
 pub mod limits;
 pub mod memory;
 pub mod offsets;

@@ -125,6 +125,8 @@ use crate::store::{
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
 
+#[cfg(feature = "testing")]
+pub(crate) mod fixture;
 mod migrate;
 mod row;
 mod sql;

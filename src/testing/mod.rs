@@ -29,10 +29,8 @@ pub mod model;
 pub mod scenarios;
 
 #[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PgFixture;
+pub use crate::postgres::fixture::{PgFixture, TempSchema};
 
 /// What a backend gives the conformance suite.
 ///

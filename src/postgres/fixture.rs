@@ -1,5 +1,7 @@
 //! [`PgFixture`]: the conformance [`Fixture`] for [`PgStore`] on a real
-//! PostgreSQL server, one fresh schema per fixture so tests run in parallel.
+//! PostgreSQL server, one fresh schema per fixture so tests run in parallel;
+//! and [`TempSchema`], the schema that drops itself, which it is built on.
+//! Re-exported from [`crate::testing`] (features `postgres` and `testing`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,13 +10,14 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 
-use super::Fixture;
 use crate::postgres::PgStore;
 use crate::store::TaskStore;
+use crate::testing::Fixture;
 
-/// Schemas created by fixtures start with this; ones older than [`STALE_AFTER`]
-/// (left behind by a killed test run) are dropped when a new fixture starts.
+/// Schemas created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
+/// Temporary schemas older than this (left behind by a killed test run) are
+/// dropped when a new one with the same prefix is made.
 const STALE_AFTER: Duration = Duration::from_secs(3600);
 
 /// A [`PgStore`] in a fresh, migrated schema of its own, with a movable store
@@ -36,8 +39,9 @@ const STALE_AFTER: Duration = Duration::from_secs(3600);
 #[derive(Debug)]
 pub struct PgFixture {
     store: PgStore,
-    url: String,
     offset: tokio::sync::Mutex<Duration>,
+    // Last: dropped after the store's handle, it drops the schema.
+    schema: TempSchema,
 }
 
 impl PgFixture {
@@ -88,7 +92,6 @@ impl PgFixture {
     pub async fn with_pool_options(url: &str, options: PgPoolOptions) -> Self {
         let connect: PgConnectOptions = url.parse().expect("a valid PostgreSQL URL");
         let connect = connect.disable_statement_logging();
-        drop_stale_schemas(&connect).await;
         let pool = options
             .test_before_acquire(false)
             .connect_with(connect)
@@ -112,15 +115,16 @@ impl PgFixture {
     /// # }
     /// ```
     pub async fn on_pool(url: &str, pool: sqlx::PgPool) -> Self {
+        let schema = TempSchema::new(url, PREFIX).await;
         let store = PgStore::builder(pool)
-            .schema(fresh_schema_name())
+            .schema(schema.name())
             .build()
             .expect("generated schema names are valid");
         store.migrate().await.expect("migrate the fixture's schema");
         Self {
             store,
-            url: url.to_owned(),
             offset: tokio::sync::Mutex::new(Duration::ZERO),
+            schema,
         }
     }
 
@@ -154,7 +158,7 @@ impl PgFixture {
     /// # }
     /// ```
     pub fn url(&self) -> &str {
-        &self.url
+        self.schema.url()
     }
 
     /// Rows in one of the fixture's tables (`tasks`, `attempts`, `handoffs`).
@@ -214,13 +218,71 @@ impl Fixture for PgFixture {
     }
 }
 
-impl Drop for PgFixture {
+/// A schema with a fresh unique name that is dropped (with everything in it)
+/// when this value is dropped: for a test's or a harness run's own tables.
+///
+/// Its name is `<prefix><unix seconds>_<unique>`; making one also drops the
+/// schemas with the same prefix that are over an hour old, left behind by
+/// runs that were killed before they could clean up. The schema itself is
+/// not created: the first migration or `CREATE SCHEMA` does that.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() {
+/// use taskfence::testing::TempSchema;
+/// let schema = TempSchema::new("postgres://postgres@127.0.0.1:5432/test", "app_test_").await;
+/// assert!(schema.name().starts_with("app_test_"));
+/// // … CREATE SCHEMA, tables, the test …
+/// drop(schema); // DROP SCHEMA … CASCADE
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct TempSchema {
+    name: String,
+    url: String,
+}
+
+impl TempSchema {
+    /// A fresh name under `prefix` (a lowercase identifier ending in `_`) on
+    /// the server at `url`; stale schemas under the same prefix are dropped.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` is not a lowercase SQL identifier.
+    pub async fn new(url: &str, prefix: &str) -> Self {
+        assert!(
+            prefix
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "not a lowercase identifier prefix: {prefix}"
+        );
+        if let Ok(options) = url.parse::<PgConnectOptions>() {
+            drop_stale_schemas(&options.disable_statement_logging(), prefix).await;
+        }
+        let unique = uuid::Uuid::now_v7().simple().to_string();
+        Self {
+            name: format!("{prefix}{}_{}", unix_secs(), &unique[unique.len() - 12..]),
+            url: url.to_owned(),
+        }
+    }
+
+    /// The schema's name (use it quoted or as is: it is a plain identifier).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server URL the schema lives on.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for TempSchema {
     /// Drops the schema on a short-lived thread with its own runtime (Drop
     /// cannot await); a failure leaves it for the stale-schema cleanup. A lock
     /// timeout bounds the wait: a transaction the test dropped may still hold
     /// locks on a pooled connection that only this (blocked) runtime would release.
     fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.schema().to_owned());
+        let (url, schema) = (self.url.clone(), self.name.clone());
         let dropper = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -248,25 +310,20 @@ fn unix_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn fresh_schema_name() -> String {
-    let unique = uuid::Uuid::now_v7().simple().to_string();
-    format!("{PREFIX}{}_{}", unix_secs(), &unique[unique.len() - 12..])
-}
-
-/// Drops fixture schemas left behind by killed runs (older than [`STALE_AFTER`]).
-async fn drop_stale_schemas(options: &PgConnectOptions) {
+/// Drops schemas under `prefix` left behind by killed runs (older than [`STALE_AFTER`]).
+async fn drop_stale_schemas(options: &PgConnectOptions, prefix: &str) {
     let Ok(mut conn) = options.connect().await else {
         return;
     };
     let cutoff = unix_secs().saturating_sub(STALE_AFTER.as_secs());
     let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)")
-        .bind(PREFIX)
+        .bind(prefix)
         .fetch_all(&mut conn)
         .await
         .map(|rows| rows.iter().map(|r| r.get(0)).collect())
         .unwrap_or_default();
     for name in names {
-        let created = name[PREFIX.len()..]
+        let created = name[prefix.len()..]
             .split('_')
             .next()
             .and_then(|s| s.parse::<u64>().ok());

@@ -1,17 +1,8 @@
-//! `cargo run --example demo`: a chat reply pipeline on taskfence, with the
+//! `cargo run -p demo`: a chat reply pipeline on taskfence, with the
 //! faults that make idempotency hard injected on purpose, and a check at the
 //! end that every completed task has exactly one saved reply.
-//!
-//! The modules: [`plan`] draws the workload and its faults from the seed,
-//! [`queue`] is the at-least-once queue, [`sim`] runs the API, the workers and
-//! the simulated LLM, [`report`] checks the store's records and prints, and
-//! [`timebase`] maps simulated time onto the store's clock.
+//! The pieces live in the library (`src/lib.rs`).
 
-mod plan;
-mod queue;
-mod report;
-mod sim;
-mod timebase;
 
 use std::error::Error;
 use std::io::IsTerminal;
@@ -22,11 +13,11 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use taskfence::{MemoryStore, TaskStore};
 
-use crate::report::RunInfo;
-use crate::sim::Config;
-use crate::timebase::{REAL_TIME_SCALE, Timebase};
+use demo::report::{self, RunInfo};
+use demo::sim::{self, Config};
+use demo::timebase::{REAL_TIME_SCALE, Timebase};
 
-const USAGE: &str = "Usage: cargo run --example demo -- [--tasks N] [--workers N] [--seed N] [--faults RATE] \
+const USAGE: &str = "Usage: cargo run -p demo -- [--tasks N] [--workers N] [--seed N] [--faults RATE] \
                      [--database-url URL] [--real-time]";
 
 fn help() -> String {
@@ -208,12 +199,10 @@ impl Progress {
 
 /// The schema `--database-url` runs in. It is dropped and created afresh at
 /// the start of every run, and left afterwards for inspection.
-#[cfg(feature = "postgres")]
 const DEMO_SCHEMA: &str = "taskfence_demo";
 
 /// Opens the PostgreSQL backend for `--database-url`: a `PgStore` in
 /// [`DEMO_SCHEMA`], emptied and migrated, so each run starts from nothing.
-#[cfg(feature = "postgres")]
 async fn postgres(url: &str) -> Result<Arc<dyn TaskStore>, Box<dyn Error>> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
@@ -229,10 +218,4 @@ async fn postgres(url: &str) -> Result<Arc<dyn TaskStore>, Box<dyn Error>> {
     let store = taskfence::PgStore::builder(pool).schema(DEMO_SCHEMA).build()?;
     store.migrate().await?;
     Ok(Arc::new(store))
-}
-
-/// Without the `postgres` feature there is no PostgreSQL backend.
-#[cfg(not(feature = "postgres"))]
-async fn postgres(_url: &str) -> Result<Arc<dyn TaskStore>, Box<dyn Error>> {
-    Err("--database-url needs the `postgres` feature (on by default)".into())
 }

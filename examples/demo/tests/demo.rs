@@ -1,29 +1,19 @@
-//! The demo (`cargo run --example demo`) run in-process with fixed seeds. Its
+//! The demo (`cargo run -p demo`) run in-process with fixed seeds. Its
 //! guarantees are checked here against the store's own records (`get`,
 //! `attempts`, `find`, `submit`, `claim`), not only against the demo's counts.
-//! It also runs on PostgreSQL (the server of `tests/common`), as
+//! It also runs on PostgreSQL (the server of `taskfence-test-support`), as
 //! `--database-url` does.
 
-#[path = "../examples/demo/plan.rs"]
-mod plan;
-#[path = "../examples/demo/queue.rs"]
-mod queue;
-#[path = "../examples/demo/report.rs"]
-mod report;
-#[path = "../examples/demo/sim.rs"]
-mod sim;
-#[path = "../examples/demo/timebase.rs"]
-mod timebase;
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::{Claim, ClaimRequest, Error, Fenced, MemoryStore, NewTask, Status, TaskStore};
 
-use crate::sim::{Config, Outcome};
-use crate::timebase::Timebase;
+use demo::sim::{self, Config, Outcome};
+use demo::report;
+use demo::timebase::Timebase;
 
 /// Runs the demo on a fresh `MemoryStore` with simulated time; returns the store too.
 async fn run_simulated(config: &Config) -> (Outcome, Arc<dyn TaskStore>) {
@@ -325,79 +315,31 @@ fn flags_out_of_range_are_refused() {
 
 /// A broken backend: it answers `Accepted` to a completion the real store
 /// refused (a stale worker's late answer). The demo's check must catch it.
-struct AcceptsStaleCompletions(MemoryStore);
+struct AcceptsStaleCompletions;
 
 #[async_trait::async_trait]
-impl TaskStore for AcceptsStaleCompletions {
-    async fn submit(&self, task: NewTask) -> taskfence::Result<taskfence::Submitted> {
-        self.0.submit(task).await
-    }
-    async fn get(&self, id: taskfence::TaskId) -> taskfence::Result<Option<taskfence::Task>> {
-        self.0.get(id).await
-    }
-    async fn find(&self, key: &taskfence::RequestKey) -> taskfence::Result<Option<taskfence::Task>> {
-        self.0.find(key).await
-    }
-    async fn claim(&self, id: taskfence::TaskId, request: ClaimRequest) -> taskfence::Result<Claim> {
-        self.0.claim(id, request).await
-    }
-    async fn renew(
-        &self,
-        lease: &mut taskfence::Lease,
-        extend_by: Duration,
-    ) -> taskfence::Result<Fenced<()>> {
-        self.0.renew(lease, extend_by).await
-    }
+impl Intercept for AcceptsStaleCompletions {
     async fn complete(
         &self,
+        inner: &dyn TaskStore,
         lease: taskfence::Lease,
         response: taskfence::Response,
     ) -> taskfence::Result<Fenced<taskfence::Task>> {
         let id = lease.task_id();
-        match self.0.complete(lease, response).await? {
-            Fenced::Rejected(_) => Ok(Fenced::Accepted(self.0.get(id).await?.expect("exists"))),
+        match inner.complete(lease, response).await? {
+            Fenced::Rejected(_) => Ok(Fenced::Accepted(inner.get(id).await?.expect("exists"))),
             accepted => Ok(accepted),
         }
-    }
-    async fn fail(
-        &self,
-        lease: taskfence::Lease,
-        failure: taskfence::Failure,
-    ) -> taskfence::Result<Fenced<taskfence::Retry>> {
-        self.0.fail(lease, failure).await
-    }
-    async fn release(&self, lease: taskfence::Lease) -> taskfence::Result<Fenced<()>> {
-        self.0.release(lease).await
-    }
-    async fn cancel(
-        &self,
-        id: taskfence::TaskId,
-        reason: &str,
-    ) -> taskfence::Result<Fenced<taskfence::Task>> {
-        self.0.cancel(id, reason).await
-    }
-    async fn record_operation(
-        &self,
-        lease: &taskfence::Lease,
-        operation_id: &str,
-    ) -> taskfence::Result<Fenced<()>> {
-        self.0.record_operation(lease, operation_id).await
-    }
-    async fn attempts(&self, id: taskfence::TaskId) -> taskfence::Result<Vec<taskfence::Attempt>> {
-        self.0.attempts(id).await
-    }
-    async fn due(&self, limit: usize) -> taskfence::Result<Vec<taskfence::TaskId>> {
-        self.0.due(limit).await
-    }
-    async fn purge_expired(&self, limit: usize) -> taskfence::Result<u64> {
-        self.0.purge_expired(limit).await
     }
 }
 
 #[tokio::test]
 async fn the_check_catches_a_store_that_accepts_stale_completions() {
     let (tb, clock) = Timebase::new_virtual();
-    let store: Arc<dyn TaskStore> = Arc::new(AcceptsStaleCompletions(MemoryStore::with_clock(clock)));
+    let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(
+        Arc::new(MemoryStore::with_clock(clock)),
+        AcceptsStaleCompletions,
+    ));
     let config = Config::default();
     let outcome = sim::run(&config, store, tb, &mut |_| {}).await.unwrap();
     let s = &outcome.summary;
@@ -428,7 +370,7 @@ async fn the_check_catches_a_store_that_accepts_stale_completions() {
 async fn the_demo_keeps_the_invariant_on_postgres() {
     use taskfence::testing::Fixture;
 
-    let fixture = common::fixture().await;
+    let fixture = taskfence_test_support::fixture().await;
     let store = fixture.store();
     let config = Config {
         tasks: 40,
