@@ -1,21 +1,31 @@
 //! What a [`Service`](crate::Service) runs and with which limits.
+//!
+//! [`Settings`] is the process's configuration: flags, each also read from an
+//! environment variable (the usual way to configure a container). It turns
+//! into a [`Config`] (what the service needs besides the pool, and what tests
+//! build in-process with [`Config::new`]) and a pool ([`Settings::connect`]).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use sqlx::PgPool;
 use taskfence::RetryPolicy;
 
 /// Which halves of the service this process runs.
 ///
 /// The API and the worker share nothing but PostgreSQL, so they can run in one
-/// process (the default) or separately (`--no-worker` / `--worker-only`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// process (the default) or separately (`--mode api` / `--mode worker`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// The HTTP API and the reply worker (default).
+    #[value(name = "both")]
     Both,
-    /// Only the HTTP API (`--no-worker`): replies are written by worker processes.
+    /// Only the HTTP API: replies are written by worker processes.
+    #[value(name = "api")]
     ApiOnly,
-    /// Only the reply worker (`--worker-only`): no HTTP listener.
+    /// Only the reply worker: no HTTP listener.
+    #[value(name = "worker")]
     WorkerOnly,
 }
 
@@ -66,8 +76,6 @@ pub struct WorkerSettings {
     /// How often the outbox and the due tasks are polled when nothing wakes the
     /// worker earlier (a Send in the same process wakes it at once).
     pub poll_every: Duration,
-    /// How long the simulated provider takes to answer.
-    pub provider_latency: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -76,12 +84,12 @@ impl Default for WorkerSettings {
             concurrency: 8,
             lease: Duration::from_secs(30),
             poll_every: Duration::from_millis(200),
-            provider_latency: Duration::from_millis(50),
         }
     }
 }
 
-/// Everything [`Service::start`](crate::Service::start) needs besides the pool.
+/// Everything [`Service::start`](crate::Service::start) needs besides the
+/// pool and the provider.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// API, worker or both.
@@ -121,5 +129,225 @@ impl Config {
     /// database never hear each other.
     pub fn reply_channel(&self) -> String {
         format!("{}_reply_saved", self.taskfence_schema)
+    }
+}
+
+/// The process's configuration: every option is a flag and an environment
+/// variable (the flag wins). `chat-api --help` lists them.
+///
+/// ```
+/// use clap::Parser;
+/// let settings = chat_api::Settings::try_parse_from([
+///     "chat-api",
+///     "--database-url", "postgres://app@db.example.com/chat?sslmode=verify-full&sslrootcert=/etc/rds-ca.pem",
+///     "--tokens", "alice-token=alice",
+///     "--mode", "api",
+/// ])
+/// .unwrap();
+/// assert_eq!(settings.config().tokens["alice-token"], "alice");
+/// ```
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "chat-api",
+    version,
+    about = "A chat API whose replies go through taskfence."
+)]
+pub struct Settings {
+    /// PostgreSQL URL. TLS: add `?sslmode=verify-full&sslrootcert=/path/ca.pem`
+    /// (as RDS needs) or `?sslmode=require`.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// Where the HTTP API listens.
+    #[arg(long, env = "TASKFENCE_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+
+    /// Which halves run in this process: `both`, `api` or `worker`.
+    #[arg(long, env = "CHAT_API_MODE", value_enum, default_value = "both")]
+    pub mode: Mode,
+
+    /// Bearer tokens as `token=user,token=user` (required unless `--mode worker`).
+    #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = parse_tokens, default_value = "")]
+    pub tokens: Tokens,
+
+    /// The schema of taskfence's tables (its own migration history is kept there).
+    #[arg(long, env = "TASKFENCE_SCHEMA", default_value = taskfence::postgres::DEFAULT_SCHEMA)]
+    pub taskfence_schema: String,
+
+    /// The schema of the app's tables and its `_sqlx_migrations` (created if
+    /// missing). Unset: the connection's default `search_path` (`public`).
+    #[arg(long, env = "CHAT_API_SCHEMA")]
+    pub app_schema: Option<String>,
+
+    /// Largest number of PostgreSQL connections in the pool.
+    #[arg(long, env = "CHAT_API_MAX_CONNECTIONS", default_value_t = 32)]
+    pub max_connections: u32,
+
+    /// Replies generated at once by the in-process worker.
+    #[arg(long, env = "CHAT_API_WORKER_CONCURRENCY", default_value_t = 8)]
+    pub worker_concurrency: usize,
+
+    /// Lease per claim, renewed while the provider runs (`30s`, `500ms`, `5m`).
+    #[arg(long, env = "CHAT_API_LEASE", value_parser = parse_duration, default_value = "30s")]
+    pub lease: Duration,
+
+    /// How often the worker polls the outbox and the due tasks.
+    #[arg(long, env = "CHAT_API_POLL_EVERY", value_parser = parse_duration, default_value = "200ms")]
+    pub poll_every: Duration,
+
+    /// Attempts per reply task before it fails for good.
+    #[arg(long, env = "CHAT_API_MAX_ATTEMPTS")]
+    pub max_attempts: Option<u32>,
+
+    /// How long an Idempotency-Key is remembered.
+    #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
+    pub key_retention: Duration,
+}
+
+/// Bearer token → user id, as parsed from `token=user,token=user`.
+pub type Tokens = HashMap<String, String>;
+
+impl Settings {
+    /// The service's [`Config`]: defaults with these settings applied.
+    pub fn config(&self) -> Config {
+        let mut config = Config::new(self.tokens.clone());
+        config.mode = self.mode;
+        config.taskfence_schema = self.taskfence_schema.clone();
+        config.key_retention = self.key_retention;
+        if let Some(n) = self.max_attempts {
+            config.policy = config.policy.max_attempts(n);
+        }
+        config.worker.concurrency = self.worker_concurrency;
+        config.worker.lease = self.lease;
+        config.worker.poll_every = self.poll_every;
+        config
+    }
+
+    /// Checks what clap cannot: the API needs at least one token.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.mode.runs_api() && self.tokens.is_empty() {
+            return Err("CHAT_API_TOKENS is empty: set it to token=user,token=user".into());
+        }
+        Ok(())
+    }
+
+    /// The pool, with the app schema (if any) created and first in every
+    /// connection's `search_path`. See [`crate::db::connect`].
+    pub async fn connect(&self) -> Result<PgPool, sqlx::Error> {
+        crate::db::connect(
+            &self.database_url,
+            self.app_schema.as_deref(),
+            self.max_connections,
+        )
+        .await
+    }
+}
+
+/// `token=user,token=user` (blank entries ignored).
+fn parse_tokens(text: &str) -> Result<Tokens, String> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((token, user)) if !token.trim().is_empty() && !user.trim().is_empty() => {
+                Ok((token.trim().to_owned(), user.trim().to_owned()))
+            }
+            _ => Err(format!("{pair:?} is not token=user")),
+        })
+        .collect()
+}
+
+/// `250ms`, `30s`, `5m`, `24h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1_000)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60_000)
+    } else if let Some(n) = text.strip_suffix('h') {
+        (n, 3_600_000)
+    } else {
+        (text, 1_000)
+    };
+    number
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit_ms))
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is not a duration like 500ms, 30s, 5m or 24h"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Settings, clap::Error> {
+        let base = ["chat-api", "--database-url", "postgres://localhost/test"];
+        Settings::try_parse_from(base.iter().chain(args))
+    }
+
+    #[test]
+    fn defaults_match_config_new() {
+        let settings = parse(&["--tokens", "t=u"]).unwrap();
+        let (from_flags, defaults) = (settings.config(), Config::new(settings.tokens.clone()));
+        assert_eq!(from_flags.mode, Mode::Both);
+        assert_eq!(from_flags.taskfence_schema, defaults.taskfence_schema);
+        assert_eq!(from_flags.key_retention, defaults.key_retention);
+        assert_eq!(from_flags.policy, defaults.policy);
+        assert_eq!(from_flags.worker.lease, defaults.worker.lease);
+        assert_eq!(from_flags.worker.poll_every, defaults.worker.poll_every);
+        assert_eq!(from_flags.worker.concurrency, defaults.worker.concurrency);
+        assert_eq!(settings.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(settings.app_schema, None);
+    }
+
+    #[test]
+    fn flags_reach_the_config() {
+        let settings = parse(&[
+            "--mode",
+            "worker",
+            "--lease",
+            "5m",
+            "--poll-every",
+            "50ms",
+            "--max-attempts",
+            "3",
+            "--taskfence-schema",
+            "tf",
+            "--app-schema",
+            "chat",
+        ])
+        .unwrap();
+        settings.validate().expect("a worker needs no tokens");
+        let config = settings.config();
+        assert_eq!(config.mode, Mode::WorkerOnly);
+        assert_eq!(config.worker.lease, Duration::from_secs(300));
+        assert_eq!(config.worker.poll_every, Duration::from_millis(50));
+        assert_eq!(config.policy.max_attempts, 3);
+        assert_eq!(config.reply_channel(), "tf_reply_saved");
+        assert_eq!(settings.app_schema.as_deref(), Some("chat"));
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(parse(&["--tokens", "just-a-token"]).is_err());
+        assert!(parse(&["--lease", "soon"]).is_err());
+        assert!(parse(&["--mode", "sideways"]).is_err());
+        assert!(parse(&["--listen", "not an address"]).is_err());
+        let no_tokens = parse(&["--mode", "api"]).unwrap();
+        assert!(no_tokens.validate().is_err(), "the API needs a token");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("1.5s").is_err());
     }
 }

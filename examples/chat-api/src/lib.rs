@@ -3,32 +3,36 @@
 //! saves one message per press and one reply per reply task.
 //!
 //! See `README.md` beside this crate for each endpoint and the guarantee it
-//! relies on.
+//! relies on, and for which files to take.
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`config`] | [`Config`], [`Mode`], [`Limits`], [`WorkerSettings`] |
+//! | [`config`] | [`Settings`] (flags + environment), [`Config`], [`Mode`], [`Limits`], [`WorkerSettings`] |
+//! | [`db`] | the pool (TLS, app schema) and both migrators at start-up |
 //! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
 //! | [`idempotency`] | [`IdempotencyKey`]: the header, parsed per the IETF draft |
 //! | [`problem`] | [`Problem`]: `application/problem+json` errors |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
-//! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::Worker`], [`SimulatedLlm`] |
+//! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::Worker`] → [`ReplyProvider`] |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
+//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`] |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms)]
 
 mod api;
 pub mod config;
+pub mod db;
 pub mod idempotency;
 pub mod problem;
 pub mod replies;
 pub mod service;
+pub mod sim;
 pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};
-pub use config::{Config, Limits, Mode, WorkerSettings};
+pub use config::{Config, Limits, Mode, Settings, WorkerSettings};
 pub use idempotency::IdempotencyKey;
 pub use problem::Problem;
-pub use replies::{ReplyEvent, ReplyEvents, ReplyStore};
+pub use replies::{ReplyEvent, ReplyEvents, ReplyStore, SaveReply, reply_store};
 pub use service::{Service, StartError};
-pub use worker::{ReplyPayload, SimulatedLlm};
+pub use worker::{ReplyPayload, ReplyProvider};

@@ -1,56 +1,74 @@
 //! Saving a reply and hearing about it.
 //!
-//! - [`ReplyStore`] is the [`TaskStore`] the worker runs on: [`PgStore`] with
-//!   one change. Its `complete` writes the reply into the app's `replies`
-//!   table, completes the task ([`PgStore::complete_in`], fenced) and sends
-//!   `pg_notify` — **one transaction**. So the reply row exists exactly when
-//!   the task is completed, a refused completion writes no row, and the
-//!   notification is delivered only once both are committed.
+//! - [`SaveReply`] is the one change the worker's store makes to [`PgStore`],
+//!   as an [`Intercept`]: its `complete` writes the reply into the app's
+//!   `replies` table, completes the task ([`PgStore::complete_in`], fenced)
+//!   and sends `pg_notify` — **one transaction**. So the reply row exists
+//!   exactly when the task is completed, a refused completion writes no row,
+//!   and the notification is delivered only once both are committed.
+//!   [`ReplyStore`] is [`PgStore`] wrapped with it.
 //! - [`ReplyEvents`] is the API's side: one `LISTEN` connection per process,
 //!   fanned out to every long-polling request. A notification is only a hint
 //!   to read the store again; a lost one (reconnect) wakes every waiter.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
-use taskfence::{
-    Attempt, Claim, ClaimRequest, Error, Failure, Fenced, Lease, NewTask, PgStore, RequestKey, Response,
-    Result, Retry, Submitted, Task, TaskId, TaskStore,
-};
+use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::{Error, Fenced, Lease, PgStore, Response, Result, Task, TaskId, TaskStore};
 use tokio::sync::{broadcast, watch};
 
-/// [`PgStore`] whose `complete` also saves the reply and notifies, atomically.
+/// The store the worker runs on: [`PgStore`], whose `complete` also saves the
+/// reply and notifies, atomically. Every other call is [`PgStore`]'s own.
 ///
 /// Why a wrapper: [`taskfence::Worker`] completes through
 /// [`TaskStore::complete`]. Wrapping the store keeps the whole runtime
 /// (claim, lease renewal, retry budget, dispositions) and changes only what a
-/// completion writes. Every other method is [`PgStore`]'s own.
+/// completion writes.
+pub type ReplyStore = Intercepted<SaveReply>;
+
+/// Wraps `store`; saved replies are announced on `channel`.
+///
+/// ```no_run
+/// # fn f(store: taskfence::PgStore) {
+/// let replies = chat_api::reply_store(store, "taskfence_reply_saved");
+/// # }
+/// ```
+pub fn reply_store(store: PgStore, channel: impl Into<String>) -> ReplyStore {
+    Intercepted::new(
+        Arc::new(store.clone()),
+        SaveReply {
+            store,
+            channel: channel.into(),
+        },
+    )
+}
+
+/// The [`Intercept`] behind [`ReplyStore`]: only `complete` is changed.
 #[derive(Debug, Clone)]
-pub struct ReplyStore {
-    inner: PgStore,
+pub struct SaveReply {
+    // The concrete store, for `complete_in` on our own transaction: the
+    // `&dyn TaskStore` an intercept is handed has no transactional variant.
+    store: PgStore,
     channel: String,
 }
 
-impl ReplyStore {
-    /// Wraps `inner`; saved replies are announced on `channel`.
-    pub fn new(inner: PgStore, channel: impl Into<String>) -> Self {
-        Self {
-            inner,
-            channel: channel.into(),
-        }
-    }
-}
-
 #[async_trait]
-impl TaskStore for ReplyStore {
-    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+impl Intercept for SaveReply {
+    async fn complete(
+        &self,
+        _inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
         let Some(content) = response.as_str().map(str::to_owned) else {
             return Err(Error::storage(NotText));
         };
         let (task_id, attempt) = (lease.task_id(), lease.attempt());
-        let mut tx = self.inner.pool().begin().await.map_err(Error::storage)?;
-        let outcome = self.inner.complete_in(&mut tx, lease, response).await?;
+        let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
+        let outcome = self.store.complete_in(&mut tx, lease, response).await?;
         if outcome.is_accepted() {
             // The task row stays locked until the commit: nothing can take the
             // task over between the fenced check and these writes.
@@ -72,43 +90,6 @@ impl TaskStore for ReplyStore {
         }
         // Rejected: dropping `tx` rolls back; complete_in wrote nothing either.
         Ok(outcome)
-    }
-
-    async fn submit(&self, task: NewTask) -> Result<Submitted> {
-        self.inner.submit(task).await
-    }
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        self.inner.get(id).await
-    }
-    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
-        self.inner.find(key).await
-    }
-    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        self.inner.claim(id, request).await
-    }
-    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        self.inner.renew(lease, extend_by).await
-    }
-    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        self.inner.fail(lease, failure).await
-    }
-    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        self.inner.release(lease).await
-    }
-    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
-        self.inner.cancel(id, reason).await
-    }
-    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        self.inner.record_operation(lease, operation_id).await
-    }
-    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        self.inner.attempts(id).await
-    }
-    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        self.inner.due(limit).await
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<u64> {
-        self.inner.purge_expired(limit).await
     }
 }
 

@@ -10,20 +10,21 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
-use crate::replies::{ReplyEvents, ReplyStore};
-use crate::worker;
-
-/// The app's tables (`schema.sql`), created in the pool's `search_path`.
-const SCHEMA: &str = include_str!("../schema.sql");
+use crate::db::{self, MigrateError};
+use crate::replies::{ReplyEvents, reply_store};
+use crate::worker::{self, ReplyProvider};
 
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
-    /// taskfence's schema, migrations or configuration.
+    /// taskfence's configuration (its schema name).
     #[error("taskfence: {0}")]
     Taskfence(#[from] taskfence::Error),
-    /// The app's schema or the LISTEN connection.
+    /// taskfence's or the app's migrations.
+    #[error("{0}")]
+    Migrate(#[from] MigrateError),
+    /// The LISTEN connection.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     /// The HTTP listener.
@@ -43,21 +44,23 @@ pub struct Service {
 }
 
 impl Service {
-    /// Prepares the schemas, then starts what `config.mode` asks for: the API
-    /// on `listener` (with the LISTEN connection for long-polls) and the worker.
+    /// Applies both migration histories ([`db::migrate`]), then starts what
+    /// `config.mode` asks for: the API on `listener` (with the LISTEN
+    /// connection for long-polls) and the worker, calling `provider`.
     ///
     /// The pool's connections decide where the app's tables are (their
-    /// `search_path`); taskfence's are in `config.taskfence_schema`.
+    /// `search_path`, see [`db::connect`]); taskfence's are in
+    /// `config.taskfence_schema`.
     pub async fn start(
         pool: sqlx::PgPool,
         config: Config,
         listener: Option<TcpListener>,
+        provider: Arc<dyn ReplyProvider>,
     ) -> Result<Self, StartError> {
         let store = PgStore::builder(pool.clone())
             .schema(config.taskfence_schema.clone())
             .build()?;
-        store.migrate().await?;
-        create_app_tables(&pool).await?;
+        db::migrate(&store).await?;
 
         let (stop, stop_rx) = watch::channel(false);
         let wake_worker = Arc::new(Notify::new());
@@ -95,10 +98,11 @@ impl Service {
             }));
         }
         if config.mode.runs_worker() {
-            let replies = ReplyStore::new(store.clone(), config.reply_channel());
+            let replies = reply_store(store.clone(), config.reply_channel());
             tasks.push(tokio::spawn(worker::run(
                 store,
                 replies,
+                provider,
                 config.worker.clone(),
                 wake_worker,
                 stop_rx,
@@ -121,17 +125,6 @@ impl Service {
             let _ = task.await;
         }
     }
-}
-
-/// Creates the app's tables if needed, one replica at a time. A template
-/// shortcut: a real app runs `schema.sql` with its migration tool.
-async fn create_app_tables(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('chat-api schema'))")
-        .execute(&mut *tx)
-        .await?;
-    sqlx::raw_sql(SCHEMA).execute(&mut *tx).await?;
-    tx.commit().await
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

@@ -1,5 +1,5 @@
 //! The in-process reply worker: the outbox dispatcher feeds task ids straight
-//! into [`taskfence::Worker::handle`], with a simulated LLM as the provider.
+//! into [`taskfence::Worker::handle`], which calls the [`ReplyProvider`].
 //!
 //! There is no external queue here, so the one thing a queue would add — the
 //! message survives a crash — comes from the outbox itself: a handoff is
@@ -11,7 +11,6 @@
 //! dispatcher's transaction spans only those claims, never a provider call.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -32,39 +31,40 @@ pub struct ReplyPayload {
     pub prompt: String,
 }
 
-/// A stand-in for the LLM provider: answers after a fixed latency with
-/// deterministic text, so tests can say which attempt produced a reply.
-#[derive(Debug, Clone)]
-pub struct SimulatedLlm {
-    latency: Duration,
-}
-
-impl SimulatedLlm {
-    /// A provider that takes `latency` per call.
-    pub fn new(latency: Duration) -> Self {
-        Self { latency }
-    }
-
-    /// One provider call: `"Reply to: {prompt} (attempt {n})"`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let llm = chat_api::SimulatedLlm::new(std::time::Duration::ZERO);
-    /// assert_eq!(llm.complete("hi", 2).await, "Reply to: hi (attempt 2)");
-    /// # }
-    /// ```
-    pub async fn complete(&self, prompt: &str, attempt: u32) -> String {
-        tokio::time::sleep(self.latency).await;
-        format!("Reply to: {prompt} (attempt {attempt})")
-    }
+/// The model provider: the one thing to replace when copying this template
+/// (`sim::SimulatedLlm` stands in for it in the binary and the tests).
+///
+/// Called once per claimed attempt, raced against the loss of the lease: a
+/// call still running when another worker takes the task over is dropped.
+///
+/// ```
+/// use chat_api::ReplyProvider;
+/// use taskfence::Failure;
+///
+/// struct Echo;
+///
+/// #[async_trait::async_trait]
+/// impl ReplyProvider for Echo {
+///     async fn reply(&self, prompt: &str, _attempt: u32) -> Result<String, Failure> {
+///         Ok(prompt.to_owned())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait ReplyProvider: Send + Sync + 'static {
+    /// The reply to `prompt`, on this task's `attempt` (1-based; pass it on as
+    /// the provider's idempotency key suffix if it has one). A
+    /// [`Failure::retryable`] is retried within the task's budget, a
+    /// [`Failure::permanent`] fails the task.
+    async fn reply(&self, prompt: &str, attempt: u32) -> Result<String, Failure>;
 }
 
 /// The work function [`Worker::handle`] runs for a claimed reply task.
-async fn generate(llm: SimulatedLlm, ctx: WorkContext) -> Result<Response, Failure> {
+async fn generate(provider: Arc<dyn ReplyProvider>, ctx: WorkContext) -> Result<Response, Failure> {
     let payload: ReplyPayload = serde_json::from_slice(&ctx.task().payload)
         .map_err(|e| Failure::permanent(format!("unreadable reply payload: {e}")))?;
     tokio::select! {
-        text = llm.complete(&payload.prompt, ctx.lease().attempt()) => Ok(Response::from(text)),
+        text = provider.reply(&payload.prompt, ctx.lease().attempt()) => text.map(Response::from),
         // Another worker owns the task now: stop paying for this call.
         () = ctx.lease_lost() => Err(Failure::retryable("lease lost during the provider call")),
     }
@@ -99,7 +99,7 @@ enum NotStarted {
 
 struct Runner {
     worker: Worker,
-    llm: SimulatedLlm,
+    provider: Arc<dyn ReplyProvider>,
     slots: Arc<Semaphore>,
     running: JoinSet<()>,
 }
@@ -113,10 +113,12 @@ impl Runner {
             let _ = tx.send(Err(NotStarted::Full));
             return rx;
         };
-        let (worker, llm) = (self.worker.clone(), self.llm.clone());
+        let (worker, provider) = (self.worker.clone(), Arc::clone(&self.provider));
         self.running.spawn(async move {
             let signal = ClaimedSignal(Mutex::new(Some(tx)));
-            let outcome = worker.handle(task_id, &signal, |ctx| generate(llm, ctx)).await;
+            let outcome = worker
+                .handle(task_id, &signal, |ctx| generate(provider, ctx))
+                .await;
             match &outcome {
                 Ok(disposition) => tracing::debug!(%task_id, ?disposition, "handled"),
                 Err(error) => tracing::warn!(%task_id, %error, "handling failed; the task will be due again"),
@@ -144,6 +146,7 @@ type PublishFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), NotStarted
 pub(crate) async fn run(
     store: PgStore,
     replies: ReplyStore,
+    provider: Arc<dyn ReplyProvider>,
     settings: WorkerSettings,
     wake: Arc<Notify>,
     mut stop: watch::Receiver<bool>,
@@ -163,7 +166,7 @@ pub(crate) async fn run(
     };
     let mut runner = Runner {
         worker,
-        llm: SimulatedLlm::new(settings.provider_latency),
+        provider,
         slots: Arc::new(Semaphore::new(settings.concurrency.max(1))),
         running: JoinSet::new(),
     };

@@ -4,53 +4,42 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use chat_api::{Config, Mode, Service};
+use chat_api::sim::SimulatedLlm;
+use chat_api::{Config, Mode, ReplyProvider, Service};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
-use taskfence::testing::PgFixture;
+use sqlx::PgPool;
+use taskfence::testing::{PgFixture, TempSchema};
+use taskfence_test_support::row_count;
 
 pub const ALICE: &str = "alice-token";
 pub const BOB: &str = "bob-token";
 
-/// A fresh taskfence schema (PgFixture) and an app schema next to it.
+/// How long the test provider takes per call.
+pub const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
+
+/// A fresh taskfence schema (PgFixture) and an app schema next to it, each
+/// dropped with this value.
 pub struct TestDb {
     pub fixture: PgFixture,
-    pub app_schema: String,
-    url: String,
-    admin: PgPool,
+    /// Created and migrated by the first service started on it.
+    pub app_schema: TempSchema,
 }
 
 impl TestDb {
     pub async fn new() -> Self {
-        let fixture = PgFixture::new().await;
-        // Named after the fixture's schema, so PgFixture's cleanup of schemas
-        // left by killed runs (by their prefix and timestamp) covers it too.
-        let app_schema = format!("{}_app", fixture.schema());
-        let url = fixture.url().to_owned();
-        let admin = fixture.pg_store().pool().clone();
-        sqlx::raw_sql(&format!("CREATE SCHEMA \"{app_schema}\""))
-            .execute(&admin)
-            .await
-            .expect("create the app schema");
-        Self {
-            fixture,
-            app_schema,
-            url,
-            admin,
-        }
+        let fixture = taskfence_test_support::fixture().await;
+        let app_schema = TempSchema::new(fixture.url(), "chat_api_test_").await;
+        Self { fixture, app_schema }
     }
 
-    /// A pool whose connections put the app's tables in this test's schema.
+    /// A pool whose connections put the app's tables in this test's schema:
+    /// the same `db::connect` the binary uses.
     pub async fn app_pool(&self) -> PgPool {
-        let options: PgConnectOptions = self.url.parse().expect("a valid DATABASE_URL");
-        PgPoolOptions::new()
-            .max_connections(24)
-            .test_before_acquire(false)
-            .connect_with(options.options([("search_path", self.app_schema.as_str())]))
+        chat_api::db::connect(self.fixture.url(), Some(self.app_schema.name()), 24)
             .await
             .expect("connect the app pool")
     }
@@ -58,13 +47,9 @@ impl TestDb {
     /// Rows in an app table (`messages`, `reply_tasks`, `replies`) or a
     /// taskfence table (`tasks`, `attempts`, `handoffs`).
     pub async fn count(&self, table: &str) -> i64 {
+        let pool = self.fixture.pg_store().pool();
         match table {
-            "messages" | "reply_tasks" | "replies" => {
-                sqlx::query_scalar(&format!("SELECT count(*) FROM \"{}\".{table}", self.app_schema))
-                    .fetch_one(&self.admin)
-                    .await
-                    .expect("count rows")
-            }
+            "messages" | "reply_tasks" | "replies" => row_count(pool, self.app_schema.name(), table).await,
             _ => self.fixture.count(table).await,
         }
     }
@@ -89,29 +74,7 @@ impl TestDb {
     }
 }
 
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.app_schema.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let options: PgConnectOptions = url.parse().ok()?;
-                let mut conn = options.connect().await.ok()?;
-                sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .execute(&mut conn)
-                    .await
-                    .ok()?;
-                conn.close().await.ok()
-            })
-        })
-        .join();
-    }
-}
-
-/// The config every test runs with: two users, a quick simulated provider.
+/// The config every test runs with: two users, a quick poll.
 pub fn config(db: &TestDb, mode: Mode) -> Config {
     let tokens = HashMap::from([
         (ALICE.to_owned(), "alice".to_owned()),
@@ -121,7 +84,6 @@ pub fn config(db: &TestDb, mode: Mode) -> Config {
     config.mode = mode;
     config.taskfence_schema = db.fixture.schema().to_owned();
     config.worker.poll_every = Duration::from_millis(100);
-    config.worker.provider_latency = Duration::from_millis(20);
     config
 }
 
@@ -137,6 +99,10 @@ impl TestService {
     }
 
     pub async fn start_with(db: &TestDb, config: Config) -> Self {
+        Self::start_with_provider(db, config, SimulatedLlm::new(PROVIDER_LATENCY)).await
+    }
+
+    pub async fn start_with_provider(db: &TestDb, config: Config, provider: impl ReplyProvider) -> Self {
         let listener = match config.mode.runs_api() {
             true => Some(
                 tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -145,7 +111,8 @@ impl TestService {
             ),
             false => None,
         };
-        let service = Service::start(db.app_pool().await, config, listener)
+        let provider: Arc<dyn ReplyProvider> = Arc::new(provider);
+        let service = Service::start(db.app_pool().await, config, listener, provider)
             .await
             .expect("start the service");
         let api = service.local_addr().map(|addr| Api {

@@ -1,0 +1,99 @@
+//! The database: the pool, and both migration histories at start-up.
+//!
+//! Two migrators share the database and never meet:
+//!
+//! - taskfence's ([`PgStore::migrate`]) writes its tables and its history
+//!   table `taskfence_migrations` into its own schema (`TASKFENCE_SCHEMA`),
+//!   with qualified names;
+//! - the app's ([`MIGRATOR`], `migrations/` embedded by `sqlx::migrate!`)
+//!   writes unqualified names, so its tables and its `_sqlx_migrations` land in
+//!   the first schema of the connection's `search_path`: the app schema.
+//!
+//! Each takes its own lock (taskfence an advisory lock per schema, sqlx one per
+//! database), so replicas starting at once apply every file exactly once.
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+use taskfence::PgStore;
+
+/// The app's migrations (`migrations/*.sql`), embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
+
+/// Why the schemas could not be brought up to date.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrateError {
+    /// taskfence's migrations or its schema name.
+    #[error("taskfence migrations: {0}")]
+    Taskfence(#[from] taskfence::Error),
+    /// The app's migrations (`migrations/`).
+    #[error("app migrations: {0}")]
+    App(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A pool on `url` (TLS as its `sslmode` says) of up to `max_connections`.
+///
+/// With `app_schema`, that schema is created if missing and every connection's
+/// `search_path` is set to it at connect time, so the app's unqualified SQL —
+/// its queries and its migrations — always means that schema, on every
+/// connection, including ones opened after a failover. Without it the
+/// server's default `search_path` (normally `public`) applies.
+pub async fn connect(
+    url: &str,
+    app_schema: Option<&str>,
+    max_connections: u32,
+) -> Result<PgPool, sqlx::Error> {
+    let mut options: PgConnectOptions = url.parse()?;
+    if let Some(schema) = app_schema {
+        create_schema(&options, schema).await?;
+        // A startup parameter, not a `SET`: it holds for the session's lifetime
+        // and costs no round trip. Quoted, so any identifier works.
+        options = options.options([("search_path", quote_ident(schema).as_str())]);
+    }
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        // Every operation is exactly its own statements; a dead connection
+        // fails that operation, which the client retries with the same key.
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+}
+
+/// Creates `schema` unless it exists. Checked first: `CREATE SCHEMA IF NOT
+/// EXISTS` needs the CREATE privilege on the database even when the schema is
+/// there, which a least-privilege role (given a pre-created schema) lacks. The
+/// advisory lock serializes replicas starting at once: two concurrent
+/// `CREATE SCHEMA IF NOT EXISTS` can still collide on the catalog's unique index.
+async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), sqlx::Error> {
+    let mut conn = options.connect().await?;
+    let mut tx = conn.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("chat-api.schema.{schema}"))
+        .execute(&mut *tx)
+        .await?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(schema)
+        .fetch_one(&mut *tx)
+        .await?;
+    if !exists {
+        sqlx::raw_sql(&format!("CREATE SCHEMA {}", quote_ident(schema)))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    conn.close().await
+}
+
+/// `"name"`, with embedded quotes doubled.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Applies taskfence's migrations to `store`'s schema, then the app's
+/// [`MIGRATOR`] to the pool's `search_path`. Idempotent: a second start (or a
+/// replica) finds both histories complete and changes nothing.
+pub async fn migrate(store: &PgStore) -> Result<(), MigrateError> {
+    store.migrate().await?;
+    MIGRATOR.run(store.pool()).await?;
+    Ok(())
+}
