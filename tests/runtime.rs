@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{
     AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
 };
@@ -481,57 +482,27 @@ async fn a_save_after_the_lease_expired_is_refused_and_leaves_the_message() {
     assert_eq!(f.task(task.id).await.response, None);
 }
 
-/// A `MemoryStore` whose renewals fail with a storage error while `down` is set.
+/// Renewals fail with a storage error while `down` is set; every other call
+/// passes through to the wrapped store.
+#[derive(Default)]
 struct RenewOutage {
-    inner: MemoryStore,
     down: AtomicBool,
     renewals_tried: AtomicU32,
 }
 
 #[async_trait]
-impl TaskStore for RenewOutage {
-    async fn submit(&self, task: NewTask) -> taskfence::Result<taskfence::Submitted> {
-        self.inner.submit(task).await
-    }
-    async fn get(&self, id: TaskId) -> taskfence::Result<Option<Task>> {
-        self.inner.get(id).await
-    }
-    async fn find(&self, key: &RequestKey) -> taskfence::Result<Option<Task>> {
-        self.inner.find(key).await
-    }
-    async fn claim(&self, id: TaskId, request: ClaimRequest) -> taskfence::Result<Claim> {
-        self.inner.claim(id, request).await
-    }
-    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> taskfence::Result<Fenced<()>> {
+impl Intercept for RenewOutage {
+    async fn renew(
+        &self,
+        inner: &dyn TaskStore,
+        lease: &mut Lease,
+        extend_by: Duration,
+    ) -> taskfence::Result<Fenced<()>> {
         self.renewals_tried.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(Error::storage(std::io::Error::other("connection refused")));
         }
-        self.inner.renew(lease, extend_by).await
-    }
-    async fn complete(&self, lease: Lease, response: Response) -> taskfence::Result<Fenced<Task>> {
-        self.inner.complete(lease, response).await
-    }
-    async fn fail(&self, lease: Lease, failure: Failure) -> taskfence::Result<Fenced<taskfence::Retry>> {
-        self.inner.fail(lease, failure).await
-    }
-    async fn release(&self, lease: Lease) -> taskfence::Result<Fenced<()>> {
-        self.inner.release(lease).await
-    }
-    async fn cancel(&self, id: TaskId, reason: &str) -> taskfence::Result<Fenced<Task>> {
-        self.inner.cancel(id, reason).await
-    }
-    async fn record_operation(&self, lease: &Lease, op: &str) -> taskfence::Result<Fenced<()>> {
-        self.inner.record_operation(lease, op).await
-    }
-    async fn attempts(&self, id: TaskId) -> taskfence::Result<Vec<taskfence::Attempt>> {
-        self.inner.attempts(id).await
-    }
-    async fn due(&self, limit: usize) -> taskfence::Result<Vec<TaskId>> {
-        self.inner.due(limit).await
-    }
-    async fn purge_expired(&self, limit: usize) -> taskfence::Result<u64> {
-        self.inner.purge_expired(limit).await
+        inner.renew(lease, extend_by).await
     }
 }
 
@@ -539,11 +510,7 @@ impl TaskStore for RenewOutage {
 async fn a_store_unreachable_past_the_lease_expiry_counts_as_a_lost_lease() {
     let f = Fixture::new();
     let task = f.submit(policy()).await;
-    let outage = Arc::new(RenewOutage {
-        inner: f.memory.clone(),
-        down: AtomicBool::new(false),
-        renewals_tried: AtomicU32::new(0),
-    });
+    let outage = Arc::new(Intercepted::new(Arc::clone(&f.store), RenewOutage::default()));
     let worker = Worker::new(outage.clone(), WorkerConfig::new("a", LEASE))
         .unwrap()
         .with_clock(f.clock.clone());
@@ -551,7 +518,7 @@ async fn a_store_unreachable_past_the_lease_expiry_counts_as_a_lost_lease() {
     let (saw_ref, outage_ref) = (&saw, &outage);
     let d = worker
         .handle(task.id, &(), |ctx| async move {
-            outage_ref.down.store(true, Ordering::SeqCst);
+            outage_ref.interceptor().down.store(true, Ordering::SeqCst);
             ctx.lease_lost().await;
             saw_ref.store(true, Ordering::SeqCst);
             Err(Failure::retryable("stopped"))
@@ -561,7 +528,7 @@ async fn a_store_unreachable_past_the_lease_expiry_counts_as_a_lost_lease() {
     assert_eq!(d, Disposition::Leave(LeaveReason::LeaseLost(None)));
     assert!(saw.load(Ordering::SeqCst));
     assert_eq!(
-        outage.renewals_tried.load(Ordering::SeqCst),
+        outage.interceptor().renewals_tried.load(Ordering::SeqCst),
         3,
         "renewals at 10, 20, 30 s fail; at 30 s the lease is past its expiry"
     );
