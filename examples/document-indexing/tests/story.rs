@@ -1,8 +1,8 @@
-//! The scripted story in `main.rs` runs to its end against the real server.
+//! The scripted story in `src/bin/story.rs` runs to its end against the real server.
 
 #[test]
 fn the_story_runs_and_ends_with_the_newest_version_current() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_document-indexing"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_story"))
         .output()
         .expect("run the example binary");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,17 +5,19 @@
 use std::time::Duration;
 
 use document_indexing::{Indexed, Indexer, chunk};
-use sqlx::{ConnectOptions, Connection};
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{Status, TaskId, TaskStore};
+use taskfence_test_support::{TempSchema, row_count};
 
 /// The lease every test worker takes.
 pub const LEASE: Duration = Duration::from_secs(30);
 
-/// One test's world: taskfence in the fixture's schema, the app in `<that>_app`.
+/// One test's world: taskfence in the fixture's schema, the app in a
+/// [`TempSchema`] of its own. Each schema is dropped with the harness.
 pub struct Harness {
     pub fixture: PgFixture,
     pub indexer: Indexer,
+    pub app_schema: TempSchema,
 }
 
 impl Harness {
@@ -25,11 +27,16 @@ impl Harness {
 
     /// A harness whose indexer is configured by `configure` before migrating.
     pub async fn with(configure: impl FnOnce(Indexer) -> Indexer) -> Self {
-        let fixture = PgFixture::new().await;
-        let schema = format!("{}_app", fixture.schema());
-        let indexer = configure(Indexer::new(fixture.pg_store().clone(), &schema).expect("a valid schema"));
+        let fixture = taskfence_test_support::fixture().await;
+        let app_schema = TempSchema::new(fixture.url(), "docidx_test_").await;
+        let indexer =
+            configure(Indexer::new(fixture.pg_store().clone(), app_schema.name()).expect("a valid schema"));
         indexer.migrate().await.expect("create the app's tables");
-        Self { fixture, indexer }
+        Self {
+            fixture,
+            indexer,
+            app_schema,
+        }
     }
 
     /// Moves the store clock forward (leases and retention expire without sleeping).
@@ -43,13 +50,7 @@ impl Harness {
             table,
             "documents" | "document_versions" | "index_entries"
         ));
-        sqlx::query_scalar(&format!(
-            "SELECT count(*) FROM \"{}\".{table}",
-            self.indexer.schema()
-        ))
-        .fetch_one(self.indexer.store().pool())
-        .await
-        .expect("count rows")
+        row_count(self.indexer.store().pool(), self.indexer.schema(), table).await
     }
 
     /// Stored entries (visible or not) of one version.
@@ -107,30 +108,6 @@ impl Harness {
 /// `(version, chunk)` pairs readers should see when `body` of `version` is current.
 pub fn expected_visible(version: i64, body: &str) -> Vec<(i64, String)> {
     chunk(body).into_iter().map(|c| (version, c)).collect()
-}
-
-impl Drop for Harness {
-    /// Drops the app's schema (the fixture drops its own right after). Drop
-    /// cannot await: a short-lived thread with its own runtime does it.
-    fn drop(&mut self) {
-        let (url, schema) = (self.fixture.url().to_owned(), self.indexer.schema().to_owned());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                let options: sqlx::postgres::PgConnectOptions = url.parse().ok()?;
-                let mut conn = options.disable_statement_logging().connect().await.ok()?;
-                sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .execute(&mut conn)
-                    .await
-                    .ok()?;
-                conn.close().await.ok()
-            })
-        })
-        .join();
-    }
 }
 
 pub const V1: &str = "Decision: ship in March.\n\nOwner: Ana.";

@@ -1,30 +1,56 @@
-//! A short scripted story against `DATABASE_URL`: retried uploads, duplicate
-//! deliveries, and a slow worker for v1 finishing after v2 was indexed.
+//! Scaffolding, not for copying: a short scripted story against
+//! `DATABASE_URL` — retried uploads, duplicate deliveries, and a slow worker
+//! for v2 finishing after v3 was indexed.
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run -p document-indexing
 //! ```
 //!
-//! It works in two schemas of its own (named after the process id) and drops
-//! them at the end.
+//! It works in two schemas of its own (named after `--schema-prefix` and the
+//! process id) and drops them at the end. The story is printed on stdout; logs
+//! go to stderr, filtered by `RUST_LOG` (default `warn`).
 
 use std::time::Duration;
 
+use clap::Parser;
 use document_indexing::{Claimed, Indexed, Indexer};
 use sqlx::postgres::PgPoolOptions;
 use taskfence::{PgStore, TaskId};
+use tracing_subscriber::EnvFilter;
 
 const LEASE: Duration = Duration::from_secs(30);
 
+/// Every option is a flag and an environment variable.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "story",
+    about = "The document-indexing story: versions indexed once, never rolled back."
+)]
+struct Args {
+    /// PostgreSQL URL. TLS: add `?sslmode=verify-full&sslrootcert=/path/ca.pem`
+    /// (as RDS needs) or `?sslmode=require`.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+
+    /// Prefix of the two schemas the story creates (and drops at the end).
+    #[arg(long, env = "DOCIDX_SCHEMA_PREFIX", default_value = "docidx_demo")]
+    schema_prefix: String,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL")
-        .map_err(|_| "set DATABASE_URL, e.g. postgres://postgres@127.0.0.1:5432/test")?;
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")))
+        // stdout is the story; logs must not interleave with it.
+        .with_writer(std::io::stderr)
+        .init();
     let pool = PgPoolOptions::new()
         .test_before_acquire(false)
-        .connect(&url)
+        .connect(&args.database_url)
         .await?;
-    let run = format!("docidx_demo_{}", std::process::id());
+    let run = format!("{}_{}", args.schema_prefix, std::process::id());
+    tracing::info!(schema = %run, "connected");
     let store = PgStore::builder(pool.clone())
         .schema(format!("{run}_tasks"))
         .build()?;
