@@ -57,7 +57,12 @@ pub struct WireProxy {
 impl WireProxy {
     /// Starts a proxy to the server at `url`.
     pub async fn start(url: &str) -> Self {
-        let upstream: PgConnectOptions = url.parse().expect("valid URL");
+        Self::start_with(url.parse().expect("valid URL")).await
+    }
+
+    /// Starts a proxy to the server `upstream` names (its user, database and
+    /// session settings are kept in [`connect_options`](Self::connect_options)).
+    pub async fn start_with(upstream: PgConnectOptions) -> Self {
         let target = format!("{}:{}", upstream.get_host(), upstream.get_port());
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
@@ -166,7 +171,11 @@ async fn pipe(
             for kind in frames.push(&buf[..n]) {
                 let mut counts = counts.lock().unwrap();
                 *counts.entry(kind).or_default() += 1;
-                if kind == b'S' {
+                if kind == b'Q' {
+                    // A simple query is its own round trip: a `Sync` right
+                    // after it (a release ping) ends no batch.
+                    batch = false;
+                } else if kind == b'S' {
                     *counts.entry(if batch { REQUEST } else { PING }).or_default() += 1;
                     batch = false;
                 } else {
@@ -268,4 +277,3 @@ impl Frames {
         kinds
     }
 }
-

@@ -61,7 +61,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
             cfg.completion_rounds, cfg.completion_ops
         ),
     );
-    let schema = BenchSchema::create(pool, "compl").await?;
+    let schema = BenchSchema::create(cfg, pool).await?;
     let select = format!("SELECT id FROM {}.tasks WHERE id = $1 FOR UPDATE", schema.q());
     let update = schema.statement("complete");
     let mut rows = Vec::new();
@@ -70,9 +70,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         ("`off` (session)", &[("synchronous_commit", "off")][..]),
     ] {
         let pool = crate::pool(cfg, 4, session).await?;
-        let store = PgStore::builder(pool.clone())
-            .schema(schema.name.clone())
-            .build()?;
+        let store = PgStore::builder(pool.clone()).schema(schema.name()).build()?;
         let (mut ours, mut book, mut rtt) = (Samples::default(), Samples::default(), Samples::default());
         // One unmeasured pair prepares the statements on the connections.
         for warm in [true, false] {
@@ -131,5 +129,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         ],
         rows,
     );
-    schema.drop().await
+    drop(schema);
+    Ok(())
 }

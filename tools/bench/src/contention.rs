@@ -167,7 +167,7 @@ impl Race {
 }
 
 pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
-    let schema = BenchSchema::create(pool, "race").await?;
+    let schema = BenchSchema::create(cfg, pool).await?;
     let race = Race {
         store: schema.store.clone(),
         raw: Arc::new(Raw::new(&schema)),
@@ -236,5 +236,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         ],
         rows,
     );
-    schema.drop().await
+    drop(schema);
+    Ok(())
 }

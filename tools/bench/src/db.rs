@@ -1,65 +1,73 @@
 //! Schemas, the raw-SQL ceiling, bulk loads and the server's settings.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 use taskfence::{InputHash, PgStore};
+use taskfence_test_support::TempSchema;
 use uuid::Uuid;
 
-use crate::Res;
+use crate::{Config, Res};
 
-/// Schemas this harness creates start with this; ones older than an hour
-/// (left by a killed run) are dropped at start-up.
+/// PgStore's schemas of this harness start with this, the ceiling's with
+/// [`RAW_PREFIX`]; ones older than an hour (left by a killed run) are dropped
+/// when the next one is made ([`TempSchema`]).
 const PREFIX: &str = "taskfence_bench_";
+const RAW_PREFIX: &str = "taskfence_bench_raw_";
 
 /// The payload every benchmarked task carries, and the saved response.
 pub const PAYLOAD: [u8; 64] = [0xab; 64];
 pub const RESPONSE: [u8; 256] = [b'o'; 256];
 
-fn unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// A fresh, migrated schema of its own: a [`PgStore`] on it, and the same
-/// `tasks` table shape (`LIKE … INCLUDING ALL`: columns, checks, indexes) in
-/// `<schema>_raw` for the hand-written ceiling. Dropped by [`BenchSchema::drop`].
+/// `tasks` table shape (`LIKE … INCLUDING ALL`: columns, checks, indexes) in a
+/// second schema for the hand-written ceiling. Both are dropped when it is.
 pub struct BenchSchema {
     pub store: PgStore,
     pub pool: PgPool,
-    pub name: String,
+    // Each dropped (`DROP SCHEMA … CASCADE`) when the value is.
+    schema: TempSchema,
+    raw: TempSchema,
 }
 
 impl BenchSchema {
-    pub async fn create(pool: &PgPool, label: &str) -> Res<Self> {
-        let unique = Uuid::now_v7().simple().to_string();
-        let name = format!("{PREFIX}{}_{label}_{}", unix_secs(), &unique[unique.len() - 8..]);
-        let store = PgStore::builder(pool.clone()).schema(name.clone()).build()?;
+    pub async fn create(cfg: &Config, pool: &PgPool) -> Res<Self> {
+        let schema = TempSchema::new(&cfg.url, PREFIX).await;
+        let raw = TempSchema::new(&cfg.url, RAW_PREFIX).await;
+        let name = schema.name();
+        let store = PgStore::builder(pool.clone()).schema(name).build()?;
         store.migrate().await?;
         eprintln!("[bench] created schema {name}");
+        eprintln!("[bench] created schema {}", raw.name());
         sqlx::raw_sql(&format!(
-            "CREATE SCHEMA \"{name}_raw\";
-             CREATE TABLE \"{name}_raw\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);"
+            "CREATE SCHEMA \"{raw}\";
+             CREATE TABLE \"{raw}\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);",
+            raw = raw.name()
         ))
         .execute(pool)
         .await?;
         Ok(Self {
             store,
             pool: pool.clone(),
-            name,
+            schema,
+            raw,
         })
+    }
+
+    /// The store's schema.
+    pub fn name(&self) -> &str {
+        self.schema.name()
     }
 
     /// `"schema"`, quoted.
     pub fn q(&self) -> String {
-        format!("\"{}\"", self.name)
+        format!("\"{}\"", self.name())
     }
 
     /// The ceiling's schema, quoted.
     pub fn raw(&self) -> String {
-        format!("\"{}_raw\"", self.name)
+        format!("\"{}\"", self.raw.name())
     }
 
     /// One of the store's statements by name (`PgStore::statements`).
@@ -70,16 +78,6 @@ impl BenchSchema {
             .find(|(n, _)| *n == name)
             .map(|(_, sql)| sql.to_owned())
             .unwrap_or_else(|| panic!("PgStore has no statement named {name}"))
-    }
-
-    pub async fn drop(self) -> Res<()> {
-        sqlx::raw_sql(&format!(
-            "DROP SCHEMA IF EXISTS \"{0}\" CASCADE; DROP SCHEMA IF EXISTS \"{0}_raw\" CASCADE;",
-            self.name
-        ))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 
     /// Loads `n` tasks shaped like a live table: 70 % completed (10 % of all
@@ -158,30 +156,6 @@ impl BenchSchema {
             .and_then(|cost| cost.parse().ok())
             .ok_or_else(|| format!("no cost in the plan line {top:?}").into())
     }
-}
-
-/// Drops harness schemas left by killed runs (older than an hour).
-pub async fn drop_stale_schemas(pool: &PgPool) -> Res<()> {
-    let cutoff = unix_secs().saturating_sub(3600);
-    let names: Vec<String> = sqlx::query("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)")
-        .bind(PREFIX)
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    for name in names {
-        let created = name[PREFIX.len()..]
-            .split('_')
-            .next()
-            .and_then(|s| s.parse::<u64>().ok());
-        if created.is_some_and(|secs| secs < cutoff) {
-            sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
-                .execute(pool)
-                .await?;
-        }
-    }
-    Ok(())
 }
 
 /// The input hash every benchmark binds for `key` (computed client-side by

@@ -112,7 +112,7 @@ async fn side(
 }
 
 pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
-    let schema = BenchSchema::create(pool, "life").await?;
+    let schema = BenchSchema::create(cfg, pool).await?;
     let store: Arc<dyn TaskStore> = Arc::new(schema.store.clone());
     let raw = Arc::new(Raw::new(&schema));
     let most = cfg.workers.iter().copied().max().unwrap_or(1);
@@ -183,5 +183,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         ],
         rows,
     );
-    schema.drop().await
+    drop(schema);
+    Ok(())
 }

@@ -25,7 +25,6 @@ mod report;
 mod scale;
 mod stats;
 mod trips;
-mod wire;
 
 /// The harness's error type: any error, reported and the run stops.
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -166,7 +165,6 @@ async fn run() -> Res<()> {
     let cfg = Config::from_args()?;
     let started = Instant::now();
     let pool = pool(&cfg, cfg.pool_size(), &[]).await?;
-    db::drop_stale_schemas(&pool).await?;
     let mut report = report::Report::new(&cfg, db::describe(&pool).await?);
 
     eprintln!("[bench] round trips per operation");

@@ -34,7 +34,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let mut schemas = Vec::new();
     let mut figures: Vec<Figures> = Vec::new();
     for &n in &cfg.sizes {
-        let schema = BenchSchema::create(pool, &format!("n{n}")).await?;
+        let schema = BenchSchema::create(cfg, pool).await?;
         let t = Instant::now();
         schema.fill(n).await?;
         let mut f = Figures {
@@ -173,8 +173,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         ],
         rows,
     );
-    for schema in schemas {
-        schema.drop().await?;
-    }
+    drop(schemas);
     Ok(())
 }

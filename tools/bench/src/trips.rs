@@ -2,15 +2,15 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::postgres::PgPool;
 use taskfence::{Claim, ClaimRequest, Failure, Lease, PgStore, Response, TaskStore};
 
 use crate::completion::textbook;
 use crate::db::{BenchSchema, LEASE, RESPONSE, Raw};
 use crate::lifecycle::{fresh_key, new_task};
 use crate::report::Report;
-use crate::wire::{Wire, WireCounter};
 use crate::{Config, Res};
+use taskfence_test_support::{Wire, WireProxy};
 
 /// Waits until the pool's connection is back (sqlx pings it on release,
 /// after the operation returned), so that ping is counted with its operation.
@@ -39,7 +39,7 @@ async fn sequence(
     raw: &Raw,
     schema: &BenchSchema,
     pool: &PgPool,
-    counter: &WireCounter,
+    counter: &WireProxy,
 ) -> Res<Vec<(&'static str, Wire)>> {
     let mut out = Vec::new();
     let mut seen = async |name: &'static str| -> Res<()> {
@@ -100,13 +100,12 @@ async fn sequence(
 }
 
 pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
-    let schema = BenchSchema::create(pool, "trips").await?;
-    let upstream: PgConnectOptions = cfg.url.parse()?;
-    let counter = WireCounter::start(upstream).await?;
-    let counted = counter.pool().await?;
-    let store = PgStore::builder(counted.clone())
-        .schema(schema.name.clone())
-        .build()?;
+    let schema = BenchSchema::create(cfg, pool).await?;
+    let counter = WireProxy::start_with(cfg.url.parse()?).await;
+    // One connection (TLS off so the proxy can read the protocol), no
+    // acquire-time ping, as for the benchmarked pools.
+    let counted = counter.pool(1).await;
+    let store = PgStore::builder(counted.clone()).schema(schema.name()).build()?;
     let raw = Raw::new(&schema);
     // The first pass prepares every statement on the connection (a Parse
     // round trip the first time only); the second is the one reported.
@@ -134,5 +133,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     report.table(&["operation", "round trips", "statements", "release pings"], rows);
     counted.close().await;
     drop(counter);
-    schema.drop().await
+    drop(schema);
+    Ok(())
 }
