@@ -24,18 +24,28 @@ pub struct Dispatcher {
     store: PgStore,
     queue: SqsQueue,
     batch: usize,
+    idle: Duration,
     sent: Arc<AtomicU64>,
 }
 
 impl Dispatcher {
-    /// A dispatcher from `store`'s outbox to `queue`, `batch` handoffs per round.
+    /// A dispatcher from `store`'s outbox to `queue`, `batch` handoffs per
+    /// round, waiting a second after a round that found nothing.
     pub fn new(store: PgStore, queue: SqsQueue, batch: usize) -> Self {
         Self {
             store,
             queue,
             batch,
+            idle: Duration::from_secs(1),
             sent: Arc::default(),
         }
+    }
+
+    /// How long [`run`](Self::run) waits after a round that found nothing to
+    /// publish (or failed): the latency from commit to queue when idle.
+    pub fn idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
     }
 
     /// Messages sent so far (duplicates included).
@@ -76,9 +86,10 @@ impl Dispatcher {
         Ok(round.published)
     }
 
-    /// Runs rounds until `shutdown` turns true, waiting `idle` after a round
-    /// that found nothing to publish.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>, idle: Duration) {
+    /// Runs rounds until `shutdown` turns true; a round in progress finishes
+    /// first (it is one transaction, and a crash inside it only means resends).
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let idle = self.idle;
         while !*shutdown.borrow() {
             let wait = match self.round().await {
                 Ok(published) if !published.is_empty() => Duration::ZERO,

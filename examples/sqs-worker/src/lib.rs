@@ -1,28 +1,30 @@
-//! An SQS worker built on taskfence: a template to copy.
+//! An SQS worker service built on taskfence: a template to copy.
 //!
 //! The queue delivers "work on task X" at least once; taskfence decides who
 //! may work on X, whether X is done, and which answer becomes *the* answer.
-//! See the README for the walk-through.
+//! See the README for the walk-through and for which files to take.
 //!
-//! - [`chaos`]: the faults the tests inject (kill a worker, stall a worker past its lease).
+//! The template (copy these):
+//! - [`config`]: the service's settings (command line and environment).
+//! - [`store`]: the PostgreSQL pool and the task store.
+//! - [`queue`]: the SQS client and the few SQS calls.
 //! - [`dispatcher`]: the outbox → queue publisher.
-//! - [`queue`]: the few SQS calls (publish, long-poll, delete, change visibility).
-//! - [`worker`]: the consumer loop and the message dispositions.
-//! - [`provider`]: the model provider trait, a simulated LLM, an HTTP stub.
-//! - [`fleet`]: a supervisor that restarts killed workers.
-//! - [`scenario`]: a whole run (submit, publish, drain, report), for the binary and the tests.
+//! - [`worker`]: the consumer loop, the message dispositions, graceful shutdown.
+//! - [`provider`]: the model provider trait and the spot for a real one.
+//!
+//! Scaffolding (leave it): [`sim`], the simulated LLM, the injected faults and
+//! the scenario the demo binary and the tests run.
 
-pub mod chaos;
+pub mod config;
 pub mod dispatcher;
-pub mod fleet;
 pub mod provider;
 pub mod queue;
-pub mod scenario;
+pub mod sim;
+pub mod store;
 pub mod worker;
 
-pub use chaos::{KillSwitch, StallingStore, Stalls};
+pub use config::Settings;
 pub use dispatcher::Dispatcher;
-pub use fleet::Fleet;
-pub use provider::{Provider, ProviderError, ProviderRequest, SimulatedConfig, SimulatedLlm};
-pub use queue::{BoxError, Delivery, Depth, SqsQueue, SqsSettings};
+pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
+pub use queue::{BoxError, Delivery, Depth, SqsQueue};
 pub use worker::{SqsWorker, Stats, WorkerSettings};

@@ -1,71 +1,128 @@
-//! Runs the whole template against an SQS endpoint: submits tasks, publishes
-//! every handoff twice, drains the queue with a fleet of workers, prints what
-//! happened.
+//! The worker service: consumes the SQS queue it is given until SIGTERM or
+//! SIGINT, then stops receiving, lets the messages in hand finish within
+//! `--shutdown-grace`, releases the tasks still running (their messages
+//! become visible again) and exits 0.
 //!
 //! ```sh
-//! moto_server -H 127.0.0.1 -p 5000 &
-//! TASKFENCE_SQS_ENDPOINT=http://127.0.0.1:5000 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
-//!     cargo run -p sqs-worker
+//! DATABASE_URL=postgres://… TASKFENCE_SQS_QUEUE_URL=https://sqs.…/queue \
+//!     sqs-worker --provider-url https://api.example.com/v1/generate
+//! sqs-worker --help     # every option and its environment variable
 //! ```
-//!
-//! Environment: `DATABASE_URL` (required), `TASKFENCE_SQS_ENDPOINT` (unset:
-//! real AWS, region from `AWS_REGION`), `TASKS` (default 50), `WORKERS` (default 4).
-//! The tables go to the `taskfence` schema (created by the embedded migrations).
 
-use std::time::Duration;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use sqlx::postgres::PgPoolOptions;
-use sqs_worker::provider::SimulatedConfig;
-use sqs_worker::scenario::{self, Scenario};
-use sqs_worker::{BoxError, SqsQueue, SqsSettings};
-use taskfence::PgStore;
+use clap::Parser;
+use sqs_worker::config::{ProviderKind, Settings};
+use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
+use sqs_worker::{BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, queue, store};
+use taskfence::TaskStore;
+use taskfence::runtime::Worker;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing_subscriber::EnvFilter;
 
-fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
-    match std::env::var(name) {
-        Ok(v) => Ok(v.parse().map_err(|e| format!("{name}={v}: {e}"))?),
-        Err(_) => Ok(default),
+#[tokio::main]
+async fn main() -> ExitCode {
+    let settings = Settings::parse();
+    let filter = match EnvFilter::try_new(&settings.log) {
+        Ok(filter) => filter,
+        Err(error) => {
+            eprintln!("invalid log filter {:?}: {error}", settings.log);
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    match serve(settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "sqs-worker stopped on an error");
+            ExitCode::FAILURE
+        }
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let settings = match std::env::var("TASKFENCE_SQS_ENDPOINT") {
-        Ok(endpoint) => SqsSettings::local(endpoint),
-        Err(_) => SqsSettings {
-            endpoint: None,
-            region: std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into()),
-            access_key: std::env::var("AWS_ACCESS_KEY_ID")?,
-            secret_key: std::env::var("AWS_SECRET_ACCESS_KEY")?,
-        },
-    };
-    let scenario = Scenario {
-        tasks: env_number("TASKS", 50)?,
-        workers: env_number("WORKERS", 4)?,
-        provider: SimulatedConfig {
-            min_latency: Duration::from_millis(2500),
-            max_latency: Duration::from_millis(3500),
-            transient_rate: 0.1,
-            crash_after_answer_rate: 0.03,
+async fn serve(settings: Settings) -> Result<(), BoxError> {
+    // Listen before anything slow, so a signal during start-up is not lost.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+
+    let provider: Arc<dyn Provider> = match settings.provider {
+        ProviderKind::Http => {
+            let url = settings
+                .provider_url
+                .clone()
+                .ok_or("--provider-url (TASKFENCE_PROVIDER_URL) is required with --provider http")?;
+            Arc::new(HttpProvider::connect(url)?)
+        }
+        // Local runs and tests; delete this arm (and `sim`) in your copy.
+        ProviderKind::Simulated => Arc::new(SimulatedLlm::new(SimulatedConfig {
+            min_latency: settings.sim_latency_min,
+            max_latency: settings.sim_latency_max.max(settings.sim_latency_min),
+            transient_rate: settings.sim_transient_rate,
             ..SimulatedConfig::default()
-        },
-        ..Scenario::default()
+        })),
     };
-    let queue_name = format!("taskfence-demo-{}", uuid::Uuid::now_v7());
-    let queue = SqsQueue::create(settings.client(), &queue_name, scenario.queue_visibility).await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(30)
-        .test_before_acquire(false) // one round trip per store operation
-        .connect(&std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?)
-        .await?;
-    let store = PgStore::new(pool);
-    store.migrate().await?;
-    let (report, _llm) = scenario::run(&scenario, store, queue.clone()).await?;
-    println!("{report}");
-    queue.delete_queue().await?;
+    let pg = if settings.skip_migrations {
+        store::connect(
+            &settings.database_url,
+            &settings.schema,
+            settings.db_max_connections,
+        )
+        .await?
+    } else {
+        store::connect_and_migrate(
+            &settings.database_url,
+            &settings.schema,
+            settings.db_max_connections,
+        )
+        .await?
+    };
+    let queue = SqsQueue::new(queue::sqs_client().await, &settings.queue_url);
+    // Fail at start-up, not on the first message, when credentials, region or
+    // queue URL are wrong.
+    queue
+        .depth()
+        .await
+        .map_err(|e| format!("queue {}: {e}", settings.queue_url))?;
+
+    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
+    let worker = Worker::new(Arc::clone(&store), settings.worker_config())?;
+    let worker_id = worker.config().worker_id.clone();
+    let stats = Arc::new(Stats::default());
+    let (stop, stopped) = watch::channel(false);
+    let consumer = tokio::spawn(
+        SqsWorker::new(
+            queue.clone(),
+            worker,
+            store,
+            provider,
+            settings.worker_settings(),
+            Arc::clone(&stats),
+        )
+        .run(stopped.clone()),
+    );
+    let dispatcher = settings
+        .dispatch
+        .then(|| tokio::spawn(Dispatcher::new(pg, queue, settings.dispatch_batch).run(stopped)));
+    tracing::info!(%worker_id, queue = %settings.queue_url, dispatch = settings.dispatch, "consuming");
+
+    let signal = tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    };
+    tracing::info!(signal, grace = ?settings.shutdown_grace, "stopping");
+    let _ = stop.send(true);
+    consumer.await?;
+    if let Some(dispatcher) = dispatcher {
+        dispatcher.await?;
+    }
+    tracing::info!(
+        deliveries = stats.deliveries.load(Ordering::Relaxed),
+        released = stats.released.load(Ordering::Relaxed),
+        dispositions = ?stats.dispositions(),
+        "stopped"
+    );
     Ok(())
 }

@@ -1,10 +1,12 @@
-//! A thin wrapper over the SQS calls the worker needs: publish a task id,
-//! long-poll, delete, and change a message's visibility.
+//! The queue adapter: the SQS client (standard AWS configuration) and a thin
+//! wrapper over the calls the worker needs: publish a task id, long-poll,
+//! delete, change a message's visibility, queue depth.
 
 use std::time::Duration;
 
+use aws_config::BehaviorVersion;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use taskfence::TaskId;
@@ -15,58 +17,31 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The longest visibility timeout SQS accepts (12 hours).
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
-/// Where SQS is and who we are.
-#[derive(Debug, Clone)]
-pub struct SqsSettings {
-    /// `Some(url)` for a local endpoint such as moto (`http://127.0.0.1:5000`); `None` for AWS.
-    pub endpoint: Option<String>,
-    /// The region.
-    pub region: String,
-    /// Static credentials (moto accepts any). In production leave these out
-    /// and load the default credential chain with the `aws-config` crate.
-    pub access_key: String,
-    /// The secret that goes with `access_key`.
-    pub secret_key: String,
+/// The HTTP client the AWS SDK runs on: hyper with rustls on ring. It also
+/// speaks plain HTTP, which the instance metadata service, the ECS credential
+/// endpoint and local endpoints such as moto need.
+pub fn http_client() -> SharedHttpClient {
+    use aws_smithy_http_client::{Builder, tls};
+    Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .build_https()
 }
 
-impl SqsSettings {
-    /// Settings for a local endpoint with dummy credentials.
-    pub fn local(endpoint: impl Into<String>) -> Self {
-        Self {
-            endpoint: Some(endpoint.into()),
-            region: "us-east-1".into(),
-            access_key: "test".into(),
-            secret_key: "test".into(),
-        }
-    }
+/// Loads the AWS configuration the standard way and builds an SQS client.
+///
+/// Credentials come from the default chain: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`,
+/// the shared profile (`AWS_PROFILE`, SSO, `credential_process`), web identity
+/// (EKS IRSA), the ECS task role, the EC2 instance role. The region comes from
+/// `AWS_REGION` or the profile. `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`)
+/// points the client at a local endpoint such as moto.
+pub async fn sqs_client() -> Client {
+    sqs_client_from(aws_config::defaults(BehaviorVersion::latest())).await
+}
 
-    /// An SQS client. Plain HTTP for `http://` endpoints, rustls otherwise.
-    pub fn client(&self) -> Client {
-        use aws_smithy_http_client::{Builder, tls};
-        let plain = self.endpoint.as_deref().is_some_and(|e| e.starts_with("http://"));
-        let http = if plain {
-            Builder::new().build_http()
-        } else {
-            Builder::new()
-                .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
-                .build_https()
-        };
-        let mut config = aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(self.region.clone()))
-            .credentials_provider(Credentials::new(
-                self.access_key.clone(),
-                self.secret_key.clone(),
-                None,
-                None,
-                "sqs-worker-static",
-            ))
-            .http_client(http);
-        if let Some(endpoint) = &self.endpoint {
-            config = config.endpoint_url(endpoint);
-        }
-        Client::from_conf(config.build())
-    }
+/// [`sqs_client`] from a loader you adjusted (an endpoint, a region, a
+/// credentials provider of your own).
+pub async fn sqs_client_from(loader: aws_config::ConfigLoader) -> Client {
+    Client::new(&loader.http_client(http_client()).load().await)
 }
 
 /// One received message: the task id it carries and the receipt to act on it.

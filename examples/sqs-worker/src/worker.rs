@@ -1,6 +1,7 @@
 //! The SQS worker: long-poll, run each message through taskfence's runtime,
-//! keep the message hidden while the lease is renewed, and act on the
-//! disposition (delete only after the durable save).
+//! keep the message hidden while the lease is renewed, act on the disposition
+//! (delete only after the durable save), and on shutdown finish or release
+//! what it holds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskfence::runtime::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker};
-use taskfence::{Failure, Fenced, Lease, Response, TaskId};
+use taskfence::{Failure, Fenced, Lease, Response, TaskId, TaskStore};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
@@ -33,6 +34,8 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Messages whose body is not a task id (deleted).
     pub malformed: AtomicU64,
+    /// Tasks released at shutdown (their messages made visible again).
+    pub released: AtomicU64,
     dispositions: Mutex<BTreeMap<&'static str, u64>>,
     saved_by_task: Mutex<HashMap<TaskId, u32>>,
     in_flight: Mutex<HashSet<String>>,
@@ -47,6 +50,10 @@ impl Stats {
     /// How many times each task's response was saved by this fleet (must be 1).
     pub fn saved_by_task(&self) -> HashMap<TaskId, u32> {
         self.saved_by_task.lock().unwrap().clone()
+    }
+
+    fn count_name(&self, name: &'static str) {
+        *self.dispositions.lock().unwrap().entry(name).or_default() += 1;
     }
 
     fn count(&self, d: &Disposition, task: TaskId) {
@@ -75,7 +82,7 @@ impl Stats {
             Disposition::Leave(LeaveReason::Rejected(_)) => "leave.rejected",
             Disposition::Leave(_) => "leave.other",
         };
-        *self.dispositions.lock().unwrap().entry(name).or_default() += 1;
+        self.count_name(name);
         if *d == Disposition::Ack(AckReason::Completed) {
             *self.saved_by_task.lock().unwrap().entry(task).or_default() += 1;
         }
@@ -116,6 +123,11 @@ pub struct WorkerSettings {
     /// dies, the message reappears about `lease + slack` later, when the lease
     /// has expired and a new claim can take over.
     pub visibility_slack: Duration,
+    /// After shutdown is asked for, how long the messages in hand may take to
+    /// finish. Tasks still being worked on then are released
+    /// ([`TaskStore::release`]: pending again, the attempt counted) and their
+    /// messages made visible at once, for another worker.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -124,6 +136,7 @@ impl Default for WorkerSettings {
             concurrency: 8,
             poll_wait: Duration::from_secs(1),
             visibility_slack: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(25),
         }
     }
 }
@@ -133,6 +146,7 @@ impl Default for WorkerSettings {
 pub struct SqsWorker {
     queue: SqsQueue,
     worker: Worker,
+    store: Arc<dyn TaskStore>,
     provider: Arc<dyn Provider>,
     settings: WorkerSettings,
     stats: Arc<Stats>,
@@ -140,9 +154,12 @@ pub struct SqsWorker {
 
 impl SqsWorker {
     /// A consumer of `queue` that claims with `worker` and calls `provider`.
+    /// `store` is the store `worker` runs on: the consumer releases the
+    /// leases it still holds at the end of a shutdown through it.
     pub fn new(
         queue: SqsQueue,
         worker: Worker,
+        store: Arc<dyn TaskStore>,
         provider: Arc<dyn Provider>,
         settings: WorkerSettings,
         stats: Arc<Stats>,
@@ -150,16 +167,23 @@ impl SqsWorker {
         Self {
             queue,
             worker,
+            store,
             provider,
             settings,
             stats,
         }
     }
 
-    /// Polls until `shutdown` turns true, then waits for the messages in hand.
-    /// Dropping this future instead is a crash: every message in hand is
-    /// abandoned mid-flight (no save, no delete) and comes back to the queue.
+    /// Polls until `shutdown` turns true, then stops receiving and lets the
+    /// messages in hand finish for up to [`WorkerSettings::shutdown_grace`];
+    /// the tasks still being worked on then are released and their messages
+    /// made visible again. Dropping this future instead is a crash: every
+    /// message in hand is abandoned mid-flight (no save, no delete) and comes
+    /// back when its lease and visibility run out.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        // Turned true when the grace is over: the handlers park their work and
+        // release their leases.
+        let (release_tx, release_rx) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
         let mut in_hand = JoinSet::new();
         let this = Arc::new(self);
@@ -182,6 +206,8 @@ impl SqsWorker {
                     Err(_) => break,
                 }
             }
+            // A receive abandoned here may already have taken messages: they
+            // stay hidden for the queue's visibility timeout and then come back.
             let received = tokio::select! {
                 r = this.queue.receive(permits.len() as i32, this.settings.poll_wait) => r,
                 _ = shutdown.wait_for(|stop| *stop) => break,
@@ -195,18 +221,43 @@ impl SqsWorker {
                 }
             };
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                let this = Arc::clone(&this);
+                let (this, release) = (Arc::clone(&this), release_rx.clone());
                 in_hand.spawn(async move {
-                    this.handle(delivery).await;
+                    this.handle(delivery, release).await;
                     drop(permit);
                 });
             }
         }
-        while in_hand.join_next().await.is_some() {}
+        let grace = this.settings.shutdown_grace;
+        if !in_hand.is_empty() {
+            tracing::info!(
+                in_hand = in_hand.len(),
+                ?grace,
+                "stopping: finishing the messages in hand"
+            );
+        }
+        if tokio::time::timeout(grace, join_all(&mut in_hand)).await.is_err() {
+            tracing::info!(
+                in_hand = in_hand.len(),
+                "shutdown grace over: releasing the tasks in hand"
+            );
+            let _ = release_tx.send(true);
+            // A release is one store write and one SQS call per task; bound it
+            // anyway, so a stuck store cannot hold the process (its leases then
+            // simply expire).
+            if tokio::time::timeout(RELEASE_WITHIN, join_all(&mut in_hand))
+                .await
+                .is_err()
+            {
+                tracing::warn!(left = in_hand.len(), "releases did not finish; abandoning them");
+                in_hand.abort_all();
+            }
+        }
     }
 
-    /// One delivery, start to finish.
-    async fn handle(&self, delivery: Delivery) {
+    /// One delivery, start to finish. When `release` turns true while the
+    /// provider call runs, the call is dropped and the task released.
+    async fn handle(&self, delivery: Delivery, release: watch::Receiver<bool>) {
         self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
         let _in_flight = self.stats.track(&delivery.message_id);
         let Some(task_id) = delivery.task_id() else {
@@ -217,17 +268,40 @@ impl SqsWorker {
             self.act(|q| q.delete(&delivery.receipt), "delete").await;
             return;
         };
+        let (held, _) = watch::channel(None);
         let hooks = KeepHidden {
             queue: &self.queue,
             receipt: &delivery.receipt,
             hide_for: self.worker.config().lease + self.settings.visibility_slack,
             stats: &self.stats,
+            held: &held,
         };
         let provider = Arc::clone(&self.provider);
-        let outcome = self
-            .worker
-            .handle(task_id, &hooks, |ctx| work(ctx, provider))
-            .await;
+        let (parked_tx, mut parked) = watch::channel(false);
+        let mut release_asked = release;
+        let handling = self.worker.handle(task_id, &hooks, move |ctx| async move {
+            tokio::select! {
+                result = work(ctx, provider) => result,
+                Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
+                    // Park here, between store writes (never inside a complete
+                    // or fail), so the caller can drop the handling and release.
+                    let _ = parked_tx.send(true);
+                    std::future::pending().await
+                }
+            }
+        });
+        let outcome = tokio::select! {
+            biased;
+            outcome = handling => outcome,
+            // The handling (lease renewals included) is dropped by now.
+            Ok(()) = async { parked.wait_for(|p| *p).await.map(drop) } => {
+                let lease = held.borrow().clone();
+                if let Some(lease) = lease {
+                    self.release(lease, &delivery).await;
+                }
+                return;
+            }
+        };
         let disposition = match outcome {
             Ok(d) => d,
             Err(error) => {
@@ -254,6 +328,34 @@ impl SqsWorker {
         self.stats.count(&disposition, task_id);
     }
 
+    /// Gives the task back at shutdown: pending again at once (the attempt
+    /// stays counted), and the message visible for the next worker.
+    async fn release(&self, lease: Lease, delivery: &Delivery) {
+        let task_id = lease.task_id();
+        match self.store.release(lease).await {
+            Ok(Fenced::Accepted(())) => {
+                tracing::info!(%task_id, "released at shutdown");
+                self.stats.released.fetch_add(1, Ordering::Relaxed);
+                self.stats.count_name("release.released");
+                self.act(
+                    |q| q.hide_for(&delivery.receipt, Duration::ZERO),
+                    "change visibility",
+                )
+                .await;
+            }
+            Ok(Fenced::Rejected(rejection)) => {
+                // No longer ours (lost to a takeover): its message timer decides.
+                tracing::info!(%task_id, %rejection, "release refused; leaving the message");
+                self.stats.count_name("release.rejected");
+            }
+            Err(error) => {
+                // The lease expires on its own; the message comes back after it.
+                tracing::warn!(%task_id, %error, "release failed; leaving the message");
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     async fn act<'a, F, Fut>(&'a self, call: F, what: &str)
     where
         F: FnOnce(&'a SqsQueue) -> Fut,
@@ -267,6 +369,18 @@ impl SqsWorker {
     }
 }
 
+/// How long the releases at the end of a shutdown may take.
+const RELEASE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Waits for every handler, logging the ones that panicked.
+async fn join_all(set: &mut JoinSet<()>) {
+    while let Some(done) = set.join_next().await {
+        if let Err(e) = done {
+            tracing::error!(error = %e, "message handler panicked");
+        }
+    }
+}
+
 /// Keeps the message hidden for as long as the lease lives. The lease is the
 /// right to work on the task (store clock); the visibility timeout only hides
 /// the message from other consumers (SQS clock). Neither stops the other.
@@ -275,6 +389,8 @@ struct KeepHidden<'a> {
     receipt: &'a str,
     hide_for: Duration,
     stats: &'a Stats,
+    /// The lease as last granted or renewed, for a release at shutdown.
+    held: &'a watch::Sender<Option<Lease>>,
 }
 
 impl KeepHidden<'_> {
@@ -293,10 +409,12 @@ impl KeepHidden<'_> {
 
 #[async_trait]
 impl LeaseHooks for KeepHidden<'_> {
-    async fn on_claimed(&self, _lease: &Lease) {
+    async fn on_claimed(&self, lease: &Lease) {
+        self.held.send_replace(Some(lease.clone()));
         self.extend().await;
     }
-    async fn on_renewed(&self, _lease: &Lease) {
+    async fn on_renewed(&self, lease: &Lease) {
+        self.held.send_replace(Some(lease.clone()));
         self.extend().await;
     }
 }

@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
-use sqs_worker::provider::{CallOutcome, SimulatedConfig};
-use sqs_worker::scenario::{self, Scenario};
-use sqs_worker::{SqsQueue, SqsSettings, WorkerSettings};
+use sqs_worker::sim::scenario::{self, Scenario};
+use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
+use sqs_worker::{SqsQueue, WorkerSettings};
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{AttemptOutcome, RetryPolicy, Status};
 
@@ -24,7 +24,7 @@ fn database_url() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
     let moto = support::Moto::start_or_env();
-    let client = SqsSettings::local(&moto.endpoint).client();
+    let client = local_sqs_client(&moto.endpoint).await;
     let queue_name = format!("taskfence-e2e-{}", uuid::Uuid::now_v7());
 
     let scenario = Scenario {
@@ -39,6 +39,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
             concurrency: 10,
             poll_wait: Duration::from_secs(1),
             visibility_slack: Duration::from_secs(1),
+            ..WorkerSettings::default()
         },
         policy: RetryPolicy::default()
             .max_attempts(6)

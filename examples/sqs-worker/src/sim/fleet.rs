@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::chaos::KillSwitch;
+use crate::sim::chaos::KillSwitch;
 use crate::worker::SqsWorker;
 
 /// Workers running in this process. A worker whose [`KillSwitch`] is pulled

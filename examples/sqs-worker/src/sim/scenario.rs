@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use taskfence::runtime::{Worker, WorkerConfig};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
 
-use crate::chaos::{StallingStore, Stalls};
 use crate::dispatcher::Dispatcher;
-use crate::fleet::Fleet;
-use crate::provider::{CallOutcome, SimulatedConfig, SimulatedLlm};
 use crate::queue::{BoxError, SqsQueue};
+use crate::sim::chaos::{StallingStore, Stalls};
+use crate::sim::fleet::Fleet;
+use crate::sim::llm::{CallOutcome, SimulatedConfig, SimulatedLlm};
 use crate::worker::{SqsWorker, Stats, WorkerSettings};
 
 /// What to run.
@@ -180,12 +180,14 @@ pub async fn run(
         Fleet::start(scenario.workers, move |worker_id, kill| {
             // Each worker incarnation stalls on its own, like a process would.
             let stalls = Stalls::new();
-            let worker_store = Arc::new(StallingStore::new(Arc::clone(&store), stalls.clone()));
-            let worker =
-                Worker::new(worker_store, WorkerConfig::new(worker_id, lease)).expect("valid worker config");
+            let worker_store: Arc<dyn TaskStore> =
+                Arc::new(StallingStore::new(Arc::clone(&store), stalls.clone()));
+            let worker = Worker::new(Arc::clone(&worker_store), WorkerConfig::new(worker_id, lease))
+                .expect("valid worker config");
             SqsWorker::new(
                 queue.clone(),
                 worker,
+                worker_store,
                 Arc::new(llm.for_worker(kill, stalls)),
                 settings.clone(),
                 Arc::clone(&stats),

@@ -1,0 +1,60 @@
+//! The simulated scenario (scaffolding, not the service): submits tasks,
+//! publishes every handoff twice, drains a fresh queue with a fleet of
+//! in-process workers fed by the simulated LLM, prints what happened.
+//!
+//! ```sh
+//! moto_server -H 127.0.0.1 -p 5000 &
+//! TASKFENCE_SQS_ENDPOINT=http://127.0.0.1:5000 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
+//!     cargo run -p sqs-worker --bin demo
+//! ```
+//!
+//! Environment: `DATABASE_URL` (required), `TASKFENCE_SQS_ENDPOINT` (a local
+//! endpoint with dummy credentials; unset: the standard AWS configuration),
+//! `TASKS` (default 50), `WORKERS` (default 4). The tables go to the
+//! `taskfence` schema (created by the embedded migrations).
+
+use std::time::Duration;
+
+use sqs_worker::sim::SimulatedConfig;
+use sqs_worker::sim::scenario::{self, Scenario};
+use sqs_worker::{BoxError, SqsQueue, queue, sim, store};
+
+fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
+    match std::env::var(name) {
+        Ok(v) => Ok(v.parse().map_err(|e| format!("{name}={v}: {e}"))?),
+        Err(_) => Ok(default),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let client = match std::env::var("TASKFENCE_SQS_ENDPOINT") {
+        Ok(endpoint) => sim::local_sqs_client(&endpoint).await,
+        Err(_) => queue::sqs_client().await,
+    };
+    let scenario = Scenario {
+        tasks: env_number("TASKS", 50)?,
+        workers: env_number("WORKERS", 4)?,
+        provider: SimulatedConfig {
+            min_latency: Duration::from_millis(2500),
+            max_latency: Duration::from_millis(3500),
+            transient_rate: 0.1,
+            crash_after_answer_rate: 0.03,
+            ..SimulatedConfig::default()
+        },
+        ..Scenario::default()
+    };
+    let queue_name = format!("taskfence-demo-{}", uuid::Uuid::now_v7());
+    let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility).await?;
+    let database_url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?;
+    let store = store::connect_and_migrate(&database_url, "taskfence", 30).await?;
+    let (report, _llm) = scenario::run(&scenario, store, queue.clone()).await?;
+    println!("{report}");
+    queue.delete_queue().await?;
+    Ok(())
+}

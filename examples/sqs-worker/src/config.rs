@@ -1,0 +1,198 @@
+//! The service's settings: every option is a command-line flag and an
+//! environment variable (the flag wins), with defaults for production.
+//! `sqs-worker --help` lists them.
+//!
+//! AWS itself is configured the standard way, not here: credentials from the
+//! default chain, `AWS_REGION`, and `AWS_ENDPOINT_URL_SQS` for a local
+//! endpoint (see [`crate::queue::sqs_client`]).
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use taskfence::runtime::WorkerConfig;
+
+use crate::worker::WorkerSettings;
+
+/// Which model provider the service calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// `HttpProvider`: the production choice, once a client is plugged into it.
+    Http,
+    /// The simulated LLM (`sim`), with the `--sim-*` latency and failure
+    /// rate: for local runs and tests only.
+    Simulated,
+}
+
+/// The worker service's configuration.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sqs-worker",
+    version,
+    about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT.",
+    long_about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT, then \
+        stops receiving, lets the messages in hand finish for --shutdown-grace, releases the \
+        tasks still running (their messages become visible again) and exits 0.\n\n\
+        AWS: credentials from the default chain (environment, profile, SSO, web identity, \
+        ECS task role, instance role), the region from AWS_REGION or the profile, and \
+        AWS_ENDPOINT_URL_SQS for a local endpoint such as moto."
+)]
+pub struct Settings {
+    /// PostgreSQL URL. For TLS add `?sslmode=require`, or
+    /// `?sslmode=verify-full&sslrootcert=/path/ca.pem` (RDS).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// The schema holding taskfence's tables.
+    #[arg(long, env = "TASKFENCE_SCHEMA", default_value = "taskfence")]
+    pub schema: String,
+
+    /// Size of the PostgreSQL pool: cover --concurrency, the lease renewals
+    /// and the dispatcher.
+    #[arg(long, env = "TASKFENCE_DB_MAX_CONNECTIONS", default_value_t = 20)]
+    pub db_max_connections: u32,
+
+    /// Do not apply the embedded migrations at start-up (when a deploy step
+    /// applies them instead).
+    #[arg(long, env = "TASKFENCE_SKIP_MIGRATIONS")]
+    pub skip_migrations: bool,
+
+    /// The queue to consume (and, with --dispatch, to publish to).
+    #[arg(long, env = "TASKFENCE_SQS_QUEUE_URL")]
+    pub queue_url: String,
+
+    /// This worker's id, recorded with every attempt it makes. Default:
+    /// `$HOSTNAME-<pid>`, unique per process.
+    #[arg(long, env = "TASKFENCE_WORKER_ID")]
+    pub worker_id: Option<String>,
+
+    /// Messages worked on at once.
+    #[arg(long, env = "TASKFENCE_CONCURRENCY", default_value_t = 8)]
+    pub concurrency: usize,
+
+    /// Lease length, renewed every third of it. A crashed worker's task is
+    /// taken over about this long (plus the slack) after the crash.
+    #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Long-poll wait of each receive (at most 20s).
+    #[arg(long, env = "TASKFENCE_POLL_WAIT", default_value = "20s", value_parser = parse_duration)]
+    pub poll_wait: Duration,
+
+    /// How long past the lease a held message stays hidden.
+    #[arg(long, env = "TASKFENCE_VISIBILITY_SLACK", default_value = "5s", value_parser = parse_duration)]
+    pub visibility_slack: Duration,
+
+    /// After SIGTERM/SIGINT, how long the messages in hand may take to
+    /// finish before their tasks are released. Keep it below your process
+    /// manager's kill timeout (Kubernetes: terminationGracePeriodSeconds, 30s).
+    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Also publish the transactional outbox to the queue from this process
+    /// (several processes may: they share the outbox safely).
+    #[arg(long, env = "TASKFENCE_DISPATCH")]
+    pub dispatch: bool,
+
+    /// Handoffs per dispatcher round.
+    #[arg(long, env = "TASKFENCE_DISPATCH_BATCH", default_value_t = 100)]
+    pub dispatch_batch: usize,
+
+    /// The model provider.
+    #[arg(long, env = "TASKFENCE_PROVIDER", value_enum, default_value_t = ProviderKind::Http)]
+    pub provider: ProviderKind,
+
+    /// The HTTP provider's endpoint (with --provider http).
+    #[arg(long, env = "TASKFENCE_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+
+    /// Simulated provider (local runs only): shortest answer time.
+    #[arg(long, env = "TASKFENCE_SIM_LATENCY_MIN", default_value = "200ms", value_parser = parse_duration)]
+    pub sim_latency_min: Duration,
+
+    /// Simulated provider (local runs only): longest answer time.
+    #[arg(long, env = "TASKFENCE_SIM_LATENCY_MAX", default_value = "800ms", value_parser = parse_duration)]
+    pub sim_latency_max: Duration,
+
+    /// Simulated provider (local runs only): fraction of calls failing transiently.
+    #[arg(long, env = "TASKFENCE_SIM_TRANSIENT_RATE", default_value_t = 0.0)]
+    pub sim_transient_rate: f64,
+
+    /// Log filter, in `tracing_subscriber::EnvFilter` syntax
+    /// (`info`, `sqs_worker=debug,taskfence=info`).
+    #[arg(long = "log", env = "RUST_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Settings {
+    /// The worker id: `--worker-id`, or `$HOSTNAME-<pid>`.
+    pub fn worker_id(&self) -> String {
+        self.worker_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sqs-worker".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+
+    /// The taskfence runtime's configuration.
+    pub fn worker_config(&self) -> WorkerConfig {
+        WorkerConfig::new(self.worker_id(), self.lease)
+    }
+
+    /// The consumer's settings.
+    pub fn worker_settings(&self) -> WorkerSettings {
+        WorkerSettings {
+            concurrency: self.concurrency,
+            poll_wait: self.poll_wait,
+            visibility_slack: self.visibility_slack,
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+}
+
+/// A duration: `250ms`, `30s`, `5m`, `1h`, or a number of seconds (`1.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (like 250ms, 30s, 5m)"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+
+    #[test]
+    fn every_option_reads_its_environment_variable() {
+        // clap checks the definition (duplicate names, bad defaults) here.
+        use clap::CommandFactory;
+        Settings::command().debug_assert();
+        for arg in Settings::command().get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            assert!(arg.get_env().is_some(), "--{id} has no environment variable");
+        }
+    }
+}

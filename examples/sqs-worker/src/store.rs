@@ -1,0 +1,35 @@
+//! The task store: a PostgreSQL pool and the [`PgStore`] on it.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use taskfence::PgStore;
+
+use crate::queue::BoxError;
+
+/// Connects to `url` and returns the store on the tables in `schema`.
+///
+/// The URL's TLS parameters apply: `?sslmode=require`, or `verify-full` with
+/// `sslrootcert=/path/to/global-bundle.pem` as RDS recommends (rustls).
+/// `max_connections` should cover the worker's concurrency plus the renewals
+/// and the dispatcher running beside it.
+pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<PgStore, BoxError> {
+    let options = PgConnectOptions::from_str(url)?.application_name("sqs-worker");
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        // One round trip per store operation: sqlx would otherwise ping first.
+        .test_before_acquire(false)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await?;
+    Ok(PgStore::builder(pool).schema(schema).build()?)
+}
+
+/// [`connect`], then applies the embedded migrations (idempotent; safe to run
+/// from every worker at start-up).
+pub async fn connect_and_migrate(url: &str, schema: &str, max_connections: u32) -> Result<PgStore, BoxError> {
+    let store = connect(url, schema, max_connections).await?;
+    store.migrate().await?;
+    Ok(store)
+}
