@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod kafka;
 mod server;
 pub mod wire;
 

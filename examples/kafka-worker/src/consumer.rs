@@ -17,25 +17,31 @@
 //!   re-reads the rest from the committed offset. On (re)start: the group
 //!   resumes from the committed offset, and records whose tasks are already
 //!   complete are skipped by the claim.
+//! * On shutdown ([`ReplyConsumer::shutdown`]): no new records; in-flight
+//!   ones get [`ConsumerConfig::shutdown_grace`] to finish; the leases still
+//!   held after it are given back ([`TaskStore::release`]: pending again at
+//!   once, the attempt counted) and their records stay unfinished, so the
+//!   final commit stops before them and the next owner re-reads them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
-use taskfence::runtime::{AckReason, Disposition, Worker, WorkerConfig};
-use taskfence::{InvalidInput, OffsetTracker, PgStore};
+use taskfence::runtime::{AckReason, Disposition, LeaseHooks, Worker, WorkerConfig};
+use taskfence::{Fenced, InvalidInput, Lease, OffsetTracker, PgStore, Response, TaskId, TaskStore};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use crate::handoff::task_id;
+use crate::dispatcher::task_id;
 use crate::journal::{Event, Handled, Journal};
 use crate::positions::{Pending, PgPositions, PositionedStore};
-use crate::provider::Provider;
+use crate::provider::{Provider, ProviderError, ProviderRequest};
 
 /// Where and how a reply consumer reads.
 #[derive(Debug, Clone)]
@@ -54,10 +60,14 @@ pub struct ConsumerConfig {
     pub retry_delay: Duration,
     /// `session.timeout.ms`: how long the group waits for a silent member.
     pub session_timeout: Duration,
+    /// On shutdown, how long in-flight records may take to finish before
+    /// their leases are released.
+    pub shutdown_grace: Duration,
 }
 
 impl ConsumerConfig {
-    /// A config with 4 records per partition, 500 ms retry delay, 10 s session timeout.
+    /// A config with 4 records per partition, 500 ms retry delay, 10 s session
+    /// timeout, 30 s shutdown grace.
     ///
     /// ```
     /// use kafka_worker::consumer::ConsumerConfig;
@@ -78,6 +88,7 @@ impl ConsumerConfig {
             per_partition: 4,
             retry_delay: Duration::from_millis(500),
             session_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 
@@ -114,6 +125,10 @@ struct Shared {
     dead: Arc<AtomicBool>,
     /// PostgreSQL position mode: positions live in PostgreSQL, not in the group.
     pg: Option<PgMode>,
+    /// The store the worker runs on, to release leases at shutdown.
+    store: Arc<dyn TaskStore>,
+    /// The lease each in-flight record holds now, by `(partition, offset)`.
+    held: Mutex<HashMap<(i32, i64), Lease>>,
 }
 
 struct PgMode {
@@ -335,19 +350,30 @@ impl ConsumerContext for Ctx {
 pub struct ReplyConsumer {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<ShutdownReport>,
 }
 
 impl ReplyConsumer {
-    /// Subscribes to the handoff topic and starts processing.
+    /// Subscribes to the handoff topic and starts processing, with tasks
+    /// in `store` and the group's committed offsets as positions.
     pub fn spawn(
         config: ConsumerConfig,
-        worker: Worker,
+        store: Arc<dyn TaskStore>,
+        worker: WorkerConfig,
         provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
-    ) -> Result<Self, KafkaError> {
+    ) -> Result<Self, SpawnError> {
         let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-        Self::start(config, worker, provider, journal, tracker, Arc::default(), None)
+        Self::start(
+            config,
+            store,
+            worker,
+            provider,
+            journal,
+            tracker,
+            Arc::default(),
+            None,
+        )
     }
 
     /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
@@ -375,29 +401,32 @@ impl ReplyConsumer {
             Arc::clone(&dead),
             Arc::clone(&journal),
         ));
-        let positioned = PositionedStore::new(store, Arc::clone(&positions), Arc::clone(&pending));
-        let worker = Worker::new(Arc::new(positioned), worker)?;
+        let positioned = PositionedStore::wrap(store, Arc::clone(&positions), Arc::clone(&pending));
         let pg = PgMode { positions, pending };
-        Ok(Self::start(
+        Self::start(
             config,
+            Arc::new(positioned),
             worker,
             provider,
             journal,
             tracker,
             dead,
             Some(pg),
-        )?)
+        )
     }
 
+    #[allow(clippy::too_many_arguments)] // private: the two public constructors name them
     fn start(
         config: ConsumerConfig,
-        worker: Worker,
+        store: Arc<dyn TaskStore>,
+        worker: WorkerConfig,
         provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
         tracker: Arc<Mutex<OffsetTracker<i32>>>,
         dead: Arc<AtomicBool>,
         pg: Option<PgMode>,
-    ) -> Result<Self, KafkaError> {
+    ) -> Result<Self, SpawnError> {
+        let worker = Worker::new(Arc::clone(&store), worker)?;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             topic: config.topic.clone(),
@@ -406,6 +435,8 @@ impl ReplyConsumer {
             owned: Mutex::new(HashMap::new()),
             dead,
             pg,
+            store,
+            held: Mutex::new(HashMap::new()),
         });
         let consumer: StreamConsumer<Ctx> = config
             .client_config()
@@ -437,13 +468,16 @@ impl ReplyConsumer {
         p
     }
 
-    /// Graceful stop: no new records, in-flight ones finish and commit, then
-    /// the consumer leaves the group (revoking commits what is left).
-    pub async fn shutdown(self) {
+    /// Graceful stop: no new records; in-flight ones get
+    /// [`ConsumerConfig::shutdown_grace`] to finish and commit; the leases
+    /// still held then are released and their records left unfinished; then
+    /// the consumer leaves the group (revoking commits the safe positions).
+    pub async fn shutdown(self) -> ShutdownReport {
         let _ = self.stop.send(true);
-        if let Err(error) = self.task.await {
+        self.task.await.unwrap_or_else(|error| {
             tracing::warn!(%error, "consumer task ended abnormally");
-        }
+            ShutdownReport::default()
+        })
     }
 
     /// Simulates a crash (`kill -9`): from now on this consumer runs none of
@@ -479,7 +513,7 @@ async fn poll_loop(
     worker: Worker,
     provider: Arc<dyn Provider>,
     mut stop: watch::Receiver<bool>,
-) {
+) -> ShutdownReport {
     let mut records = JoinSet::new();
     let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
     loop {
@@ -537,16 +571,69 @@ async fn poll_loop(
         ));
         while records.try_join_next().is_some() {}
     }
-    // Graceful stop: let in-flight records settle and commit.
-    while records.join_next().await.is_some() {}
+    // Graceful stop: in-flight records get the grace period to settle and commit.
+    let in_flight = records.len();
+    let drained = tokio::time::timeout(config.shutdown_grace, async {
+        while records.join_next().await.is_some() {}
+    })
+    .await
+    .is_ok();
+    let mut report = ShutdownReport {
+        in_flight,
+        ..ShutdownReport::default()
+    };
+    if !drained {
+        report.left_unfinished = records.len();
+        // Out of time: stop the work (dropping a `handle` future abandons its
+        // lease), then give every lease back so the tasks are claimable at once
+        // instead of after the lease expiry. Their records stay unfinished.
+        records.shutdown().await;
+        let held: Vec<((i32, i64), Lease)> = shared.held.lock().expect("held lock").drain().collect();
+        for ((partition, offset), lease) in held {
+            let task = lease.task_id();
+            let accepted = match shared.store.release(lease).await {
+                Ok(Fenced::Accepted(())) => true,
+                Ok(Fenced::Rejected(rejection)) => {
+                    tracing::info!(%task, %rejection, "release refused; the task was settled or taken over");
+                    false
+                }
+                Err(error) => {
+                    // The lease expires by itself; the task is claimable after it.
+                    tracing::warn!(%task, %error, "release failed");
+                    false
+                }
+            };
+            shared.journal.record(Event::Released {
+                consumer: shared.name.clone(),
+                partition,
+                offset,
+                task,
+                accepted,
+            });
+            report.released += usize::from(accepted);
+        }
+    }
     // Dropping the client closes it (blocking): revoke runs and commits what is left.
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+    report
+}
+
+/// What [`ReplyConsumer::shutdown`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Records in flight when the shutdown began.
+    pub in_flight: usize,
+    /// Leases given back because the grace period ran out.
+    pub released: usize,
+    /// Records left unfinished (released, or waiting out a backoff): the next
+    /// owner re-reads them.
+    pub left_unfinished: usize,
 }
 
 struct Record {
     partition: i32,
     offset: i64,
-    task: Option<taskfence::TaskId>,
+    task: Option<TaskId>,
     owned: Arc<AtomicBool>,
 }
 
@@ -582,10 +669,37 @@ async fn process(
             if let Some(pg) = &shared.pg {
                 pg.pending.expect(id, partition, offset);
             }
-            let call = Arc::clone(&provider);
+            let hold = Hold {
+                shared: &shared,
+                record: (partition, offset),
+            };
+            let (call, journal, name) = (
+                Arc::clone(&provider),
+                Arc::clone(&shared.journal),
+                shared.name.clone(),
+            );
             let outcome = worker
-                .handle(id, &(), |ctx| async move { call.reply(&ctx).await })
+                .handle(id, &hold, |ctx| async move {
+                    let request = ProviderRequest::for_attempt(&ctx);
+                    journal.record(Event::ProviderCall {
+                        worker: name,
+                        task: request.task_id,
+                        version: ctx.lease().version(),
+                    });
+                    tokio::select! {
+                        answer = call.generate(&request) => {
+                            answer.map(Response::from).map_err(ProviderError::into_failure)
+                        }
+                        // Another worker owns the task now: our answer could not be saved anyway.
+                        _ = ctx.lease_lost() => Err(taskfence::Failure::retryable("lease lost during the provider call")),
+                    }
+                })
                 .await;
+            shared
+                .held
+                .lock()
+                .expect("held lock")
+                .remove(&(partition, offset));
             if let Some(pg) = &shared.pg {
                 pg.pending.forget(id);
             }
@@ -614,6 +728,34 @@ async fn process(
         handled,
     });
     shared.finish(&*consumer, partition, offset);
+}
+
+/// Keeps [`Shared::held`] up to date with the lease of one record, so a
+/// shutdown can release it.
+struct Hold<'a> {
+    shared: &'a Shared,
+    record: (i32, i64),
+}
+
+#[async_trait]
+impl LeaseHooks for Hold<'_> {
+    async fn on_claimed(&self, lease: &Lease) {
+        self.hold(lease);
+    }
+    async fn on_renewed(&self, lease: &Lease) {
+        // The renewed expiry, so a release after it carries the current lease.
+        self.hold(lease);
+    }
+}
+
+impl Hold<'_> {
+    fn hold(&self, lease: &Lease) {
+        self.shared
+            .held
+            .lock()
+            .expect("held lock")
+            .insert(self.record, lease.clone());
+    }
 }
 
 fn handled_as(reason: AckReason) -> Handled {

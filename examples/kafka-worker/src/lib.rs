@@ -1,26 +1,34 @@
 //! Template: taskfence reply workers behind Apache Kafka.
 //!
-//! A dispatcher publishes one handoff record per task, keyed by task id
-//! ([`handoff`]). Reply consumers in one group read them, run each task
-//! through the taskfence worker runtime (claim, renew, call the provider,
-//! save one response), and commit a partition's offset only after every
-//! record before it is durably handled ([`consumer`], on
-//! [`taskfence::OffsetTracker`]). Every step goes to a [`journal`], whose
-//! checks prove the commit discipline after a run.
+//! A [`Dispatcher`] publishes the transactional outbox, one handoff record per
+//! task, keyed by task id ([`dispatcher`]). Reply consumers in one group read
+//! them, run each task through the taskfence worker runtime (claim, renew,
+//! call the [`Provider`], save one response), and commit a partition's offset
+//! only after every record before it is durably handled ([`consumer`], on
+//! [`taskfence::OffsetTracker`]); on shutdown they finish or release what they
+//! hold within a grace period. Every step goes to a [`journal`].
 //!
-//! See the README for the why: consumer positions versus per-message timers,
-//! and why committing an offset does not delete the record.
+//! What to copy: [`config`], [`store`], [`provider`], [`dispatcher`],
+//! [`consumer`], [`positions`], [`journal`] and `src/main.rs` (the service).
+//! [`sim`] and `src/bin/demo.rs` are test scaffolding. See the README for the
+//! why: consumer positions versus per-message timers, and why committing an
+//! offset does not delete the record.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, rust_2018_idioms)]
 
+pub mod config;
 pub mod consumer;
-pub mod handoff;
+pub mod dispatcher;
 pub mod journal;
 pub mod positions;
 pub mod provider;
+pub mod sim;
+pub mod store;
 
-pub use consumer::{ConsumerConfig, ReplyConsumer};
-pub use handoff::{Dispatcher, ensure_topic};
-pub use journal::{Event, Handled, Journal, MemoryJournal, TracingJournal};
+pub use config::Settings;
+pub use consumer::{ConsumerConfig, ReplyConsumer, ShutdownReport, SpawnError};
+pub use dispatcher::{Dispatcher, Handoffs, ensure_topic};
+pub use journal::{Event, Handled, Journal, TracingJournal};
 pub use positions::PgPositions;
-pub use provider::{Provider, SimulatedLlm};
+pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
+pub use sim::{MemoryJournal, SimulatedLlm};

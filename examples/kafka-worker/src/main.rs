@@ -1,72 +1,109 @@
-//! Runs the template once against a broker: submits some tasks, hands them off,
-//! consumes them with one reply consumer, prints the saved replies.
+//! The worker service: consumes the handoff topic until SIGTERM or SIGINT,
+//! then stops taking records, lets in-flight tasks finish within
+//! `--shutdown-grace`, releases the ones still running, commits only the safe
+//! offsets and exits 0.
 //!
 //! ```text
-//! KAFKA_BOOTSTRAP=127.0.0.1:9092 TASKS=20 cargo run -p kafka-worker
+//! DATABASE_URL=postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/rds-ca.pem \
+//! TASKFENCE_KAFKA_BOOTSTRAP=kafka-1:9092,kafka-2:9092 \
+//! TASKFENCE_PROVIDER_URL=https://llm.example/v1/generate \
+//!     kafka-worker
 //! ```
 //!
-//! The store here is in memory, so dispatcher and consumer share one process;
-//! with `PgStore` they can run as separate processes against one database.
+//! `kafka-worker --help` lists every option and its environment variable.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use kafka_worker::{ConsumerConfig, Dispatcher, ReplyConsumer, SimulatedLlm, TracingJournal, ensure_topic};
-use taskfence::runtime::{Worker, WorkerConfig};
-use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskId, TaskStore};
+use kafka_worker::config::{Positions, ProviderKind, Settings};
+use kafka_worker::{
+    ConsumerConfig, Dispatcher, Handoffs, HttpProvider, Journal, PgPositions, Provider, ReplyConsumer,
+    SimulatedLlm, TracingJournal, store,
+};
+use taskfence::runtime::WorkerConfig;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let bootstrap = std::env::var("KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into());
-    let count: usize = std::env::var("TASKS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(20);
-    let run = TaskId::new();
-    let topic = format!("handoffs-{run}");
-    ensure_topic(&bootstrap, &topic, 4).await?;
+async fn main() -> Result<(), BoxError> {
+    let settings = Settings::load();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log)?)
+        .init();
+    // Installed first, so a signal during start-up is not lost.
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
 
-    let journal = Arc::new(TracingJournal);
-    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
-    let mut ids = Vec::new();
-    for i in 0..count {
-        let key = RequestKey::new("demo-user", "chat.reply", format!("req-{i}"));
-        let task = NewTask::new(key, InputHash::of([format!("message {i}")])).payload(format!("message {i}"));
-        ids.push(store.submit(task).await?.into_task().id);
-    }
-
-    let worker = Worker::new(
-        Arc::clone(&store),
-        WorkerConfig::new("demo-worker", Duration::from_secs(30)),
-    )?;
-    let provider = Arc::new(SimulatedLlm::new(
-        journal.clone(),
-        Duration::from_millis(50),
-        Duration::from_millis(300),
-    ));
-    let config = ConsumerConfig::new(&bootstrap, format!("reply-workers-{run}"), &topic, "demo-worker");
-    let consumer = ReplyConsumer::spawn(config, worker, provider, journal.clone())?;
-
-    let dispatcher = Dispatcher::new(&bootstrap, &topic, journal)?;
-    for id in &ids {
-        dispatcher.publish(*id).await?;
-    }
-    println!("handed off {count} tasks to {topic}; waiting for replies (the group join can take ~20 s)");
-    loop {
-        let mut settled = 0;
-        for id in &ids {
-            settled += usize::from(store.get(*id).await?.is_some_and(|t| t.status.is_terminal()));
+    let pg = store::connect(&settings).await?;
+    let journal: Arc<dyn Journal> = Arc::new(TracingJournal);
+    let provider: Arc<dyn Provider> = match settings.provider {
+        ProviderKind::Http => Arc::new(HttpProvider {
+            url: settings.provider_url.clone().unwrap_or_default(),
+        }),
+        ProviderKind::Simulated => {
+            tracing::warn!("using the simulated provider: for local runs and tests only");
+            Arc::new(
+                SimulatedLlm::new(settings.sim_min_latency, settings.sim_max_latency)
+                    .slow_latency(settings.sim_slow_latency),
+            )
         }
-        if settled == ids.len() {
-            break;
+    };
+
+    let (stop, stopped) = watch::channel(false);
+    let dispatcher = if settings.dispatch {
+        let handoffs = Arc::new(Handoffs::new(
+            &settings.bootstrap,
+            &settings.topic,
+            Arc::clone(&journal),
+        )?);
+        let dispatcher = Dispatcher::new(pg.clone(), handoffs, settings.dispatch_batch);
+        Some(tokio::spawn(dispatcher.run(stopped, settings.dispatch_idle)))
+    } else {
+        None
+    };
+
+    let mut config = ConsumerConfig::new(
+        &settings.bootstrap,
+        &settings.group,
+        &settings.topic,
+        &settings.worker_id,
+    );
+    config.per_partition = settings.per_partition;
+    config.retry_delay = settings.retry_delay;
+    config.session_timeout = settings.session_timeout;
+    config.shutdown_grace = settings.shutdown_grace;
+    let worker = WorkerConfig::new(&settings.worker_id, settings.lease).min_retry_delay(settings.retry_delay);
+    let consumer = match settings.positions {
+        Positions::Group => ReplyConsumer::spawn(config, Arc::new(pg.clone()), worker, provider, journal)?,
+        Positions::Postgres => {
+            let pg = Arc::new(pg);
+            let positions = Arc::new(PgPositions::new(&pg, &settings.group).await?);
+            ReplyConsumer::spawn_with_positions(config, worker, pg, positions, provider, journal)?
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    tracing::info!(
+        worker = %settings.worker_id,
+        topic = %settings.topic,
+        group = %settings.group,
+        "consuming"
+    );
+
+    let signal = tokio::select! {
+        _ = sigterm.recv() => "SIGTERM",
+        _ = sigint.recv() => "SIGINT",
+    };
+    tracing::info!(signal, grace = ?settings.shutdown_grace, "shutting down");
+    let _ = stop.send(true);
+    let report = consumer.shutdown().await;
+    if let Some(dispatcher) = dispatcher {
+        let _ = dispatcher.await;
     }
-    consumer.shutdown().await;
-    for id in &ids {
-        let task = store.get(*id).await?.expect("submitted");
-        let reply = task.response.as_ref().and_then(|r| r.as_str()).unwrap_or("-");
-        println!("{id} {} {reply}", task.status);
-    }
+    tracing::info!(
+        in_flight = report.in_flight,
+        released = report.released,
+        left_unfinished = report.left_unfinished,
+        "stopped"
+    );
     Ok(())
 }

@@ -28,14 +28,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
-use taskfence::{
-    Attempt, Claim, ClaimRequest, Error, Failure, Fenced, Lease, NewTask, OffsetTracker, PgStore, RequestKey,
-    Response, Result, Retry, Submitted, Task, TaskId, TaskStore,
-};
+use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::{Error, Fenced, Lease, OffsetTracker, PgStore, Response, Result, Task, TaskId, TaskStore};
 
 use crate::journal::{Event, Journal};
 
@@ -165,10 +162,11 @@ impl Pending {
     }
 }
 
-/// A [`TaskStore`] over [`PgStore`] whose `complete` also saves the consumer
-/// position, in the same transaction. The position saved is the tracker's
-/// safe position *as if this record were finished*: the lowest other record
-/// in flight, or one past the highest seen.
+/// An [`Intercept`] over [`PgStore`] whose `complete` also saves the consumer
+/// position, in the same transaction; every other call passes through. The
+/// position saved is the tracker's safe position *as if this record were
+/// finished*: the lowest other record in flight, or one past the highest seen.
+/// Use it through [`Intercepted`], wrapping the same `PgStore`.
 pub(crate) struct PositionedStore {
     store: Arc<PgStore>,
     positions: Arc<PgPositions>,
@@ -176,18 +174,32 @@ pub(crate) struct PositionedStore {
 }
 
 impl PositionedStore {
-    pub(crate) fn new(store: Arc<PgStore>, positions: Arc<PgPositions>, pending: Arc<Pending>) -> Self {
-        Self {
-            store,
-            positions,
-            pending,
-        }
+    /// The store the worker runs on: `store`, with completions that move positions.
+    pub(crate) fn wrap(
+        store: Arc<PgStore>,
+        positions: Arc<PgPositions>,
+        pending: Arc<Pending>,
+    ) -> Intercepted<PositionedStore> {
+        let inner: Arc<dyn TaskStore> = store.clone();
+        Intercepted::new(
+            inner,
+            Self {
+                store,
+                positions,
+                pending,
+            },
+        )
     }
 }
 
 #[async_trait]
-impl TaskStore for PositionedStore {
-    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+impl Intercept for PositionedStore {
+    async fn complete(
+        &self,
+        inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
         let record = self
             .pending
             .records
@@ -196,7 +208,7 @@ impl TaskStore for PositionedStore {
             .get(&lease.task_id())
             .copied();
         let Some((partition, offset)) = record else {
-            return self.store.complete(lease, response).await;
+            return inner.complete(lease, response).await;
         };
         let position = {
             let mut after = self.pending.tracker.lock().expect("tracker lock").clone();
@@ -207,8 +219,9 @@ impl TaskStore for PositionedStore {
         };
         let Some(position) = position else {
             // The partition was revoked: save the response alone.
-            return self.store.complete(lease, response).await;
+            return inner.complete(lease, response).await;
         };
+        // `complete_in` needs the concrete store: the transaction is PostgreSQL's.
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
         let outcome = self.store.complete_in(&mut tx, lease, response).await?;
         if outcome.is_accepted() {
@@ -241,57 +254,16 @@ impl TaskStore for PositionedStore {
         }
         Ok(outcome)
     }
-
-    async fn submit(&self, task: NewTask) -> Result<Submitted> {
-        self.store.submit(task).await
-    }
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        self.store.get(id).await
-    }
-    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
-        self.store.find(key).await
-    }
-    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        self.store.claim(id, request).await
-    }
-    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        self.store.renew(lease, extend_by).await
-    }
-    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        self.store.fail(lease, failure).await
-    }
-    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        self.store.release(lease).await
-    }
-    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
-        self.store.cancel(id, reason).await
-    }
-    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        self.store.record_operation(lease, operation_id).await
-    }
-    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        self.store.attempts(id).await
-    }
-    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        self.store.due(limit).await
-    }
-    async fn purge_expired(&self, limit: usize) -> Result<u64> {
-        self.store.purge_expired(limit).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::MemoryJournal;
+    use crate::sim::MemoryJournal;
+    use std::time::Duration;
     use taskfence::testing::PgFixture;
-    use taskfence::{InputHash, Rejection, Status};
-
-    async fn fixture() -> PgFixture {
-        let url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-        PgFixture::connect(&url).await
-    }
+    use taskfence::{Claim, ClaimRequest, InputHash, NewTask, Rejection, RequestKey, Status};
+    use taskfence_test_support::fixture;
 
     struct Setup {
         _fixture: PgFixture,
@@ -299,7 +271,7 @@ mod tests {
         positions: Arc<PgPositions>,
         tracker: Arc<Mutex<OffsetTracker<i32>>>,
         pending: Arc<Pending>,
-        store: PositionedStore,
+        store: Intercepted<PositionedStore>,
     }
 
     async fn setup() -> Setup {
@@ -314,7 +286,7 @@ mod tests {
             Arc::default(),
             Arc::new(MemoryJournal::new()),
         ));
-        let store = PositionedStore::new(Arc::clone(&pg), Arc::clone(&positions), Arc::clone(&pending));
+        let store = PositionedStore::wrap(Arc::clone(&pg), Arc::clone(&positions), Arc::clone(&pending));
         Setup {
             _fixture: fixture,
             pg,

@@ -1,121 +1,122 @@
-//! The model provider the worker calls, and a simulated LLM for runs without one.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The model provider the worker calls: the trait, its request and error
+//! types, and the place where a real HTTP provider plugs in.
 
 use async_trait::async_trait;
 use taskfence::runtime::WorkContext;
-use taskfence::{Failure, Response};
+use taskfence::{Failure, TaskId};
 
-use crate::journal::{Event, Journal};
+/// One call to the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderRequest {
+    /// The task the answer is for.
+    pub task_id: TaskId,
+    /// The attempt making the call (1-based; every claim is one attempt).
+    pub attempt: u32,
+    /// The idempotency key sent to the provider. It is the task id, the same
+    /// for every attempt, so a provider that honours keys returns the first
+    /// operation's result instead of generating (and billing) a second one.
+    pub idempotency_key: String,
+    /// The prompt (here: the task's payload).
+    pub prompt: String,
+}
 
-/// The expensive, non-idempotent call a task stands for (an LLM reply).
+impl ProviderRequest {
+    /// The request for the task and attempt the worker runtime handed over.
+    pub fn for_attempt(ctx: &WorkContext) -> Self {
+        let task = ctx.task();
+        Self {
+            task_id: task.id,
+            attempt: ctx.lease().attempt(),
+            idempotency_key: task.id.to_string(),
+            prompt: String::from_utf8_lossy(&task.payload).into_owned(),
+        }
+    }
+}
+
+/// How a provider call failed. The classification drives the retry policy:
+/// do not call a timeout "transient" when the request may have been processed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// Nothing happened remotely (connection refused, 429, 503 before
+    /// processing): retrying is safe.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// The request itself is wrong (400, content policy): retrying cannot help.
+    #[error("permanent: {0}")]
+    Permanent(String),
+    /// The request may have reached the provider and no answer came back
+    /// (timeout after sending, connection reset mid-response). The task's
+    /// `on_ambiguous` policy decides whether to pay for a possible duplicate.
+    #[error("ambiguous: {0}")]
+    Ambiguous(String),
+}
+
+impl ProviderError {
+    /// The failure reported to the task store.
+    ///
+    /// ```
+    /// use kafka_worker::provider::ProviderError;
+    /// use taskfence::FailureKind;
+    /// assert_eq!(ProviderError::Permanent("400".into()).into_failure().kind, FailureKind::Permanent);
+    /// ```
+    pub fn into_failure(self) -> Failure {
+        match self {
+            ProviderError::Transient(m) => Failure::retryable(m),
+            ProviderError::Permanent(m) => Failure::permanent(m),
+            ProviderError::Ambiguous(m) => Failure::ambiguous(m),
+        }
+    }
+}
+
+/// A model provider: one request in, one candidate answer out. The answer
+/// becomes *the* reply only if the worker's completion is accepted.
 ///
 /// It runs outside any transaction and may run more than once per task (a
 /// retry after a failure, a takeover after a crash); taskfence saves one result.
 #[async_trait]
 pub trait Provider: Send + Sync {
-    /// Produces the reply for the task in `ctx`, or a failure for its retry policy.
-    async fn reply(&self, ctx: &WorkContext) -> Result<Response, Failure>;
+    /// Generates a candidate answer.
+    async fn generate(&self, request: &ProviderRequest) -> Result<String, ProviderError>;
 }
 
-/// How the simulated model treats a task, read from the start of its payload.
+/// Where a real provider goes. With `reqwest` it would be:
 ///
-/// | payload starts with | behaviour |
-/// | --- | --- |
-/// | `flaky:` | a retryable error on attempts 1 and 2, a reply from attempt 3 |
-/// | `down:` | a retryable error on every attempt (exhausts the budget) |
-/// | `refuse:` | a permanent error (terminal at once) |
-/// | anything else | a reply |
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Script {
-    /// Always replies.
-    Reply,
-    /// Fails retryably on the first two attempts.
-    Flaky,
-    /// Always fails retryably.
-    Down,
-    /// Fails permanently.
-    Refuse,
-}
-
-impl Script {
-    /// The script a payload asks for.
-    ///
-    /// ```
-    /// use kafka_worker::provider::Script;
-    /// assert_eq!(Script::of(b"flaky:hello"), Script::Flaky);
-    /// assert_eq!(Script::of(b"hello"), Script::Reply);
-    /// ```
-    pub fn of(payload: &[u8]) -> Self {
-        if payload.starts_with(b"flaky:") {
-            Script::Flaky
-        } else if payload.starts_with(b"down:") {
-            Script::Down
-        } else if payload.starts_with(b"refuse:") {
-            Script::Refuse
-        } else {
-            Script::Reply
-        }
-    }
-}
-
-/// A stand-in LLM: waits a latency derived from the task id (so records of one
-/// partition finish out of order), then answers according to the payload's
-/// [`Script`]. Every call is recorded in the journal as it starts.
-pub struct SimulatedLlm {
-    journal: Arc<dyn Journal>,
-    min_latency: Duration,
-    max_latency: Duration,
-}
-
-impl SimulatedLlm {
-    /// A model answering in `min_latency..=max_latency`.
-    pub fn new(journal: Arc<dyn Journal>, min_latency: Duration, max_latency: Duration) -> Self {
-        Self {
-            journal,
-            min_latency,
-            max_latency: max_latency.max(min_latency),
-        }
-    }
-
-    fn latency(&self, seed: u128) -> Duration {
-        let span = (self.max_latency - self.min_latency).as_millis().max(1);
-        // Mix the bits: UUID v7 ids share their high (time) bits.
-        let mixed = (seed ^ (seed >> 64)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.min_latency + Duration::from_millis(((mixed >> 7) % span) as u64)
-    }
-}
-
-impl std::fmt::Debug for SimulatedLlm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimulatedLlm")
-            .field("min_latency", &self.min_latency)
-            .field("max_latency", &self.max_latency)
-            .finish_non_exhaustive()
-    }
+/// ```text
+/// let response = self.http
+///     .post(&self.url)
+///     .bearer_auth(&self.api_key)
+///     // Only worth sending if the provider documents what a repeated key does.
+///     .header("Idempotency-Key", &request.idempotency_key)
+///     .json(&json!({ "prompt": request.prompt }))
+///     .timeout(Duration::from_secs(60))
+///     .send()
+///     .await;
+/// match response {
+///     Err(e) if e.is_connect() => Err(ProviderError::Transient(e.to_string())),
+///     // Sent, no answer: it may have run (and been billed). Not "transient".
+///     Err(e) => Err(ProviderError::Ambiguous(e.to_string())),
+///     Ok(r) if r.status() == 429 || r.status() == 503 => Err(ProviderError::Transient(r.status().to_string())),
+///     Ok(r) if r.status().is_client_error() => Err(ProviderError::Permanent(r.status().to_string())),
+///     Ok(r) if !r.status().is_success() => Err(ProviderError::Ambiguous(r.status().to_string())),
+///     Ok(r) => Ok(r.json::<Reply>().await.map_err(|e| ProviderError::Ambiguous(e.to_string()))?.text),
+/// }
+/// ```
+///
+/// Keep the client's timeout below the worker's `--shutdown-grace`, so a call
+/// in flight at SIGTERM either answers in time or is released. The template
+/// ships no HTTP client so that its build stays small; the struct marks the spot.
+#[derive(Debug, Clone)]
+pub struct HttpProvider {
+    /// The endpoint, e.g. `https://api.example.com/v1/generate`.
+    pub url: String,
 }
 
 #[async_trait]
-impl Provider for SimulatedLlm {
-    async fn reply(&self, ctx: &WorkContext) -> Result<Response, Failure> {
-        let lease = ctx.lease();
-        let task = ctx.task();
-        self.journal.record(Event::ProviderCall {
-            worker: lease.worker().to_owned(),
-            task: task.id,
-            version: lease.version(),
-        });
-        tokio::time::sleep(self.latency(task.id.as_uuid().as_u128() ^ u128::from(lease.version()))).await;
-        let prompt = String::from_utf8_lossy(&task.payload);
-        match Script::of(&task.payload) {
-            Script::Flaky if lease.attempt() <= 2 => Err(Failure::retryable("model overloaded (503)")),
-            Script::Down => Err(Failure::retryable("model unavailable (503)")),
-            Script::Refuse => Err(Failure::permanent("prompt rejected (400)")),
-            _ => Ok(Response::from(format!(
-                "reply to {prompt} (attempt {})",
-                lease.attempt()
-            ))),
-        }
+impl Provider for HttpProvider {
+    async fn generate(&self, _request: &ProviderRequest) -> Result<String, ProviderError> {
+        Err(ProviderError::Permanent(format!(
+            "HttpProvider for {} is a template: plug an HTTP client in here",
+            self.url
+        )))
     }
 }

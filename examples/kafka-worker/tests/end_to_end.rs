@@ -8,16 +8,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_worker::journal::{self, Event, Handled};
-use kafka_worker::provider::Script;
-use kafka_worker::{
-    ConsumerConfig, Dispatcher, MemoryJournal, PgPositions, ReplyConsumer, SimulatedLlm, ensure_topic,
-};
-use taskfence::runtime::{Worker, WorkerConfig};
+use kafka_worker::journal::{Event, Handled};
+use kafka_worker::sim::{self as journal, MemoryJournal, Script, SimulatedLlm};
+use kafka_worker::{ConsumerConfig, Dispatcher, Handoffs, PgPositions, ReplyConsumer, ensure_topic};
+use taskfence::runtime::WorkerConfig;
 use taskfence::testing::PgFixture;
 use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
 
-use support::{Broker, GroupProbe, wait_until};
+use support::{GroupProbe, KafkaBroker, wait_until};
 
 const TASKS: usize = 200;
 const PARTITIONS: i32 = 4;
@@ -53,9 +51,7 @@ async fn group_offsets_two_consumers_one_killed_every_task_settles_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_positions_two_consumers_one_killed_every_task_settles_once() {
-    let url =
-        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    scenario(Mode::Postgres(PgFixture::connect(&url).await)).await;
+    scenario(Mode::Postgres(taskfence_test_support::fixture().await)).await;
 }
 
 async fn scenario(mode: Mode) {
@@ -64,13 +60,12 @@ async fn scenario(mode: Mode) {
         .with_test_writer()
         .try_init();
     let started = Instant::now();
-    let broker = Broker::start();
+    let broker = KafkaBroker::start();
+    let bootstrap = broker.bootstrap();
     let run = TaskId::new();
     let topic = format!("handoffs-{run}");
     let group = format!("reply-workers-{run}");
-    ensure_topic(&broker.bootstrap, &topic, PARTITIONS)
-        .await
-        .expect("topic");
+    ensure_topic(bootstrap, &topic, PARTITIONS).await.expect("topic");
 
     let journal = Arc::new(MemoryJournal::new());
     let (store, pg): (Arc<dyn TaskStore>, _) = match &mode {
@@ -82,7 +77,6 @@ async fn scenario(mode: Mode) {
         }
     };
     let provider = Arc::new(SimulatedLlm::new(
-        journal.clone(),
         Duration::from_millis(50),
         Duration::from_millis(300),
     ));
@@ -106,17 +100,21 @@ async fn scenario(mode: Mode) {
 
     // Two consumers in one group; wait (bounded) until both own partitions.
     let config = |name: &str| {
-        let mut c = ConsumerConfig::new(&broker.bootstrap, &group, &topic, name);
+        let mut c = ConsumerConfig::new(bootstrap, &group, &topic, name);
         c.per_partition = 4;
         c.retry_delay = Duration::from_millis(200);
         c
     };
     let join_started = Instant::now();
     let spawn = |name: &str| match &pg {
-        None => {
-            let worker = Worker::new(Arc::clone(&store), worker_config(name)).expect("valid worker config");
-            ReplyConsumer::spawn(config(name), worker, provider.clone(), journal.clone()).expect("consumer")
-        }
+        None => ReplyConsumer::spawn(
+            config(name),
+            Arc::clone(&store),
+            worker_config(name),
+            provider.clone(),
+            journal.clone(),
+        )
+        .expect("consumer"),
         Some((pg, positions)) => ReplyConsumer::spawn_with_positions(
             config(name),
             worker_config(name),
@@ -129,15 +127,16 @@ async fn scenario(mode: Mode) {
     };
     let a = spawn("a");
     let b = spawn("b");
-    let first_join = wait_until("a first assignment", Duration::from_secs(120), async || {
-        !a.assigned().is_empty() || !b.assigned().is_empty()
+    let (ra, rb) = (&a, &b);
+    let first_join = wait_until("a first assignment", Duration::from_secs(120), || async move {
+        !ra.assigned().is_empty() || !rb.assigned().is_empty()
     })
     .await;
     let both_joined = wait_until(
         "both consumers to own partitions",
         Duration::from_secs(120),
-        async || {
-            let (pa, pb) = (a.assigned(), b.assigned());
+        || async move {
+            let (pa, pb) = (ra.assigned(), rb.assigned());
             !pa.is_empty() && !pb.is_empty() && pa.len() + pb.len() == PARTITIONS as usize
         },
     )
@@ -146,29 +145,20 @@ async fn scenario(mode: Mode) {
     let _ = join_started;
 
     // Hand off every task (from PostgreSQL's outbox in that mode); every seventh one twice.
-    let dispatcher = Dispatcher::new(&broker.bootstrap, &topic, journal.clone()).expect("producer");
+    let handoffs = Arc::new(Handoffs::new(bootstrap, &topic, journal.clone()).expect("producer"));
     let mut duplicates = 0;
     if let Some((pg, _)) = &pg {
-        let round = pg
-            .dispatch(TASKS, |id| {
-                let dispatcher = &dispatcher;
-                async move { dispatcher.publish(id).await.map(|_| ()) }
-            })
-            .await
-            .expect("dispatch");
-        assert!(round.failed.is_none());
-        assert_eq!(
-            round.published.len(),
-            TASKS,
-            "one pending handoff per submitted task"
-        );
+        let dispatcher = Dispatcher::new((**pg).clone(), Arc::clone(&handoffs), TASKS);
+        let published = dispatcher.round().await.expect("dispatch");
+        // A failed publish would end the round early: all of them means none failed.
+        assert_eq!(published.len(), TASKS, "one pending handoff per submitted task");
     }
     for (i, task) in tasks.iter().enumerate() {
         if pg.is_none() {
-            dispatcher.publish(task.id).await.expect("publish");
+            handoffs.publish(task.id).await.expect("publish");
         }
         if i % 7 == 0 {
-            dispatcher.publish(task.id).await.expect("publish again");
+            handoffs.publish(task.id).await.expect("publish again");
             duplicates += 1;
         }
     }
@@ -178,8 +168,9 @@ async fn scenario(mode: Mode) {
         |j: &MemoryJournal| j.count(|e| matches!(e, Event::ProviderCall { worker, .. } if worker == "b"));
     let b_commits =
         |j: &MemoryJournal| j.count(|e| matches!(e, Event::Commit { consumer, .. } if consumer == "b"));
-    wait_until("b to work and commit", Duration::from_secs(60), async || {
-        b_calls(&journal) >= 20 && b_commits(&journal) >= 2
+    let j = &journal;
+    wait_until("b to work and commit", Duration::from_secs(60), || async move {
+        b_calls(j) >= 20 && b_commits(j) >= 2
     })
     .await;
     let b_partitions = b.assigned();
@@ -189,16 +180,20 @@ async fn scenario(mode: Mode) {
 
     // The survivor takes over; wait until every task is settled and the group's
     // committed offsets reached the end of every partition.
-    let takeover = wait_until("a to own every partition", Duration::from_secs(120), async || {
-        a.assigned().len() == PARTITIONS as usize
-    })
+    let takeover = wait_until(
+        "a to own every partition",
+        Duration::from_secs(120),
+        || async move { ra.assigned().len() == PARTITIONS as usize },
+    )
     .await;
-    let probe = GroupProbe::new(&broker.bootstrap, &group, &topic, PARTITIONS);
+    let probe = GroupProbe::new(bootstrap, &group, &topic, PARTITIONS);
+    let (store_ref, tasks_ref, probe_ref, pg_ref, topic_ref) = (&store, &tasks, &probe, &pg, &topic);
     let drained = wait_until(
         "every task settled and committed",
         Duration::from_secs(180),
-        async || {
-            for t in &tasks {
+        || async move {
+            let (store, tasks, probe, pg, topic) = (store_ref, tasks_ref, probe_ref, pg_ref, topic_ref);
+            for t in tasks {
                 if !store
                     .get(t.id)
                     .await
@@ -213,7 +208,7 @@ async fn scenario(mode: Mode) {
                 None => ends.iter().all(|(committed, end)| *committed == Some(*end)),
                 Some((_, positions)) => {
                     let saved = positions
-                        .load(&topic, &[0, 1, 2, 3])
+                        .load(topic, &[0, 1, 2, 3])
                         .await
                         .expect("load positions");
                     ends.iter()
@@ -248,7 +243,7 @@ async fn scenario(mode: Mode) {
             task.attempts()
         );
         match Script::of(payload(i).as_bytes()) {
-            Script::Reply | Script::Flaky => {
+            Script::Reply | Script::Flaky | Script::Slow => {
                 assert_eq!(task.status, Status::Completed, "task {i}");
                 let text = task
                     .response
@@ -275,6 +270,7 @@ async fn scenario(mode: Mode) {
                 );
                 failed += 1;
             }
+            Script::Hang => unreachable!("this scenario has no hanging prompts"),
             Script::Refuse => {
                 assert_eq!(task.status, Status::Failed, "task {i}");
                 assert!(task.response.is_none());

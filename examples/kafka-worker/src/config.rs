@@ -1,0 +1,236 @@
+//! The worker's settings: every option is a flag and an environment
+//! variable, with defaults meant for production (`kafka-worker --help`).
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Settings of the `kafka-worker` service.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kafka-worker",
+    version,
+    about = "Consumes taskfence handoffs from Kafka and runs each task once: claim, call the provider, save one reply."
+)]
+pub struct Settings {
+    /// PostgreSQL URL; TLS via `?sslmode=verify-full&sslrootcert=…`.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// Schema of the taskfence tables (migrated at start).
+    #[arg(long, env = "TASKFENCE_SCHEMA", default_value = "taskfence")]
+    pub schema: String,
+
+    /// Maximum PostgreSQL connections of this process.
+    #[arg(long, env = "TASKFENCE_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+
+    /// Kafka `bootstrap.servers`.
+    #[arg(long, env = "TASKFENCE_KAFKA_BOOTSTRAP")]
+    pub bootstrap: String,
+
+    /// The handoff topic.
+    #[arg(long, env = "TASKFENCE_KAFKA_TOPIC", default_value = "taskfence-handoffs")]
+    pub topic: String,
+
+    /// The consumer group: workers in one group share the partitions.
+    #[arg(
+        long,
+        env = "TASKFENCE_KAFKA_GROUP",
+        default_value = "taskfence-reply-workers"
+    )]
+    pub group: String,
+
+    /// This worker's id: recorded with every attempt, and the Kafka `client.id`.
+    /// Default: `$HOSTNAME` (the pod name on Kubernetes), else `kafka-worker-<pid>`.
+    #[arg(long, env = "TASKFENCE_WORKER_ID", default_value_t = default_worker_id())]
+    pub worker_id: String,
+
+    /// Where partition positions live: the group's committed offsets, or a
+    /// PostgreSQL table saved in each completion's transaction.
+    #[arg(long, env = "TASKFENCE_POSITIONS", value_enum, default_value_t = Positions::Group)]
+    pub positions: Positions,
+
+    /// Records of one partition processed at once.
+    #[arg(long, env = "TASKFENCE_PER_PARTITION", default_value_t = 4)]
+    pub per_partition: usize,
+
+    /// Lease length (store clock), renewed every third of it while the provider runs.
+    #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Wait before claiming again after a lost lease or a store error.
+    #[arg(long, env = "TASKFENCE_RETRY_DELAY", default_value = "1s", value_parser = parse_duration)]
+    pub retry_delay: Duration,
+
+    /// Kafka `session.timeout.ms`: how long the group waits for a silent member.
+    #[arg(long, env = "TASKFENCE_KAFKA_SESSION_TIMEOUT", default_value = "45s", value_parser = parse_duration)]
+    pub session_timeout: Duration,
+
+    /// After SIGTERM/SIGINT: how long in-flight tasks may take to finish
+    /// before their leases are released. Keep it under the platform's kill
+    /// timeout (Kubernetes: terminationGracePeriodSeconds, 30 s by default)
+    /// with a few seconds to spare for the release and the final commit.
+    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Also publish the transactional outbox to the topic from this process
+    /// (harmless with several workers: rounds skip each other's rows).
+    #[arg(long, env = "TASKFENCE_DISPATCH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub dispatch: bool,
+
+    /// Handoffs published per dispatch round.
+    #[arg(long, env = "TASKFENCE_DISPATCH_BATCH", default_value_t = 100)]
+    pub dispatch_batch: usize,
+
+    /// Pause after a dispatch round that found nothing to publish.
+    #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
+    pub dispatch_idle: Duration,
+
+    /// The model provider. `simulated` is for local runs and tests only.
+    #[arg(long, env = "TASKFENCE_PROVIDER", value_enum, default_value_t = ProviderKind::Http)]
+    pub provider: ProviderKind,
+
+    /// The provider's endpoint (required with `--provider http`).
+    #[arg(long, env = "TASKFENCE_PROVIDER_URL")]
+    pub provider_url: Option<String>,
+
+    /// Simulated provider (local runs): shortest answer time.
+    #[arg(long, env = "TASKFENCE_SIM_MIN_LATENCY", default_value = "200ms", value_parser = parse_duration)]
+    pub sim_min_latency: Duration,
+
+    /// Simulated provider (local runs): longest answer time.
+    #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = parse_duration)]
+    pub sim_max_latency: Duration,
+
+    /// Simulated provider (local runs): answer time of `slow:` prompts.
+    #[arg(long, env = "TASKFENCE_SIM_SLOW_LATENCY", default_value = "10s", value_parser = parse_duration)]
+    pub sim_slow_latency: Duration,
+
+    /// Log filter (`tracing_subscriber::EnvFilter` syntax, e.g. `info,kafka_worker=debug`).
+    #[arg(long = "log", env = "RUST_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Settings {
+    /// Parses the command line and environment, exiting with the usage
+    /// message when they are invalid (like [`Parser::parse`]).
+    pub fn load() -> Self {
+        Self::try_load_from(std::env::args_os()).unwrap_or_else(|error| error.exit())
+    }
+
+    /// Parses `args` (and the environment) and checks what clap cannot: the
+    /// HTTP provider needs its URL, also when `--provider` was left at its default.
+    pub fn try_load_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let settings = Self::try_parse_from(args)?;
+        if settings.provider == ProviderKind::Http && settings.provider_url.is_none() {
+            use clap::CommandFactory;
+            return Err(Self::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "--provider-url (TASKFENCE_PROVIDER_URL) is required with --provider http",
+            ));
+        }
+        Ok(settings)
+    }
+}
+
+/// Where partition positions live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Positions {
+    /// The consumer group's committed offsets.
+    Group,
+    /// A PostgreSQL table, saved in each completion's transaction.
+    Postgres,
+}
+
+/// Which model provider the worker calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// `HttpProvider`: plug your HTTP client in `src/provider.rs`.
+    Http,
+    /// The simulated LLM (`sim::SimulatedLlm`): local runs and tests only.
+    Simulated,
+}
+
+fn default_worker_id() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+        .unwrap_or_else(|| format!("kafka-worker-{}", std::process::id()))
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
+///
+/// ```
+/// use std::time::Duration;
+/// use kafka_worker::config::parse_duration;
+/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+/// assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+/// assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+/// assert!(parse_duration("soon").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m)"))?;
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        other => Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_suit_production_and_the_environment_is_read() {
+        let s = Settings::try_load_from([
+            "kafka-worker",
+            "--database-url",
+            "postgres://db/app",
+            "--bootstrap",
+            "kafka:9092",
+            "--provider-url",
+            "https://llm.example/v1",
+        ])
+        .unwrap();
+        assert_eq!(s.positions, Positions::Group);
+        assert_eq!(s.provider, ProviderKind::Http);
+        assert_eq!(s.lease, Duration::from_secs(30));
+        assert_eq!(s.shutdown_grace, Duration::from_secs(20));
+        assert!(s.dispatch);
+        let s = Settings::try_load_from([
+            "kafka-worker",
+            "--database-url=postgres://db/app",
+            "--bootstrap=kafka:9092",
+            "--provider=simulated",
+            "--dispatch=false",
+            "--shutdown-grace=3s",
+        ])
+        .unwrap();
+        assert!(!s.dispatch);
+        assert_eq!(s.shutdown_grace, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn the_http_provider_needs_its_url() {
+        let err = Settings::try_load_from([
+            "kafka-worker",
+            "--database-url=postgres://db/app",
+            "--bootstrap=kafka:9092",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("--provider-url"), "{err}");
+    }
+}
