@@ -7,7 +7,7 @@
 //! when the orchestrator kills it, or by itself when the orchestrator is gone.
 //!
 //! ```text
-//! chaos-worker --url postgres://… --schema chaos_… --worker w1 --lease-ms 2000 --concurrency 4
+//! chaos-worker --url postgres://… --schema taskfence_chaos_… --worker w1 --lease-ms 2000 --concurrency 4
 //! ```
 
 use std::sync::Arc;

@@ -33,6 +33,7 @@ use chaos::{APP_PREFIX, OPERATION, SCOPE};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, TaskStore};
+use taskfence_test_support::TempSchema;
 use tokio::process::{Child, Command};
 
 /// The kinds of fault, in the order the injector takes turns.
@@ -42,6 +43,8 @@ const KINDS: [&str; 3] = [
     "pg_terminate_backend",
 ];
 const RESTART: &str = "postgresql restart";
+/// Every run's schema is named `taskfence_chaos_<unix secs>_<unique>`.
+const SCHEMA_PREFIX: &str = "taskfence_chaos_";
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -220,7 +223,17 @@ async fn main() -> ExitCode {
 async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::error::Error>> {
     let url = server.url();
     let unique = uuid::Uuid::now_v7().simple().to_string();
-    let schema = format!("chaos_{}", &unique[unique.len() - 12..]);
+    // Dropped when the run ends, also on an error or an interruption; schemas
+    // left by killed runs are dropped after an hour. `--keep` leaves it for
+    // inspection: its drop never runs.
+    let temp = TempSchema::new(&url, SCHEMA_PREFIX).await;
+    let schema = temp.name().to_owned();
+    let _dropped_at_the_end = if config.keep {
+        std::mem::forget(temp);
+        None
+    } else {
+        Some(temp)
+    };
     let options: PgConnectOptions = url.parse()?;
     let pool = PgPoolOptions::new()
         .max_connections(8)
@@ -318,11 +331,6 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     let clean = report.is_clean() && report.submitted == i64::from(config.tasks);
     println!("RESULT {}", if clean { "clean" } else { "VIOLATIONS" });
 
-    if !config.keep {
-        sqlx::raw_sql(&format!("DROP SCHEMA {} CASCADE", quote(&schema)))
-            .execute(&pool)
-            .await?;
-    }
     pool.close().await;
     Ok(clean)
 }
