@@ -6,6 +6,7 @@
 //! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, … Logs go to stderr, filtered by
 //! `RUST_LOG` (default `info`). Stops gracefully on SIGTERM or Ctrl-C.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,8 @@ async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log collector gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(settings).await {
         Ok(()) => ExitCode::SUCCESS,
