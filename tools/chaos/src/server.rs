@@ -109,17 +109,23 @@ impl PrivateServer {
         );
     }
 
-    fn run(&self, program: &str, args: &[&str]) {
+    /// `program` from the server binaries, as the `postgres` user when we are root.
+    fn command(&self, program: &str) -> Command {
         let exe = self.bindir.join(program);
-        let mut cmd = if self.as_postgres {
+        if self.as_postgres {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(&exe);
             c
         } else {
             Command::new(&exe)
-        };
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let exe = self.bindir.join(program);
         // pg_ctl's server inherits these; keep the harness's stdout clean.
-        let out = cmd
+        let out = self
+            .command(program)
             .args(args)
             .current_dir(std::env::temp_dir())
             .output()
@@ -135,16 +141,12 @@ impl PrivateServer {
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
-        let exe = self.bindir.join("pg_ctl");
         let args = ["-D", path(&self.dir), "-m", "immediate", "-w", "stop"];
-        let mut cmd = if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        let _ = cmd.args(args).current_dir(std::env::temp_dir()).output();
+        let _ = self
+            .command("pg_ctl")
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
