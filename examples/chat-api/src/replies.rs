@@ -155,4 +155,10 @@ impl ReplyEvents {
     pub fn subscribe(&self) -> broadcast::Receiver<ReplyEvent> {
         self.tx.subscribe()
     }
+
+    /// Requests subscribed right now: the long-polls in progress (a gauge
+    /// worth exporting, and what tests wait on instead of sleeping).
+    pub fn waiting(&self) -> usize {
+        self.tx.receiver_count()
+    }
 }

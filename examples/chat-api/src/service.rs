@@ -39,6 +39,7 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Service {
     addr: Option<SocketAddr>,
+    events: Option<ReplyEvents>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -66,6 +67,7 @@ impl Service {
         let wake_worker = Arc::new(Notify::new());
         let mut tasks = Vec::new();
         let mut addr = None;
+        let mut api_events = None;
 
         if config.mode.runs_api() {
             let listener = listener.ok_or(StartError::NoListener)?;
@@ -73,6 +75,7 @@ impl Service {
             let (events, listening) =
                 ReplyEvents::listen(&pool, &config.reply_channel(), stop_rx.clone()).await?;
             tasks.push(listening);
+            api_events = Some(events.clone());
             let state = AppState {
                 pool: pool.clone(),
                 store: store.clone(),
@@ -108,7 +111,17 @@ impl Service {
                 stop_rx,
             )));
         }
-        Ok(Self { addr, stop, tasks })
+        Ok(Self {
+            addr,
+            events: api_events,
+            stop,
+            tasks,
+        })
+    }
+
+    /// Long-polls (`GET /tasks/{id}?wait=`) in progress (0 without the API).
+    pub fn long_polls(&self) -> usize {
+        self.events.as_ref().map_or(0, ReplyEvents::waiting)
     }
 
     /// The address the API listens on (`None` for `Mode::WorkerOnly`).

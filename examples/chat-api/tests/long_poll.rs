@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use chat_api::Mode;
 use support::{ALICE, TestDb, TestService, ids};
+use taskfence_test_support::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_returns_the_reply_as_soon_as_a_separate_worker_saves_it() {
@@ -28,7 +29,11 @@ async fn a_long_poll_returns_the_reply_as_soon_as_a_separate_worker_saves_it() {
         let (api, task_id) = (api.clone(), task_id.clone());
         async move { api.task(ALICE, &task_id, Some("30s")).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await; // let the request reach its wait
+    // The request has reached its wait once it subscribed to reply events.
+    eventually(Duration::from_secs(10), || async {
+        (api_service.service().long_polls() == 1).then_some(())
+    })
+    .await;
     assert!(
         !waiting.is_finished(),
         "no worker runs, so the long-poll cannot have an answer yet"

@@ -122,6 +122,10 @@ impl TestService {
         Self { service, api }
     }
 
+    pub fn service(&self) -> &Service {
+        &self.service
+    }
+
     pub fn api(&self) -> &Api {
         self.api.as_ref().expect("this service runs the API")
     }
