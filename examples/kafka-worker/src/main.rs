@@ -12,6 +12,7 @@
 //!
 //! `kafka-worker --help` lists every option and its environment variable.
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 use kafka_worker::config::{Positions, ProviderKind, Settings};
@@ -30,6 +31,8 @@ async fn main() -> Result<(), BoxError> {
     let settings = Settings::load();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log)?)
+        // Colours only on a terminal: log collectors get plain text.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     // Installed first, so a signal during start-up is not lost.
     let mut sigterm = signal(SignalKind::terminate())?;

@@ -7,6 +7,7 @@
 //! TASKFENCE_KAFKA_BOOTSTRAP=127.0.0.1:9092 TASKS=20 cargo run -p kafka-worker --bin kafka-worker-demo
 //! ```
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let bootstrap = std::env::var("TASKFENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into());
     let count: usize = std::env::var("TASKS")

@@ -74,3 +74,44 @@ impl GroupProbe {
             .collect()
     }
 }
+
+/// Every record of `topic` (partitions `0..partitions`) up to the current
+/// end: `(partition, offset, payload)`. Reads without a group (manual
+/// assignment), so it commits nothing and joins nothing.
+pub fn read_topic(bootstrap: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, Option<Vec<u8>>)> {
+    use rdkafka::message::Message;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("{topic}-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("reader consumer");
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = Vec::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+        let (_low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        ends.push(high);
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut records = Vec::new();
+    let mut next: Vec<i64> = vec![0; partitions as usize];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next.iter().zip(&ends).any(|(n, end)| n < end) {
+        assert!(
+            Instant::now() < deadline,
+            "reading {topic}: only at {next:?} of {ends:?}"
+        );
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let message = message.expect("fetch");
+        let p = message.partition();
+        next[p as usize] = message.offset() + 1;
+        records.push((p, message.offset(), message.payload().map(<[u8]>::to_vec)));
+    }
+    records
+}
