@@ -77,10 +77,20 @@ pub trait Intercept: Send + Sync {
     async fn claim(&self, inner: &dyn TaskStore, id: TaskId, request: ClaimRequest) -> Result<Claim> {
         inner.claim(id, request).await
     }
-    async fn renew(&self, inner: &dyn TaskStore, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+    async fn renew(
+        &self,
+        inner: &dyn TaskStore,
+        lease: &mut Lease,
+        extend_by: Duration,
+    ) -> Result<Fenced<()>> {
         inner.renew(lease, extend_by).await
     }
-    async fn complete(&self, inner: &dyn TaskStore, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+    async fn complete(
+        &self,
+        inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
         inner.complete(lease, response).await
     }
     async fn fail(&self, inner: &dyn TaskStore, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {

@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
 use crate::limits;
-use crate::policy::{Failure, StopReason};
-use crate::rules::{self, ClaimRule};
+use crate::policy::Failure;
+use crate::rules::{self, CancelRule, ClaimRule};
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore,
 };
@@ -327,7 +327,7 @@ impl TaskStore for MemoryStore {
                     id,
                     Status::Failed,
                     now,
-                    Some(stop_message(reason, &failure.message)),
+                    Some(reason.message(&failure.message)),
                 ))),
             }
         })
@@ -356,11 +356,9 @@ impl TaskStore for MemoryStore {
         let mut state = self.lock();
         let now = self.now();
         let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
-        Ok(match task.status {
-            Status::Cancelled => Fenced::Accepted(task.clone()),
-            Status::Completed => Fenced::Rejected(crate::Rejection::AlreadyCompleted(Box::new(task.clone()))),
-            Status::Failed => Fenced::Rejected(crate::Rejection::NotRunning(Status::Failed)),
-            Status::Pending | Status::Running => {
+        Ok(match rules::cancel(task) {
+            CancelRule::Answer(answer) => answer,
+            CancelRule::Cancel => {
                 let version = task.version;
                 state.finish_attempt(id, version, AttemptOutcome::Cancelled, now, None);
                 Fenced::Accepted(state.make_terminal(id, Status::Cancelled, now, Some(reason.to_owned())))
@@ -427,9 +425,4 @@ impl TaskStore for MemoryStore {
         }
         Ok(expired.len() as u64)
     }
-}
-
-/// The `last_error` of a task that stopped: why it stopped and the last failure.
-pub(crate) fn stop_message(reason: StopReason, message: &str) -> String {
-    format!("{}: {message}", reason.as_str())
 }

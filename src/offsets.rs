@@ -123,7 +123,7 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn the_seeds_example_resumes_at_41() {
+    fn a_restart_at_41_resumes_at_41_then_commits_42() {
         let mut t = OffsetTracker::new();
         t.start(0, 41);
         assert_eq!(t.committable(&0), Some(41), "a crash now re-reads 41");

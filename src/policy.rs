@@ -7,6 +7,8 @@
 
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
 use crate::error::InvalidInput;
 use crate::limits;
 use crate::task::AttemptId;
@@ -130,6 +132,17 @@ impl StopReason {
             StopReason::DeadlineExhausted => "deadline exhausted",
         }
     }
+
+    /// The `last_error` every backend records on a task that stopped: why it
+    /// stopped, then the last failure's message.
+    ///
+    /// ```
+    /// use taskfence::StopReason;
+    /// assert_eq!(StopReason::Permanent.message("400 bad prompt"), "permanent failure: 400 bad prompt");
+    /// ```
+    pub fn message(self, last_failure: &str) -> String {
+        format!("{}: {last_failure}", self.as_str())
+    }
 }
 
 impl RetryPolicy {
@@ -236,9 +249,15 @@ impl RetryPolicy {
     }
 }
 
-/// A jitter draw in `[0, 1)` taken from the random bits of an attempt id, so
-/// backends need no random number generator and a replay of the same attempt
-/// computes the same delay.
+/// A jitter draw in `[0, 1)` derived from an attempt id, so backends need no
+/// random number generator and a replay of the same attempt computes the same
+/// delay.
+///
+/// The draw is a hash of the whole id, not its "random" bits: ids made in the
+/// same millisecond by one process carry a counter where UUID v7 leaves room
+/// for randomness, so reading those bits would give attempts that fail
+/// together (a batch hitting one 429) nearly the same delay. Hashing spreads
+/// back-to-back ids uniformly over the range.
 ///
 /// ```
 /// use taskfence::{jitter_unit, AttemptId};
@@ -246,9 +265,10 @@ impl RetryPolicy {
 /// assert!((0.0..1.0).contains(&u));
 /// ```
 pub fn jitter_unit(attempt: AttemptId) -> f64 {
-    // The low 62 bits of a UUID v7 are random.
-    let bits = attempt.as_uuid().as_u128() as u64 & ((1 << 53) - 1);
-    bits as f64 / (1u64 << 53) as f64
+    let digest = Sha256::digest(attempt.as_uuid().as_bytes());
+    let word = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"));
+    // 53 bits: exactly representable in an f64, so the result stays below 1.
+    (word >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn from_secs_capped(secs: f64, cap: Duration) -> Duration {
@@ -350,6 +370,32 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_of_attempts_made_back_to_back_spreads_over_the_whole_range() {
+        // Ids made in a tight loop share milliseconds and carry a counter
+        // where UUID v7 leaves room for randomness: the draws must still fall
+        // evenly into every tenth of [0, 1). Expected 200 per bin; the bounds
+        // are six standard deviations away, so only a skewed draw fails.
+        let mut bins = [0u32; 10];
+        for _ in 0..2000 {
+            let unit = jitter_unit(AttemptId::new());
+            assert!((0.0..1.0).contains(&unit), "{unit}");
+            bins[(unit * 10.0) as usize] += 1;
+        }
+        for (i, &n) in bins.iter().enumerate() {
+            assert!(
+                (120..=280).contains(&n),
+                "bin {i} got {n} of 2000 draws: {bins:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn jitter_is_the_same_for_the_same_attempt() {
+        let attempt = AttemptId::new();
+        assert_eq!(jitter_unit(attempt), jitter_unit(attempt));
+    }
 
     #[test]
     fn default_policy_is_valid() {

@@ -10,7 +10,7 @@
 use time::OffsetDateTime;
 
 use crate::policy::{FailureKind, Plan, StopReason, jitter_unit};
-use crate::store::{Claim, Rejection};
+use crate::store::{Claim, Fenced, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
 /// What a claim of `task` at `now` must do.
@@ -120,5 +120,39 @@ pub fn after_failure(
             }
             Ok(not_before)
         }
+    }
+}
+
+/// What a cancellation of `task` must do.
+///
+/// ```
+/// use taskfence::rules::{cancel, CancelRule};
+/// # fn f(task: &taskfence::Task) {
+/// match cancel(task) {
+///     CancelRule::Cancel => { /* close the running attempt, mark Cancelled */ }
+///     CancelRule::Answer(answer) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a short-lived return value, matched at once
+pub enum CancelRule {
+    /// The task is live (pending or running): make it terminally `Cancelled`.
+    Cancel,
+    /// Write nothing and answer this: a cancelled task is accepted again
+    /// (cancelling is idempotent), a completed or failed one is refused.
+    Answer(Fenced<Task>),
+}
+
+/// Decides a cancellation: only a live task can be cancelled; repeating a
+/// cancellation is accepted; a saved response or a terminal failure stands.
+pub fn cancel(task: &Task) -> CancelRule {
+    match task.status {
+        Status::Pending | Status::Running => CancelRule::Cancel,
+        Status::Cancelled => CancelRule::Answer(Fenced::Accepted(task.clone())),
+        Status::Completed => CancelRule::Answer(Fenced::Rejected(Rejection::AlreadyCompleted(Box::new(
+            task.clone(),
+        )))),
+        Status::Failed => CancelRule::Answer(Fenced::Rejected(Rejection::NotRunning(Status::Failed))),
     }
 }

@@ -349,6 +349,19 @@ impl<T> Fenced<T> {
             Fenced::Rejected(r) => Err(r),
         }
     }
+    /// Maps the accepted value; a rejection stays as it is.
+    ///
+    /// ```
+    /// use taskfence::Fenced;
+    /// let saved: Fenced<u32> = Fenced::Accepted(2);
+    /// assert_eq!(saved.map(|n| n * 10).accepted(), Some(20));
+    /// ```
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Fenced<U> {
+        match self {
+            Fenced::Accepted(v) => Fenced::Accepted(f(v)),
+            Fenced::Rejected(r) => Fenced::Rejected(r),
+        }
+    }
 }
 
 /// What an accepted [`TaskStore::fail`] led to.

@@ -7,7 +7,8 @@ use sha2::{Digest, Sha256};
 use sqlx::postgres::PgConnection;
 use sqlx::{Executor, PgPool, Row};
 
-use super::{Schema, db};
+use super::db;
+use super::schema::{DEFAULT_SCHEMA, Schema};
 use crate::store::Result;
 
 /// One embedded migration file.
@@ -100,4 +101,19 @@ pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
         .map_err(db)?;
     }
     tx.commit().await.map_err(db)
+}
+
+/// Applies the embedded migrations to the [`DEFAULT_SCHEMA`] schema.
+///
+/// Safe to run from every replica at start-up: an advisory lock serializes
+/// concurrent runs and each file is applied once, recorded in
+/// `taskfence.taskfence_migrations` (never in the host's `_sqlx_migrations`).
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+/// taskfence::postgres::migrate(&pool).await?;
+/// # Ok(()) }
+/// ```
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    run(pool, &Schema::new(DEFAULT_SCHEMA)?).await
 }

@@ -145,7 +145,7 @@ impl Statements {
                  WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
             ),
-            // $1 id, $2 version, $3 response. The seed's guarded UPDATE, with the
+            // $1 id, $2 version, $3 response. The textbook guarded UPDATE, with the
             // attempt's outcome written by the same statement.
             complete: format!(
                 "WITH {locked},

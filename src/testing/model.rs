@@ -3,7 +3,7 @@
 //! comparing them after every step.
 //!
 //! The model is written independently of [`rules`](crate::rules): it restates
-//! DESIGN.md's guarantees in the plainest form, so a bug shared by the rules
+//! the README's guarantees in the plainest form, so a bug shared by the rules
 //! and a backend still shows up as a disagreement.
 //!
 //! ```
@@ -173,241 +173,290 @@ impl Model {
 /// Applies `ops` to the fixture's store and to the model, panicking at the
 /// first disagreement or broken invariant.
 pub async fn run(fixture: &dyn Fixture, ops: &[Op]) {
-    let store = fixture.store();
-    let mut m = Model::default();
+    let mut runner = Runner {
+        fixture,
+        store: fixture.store(),
+        m: Model::default(),
+    };
     for (step, op) in ops.iter().copied().enumerate() {
         let ctx = format!("step {step}: {op:?}");
+        runner.step(op, &ctx).await;
+        check_state(&*runner.store, &runner.m, &ctx).await;
+    }
+}
+
+/// The store under test and the model beside it: one method per operation,
+/// each applying the operation to both and checking that they agree.
+struct Runner<'f> {
+    fixture: &'f dyn Fixture,
+    store: std::sync::Arc<dyn crate::TaskStore>,
+    m: Model,
+}
+
+impl Runner<'_> {
+    async fn step(&mut self, op: Op, ctx: &str) {
         match op {
-            Op::Submit { key, input } => {
-                let new = NewTask::new(request_key(key), InputHash::of([vec![input]]))
-                    .policy(policy())
-                    .retention(RETENTION);
-                let existing = m.tasks.iter().find(|t| t.key == key && !t.purged).cloned();
-                let got = store.submit(new).await;
-                match (existing, got) {
-                    (Some(t), Ok(s)) => {
-                        assert!(!s.is_created(), "{ctx}: a repeated key must not create");
-                        assert_eq!(s.task().id, t.id, "{ctx}");
-                        let bound = s.task().input_hash;
-                        assert_eq!(
-                            bound,
-                            InputHash::of([vec![input]]),
-                            "{ctx}: existing only for the same inputs"
-                        );
-                    }
-                    (Some(t), Err(Error::KeyConflict { existing })) => assert_eq!(existing, t.id, "{ctx}"),
-                    (None, Ok(s)) => {
-                        assert!(s.is_created(), "{ctx}: a new key creates");
-                        m.tasks.push(ModelTask {
-                            id: s.task().id,
-                            key,
-                            status: Status::Pending,
-                            version: 0,
-                            lease_until: None,
-                            not_before: None,
-                            response: None,
-                            created: m.now,
-                            purged: false,
-                        });
-                    }
-                    (expected, got) => panic!("{ctx}: model had {expected:?}, store said {got:?}"),
-                }
-            }
-            Op::Claim { worker, task } => {
-                if m.tasks.is_empty() {
-                    continue;
-                }
-                let i = task as usize % m.tasks.len();
-                let now = m.now;
-                let t = &mut m.tasks[i];
-                let got = store
-                    .claim(t.id, ClaimRequest::new(format!("worker-{worker}"), LEASE))
-                    .await
-                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
-                let live_lease = t.status == Status::Running && t.lease_until.is_some_and(|u| u > now);
-                let backing_off = t.status == Status::Pending && t.not_before.is_some_and(|nb| nb > now);
-                match got {
-                    Claim::NotFound => assert!(t.purged, "{ctx}: only purged tasks vanish"),
-                    Claim::Completed(done) => {
-                        assert_eq!(t.status, Status::Completed, "{ctx}");
-                        assert_eq!(done.response, t.response, "{ctx}: the saved response");
-                    }
-                    Claim::Cancelled(_) => assert_eq!(t.status, Status::Cancelled, "{ctx}"),
-                    Claim::Busy { .. } => assert!(live_lease, "{ctx}: busy only under a live lease"),
-                    Claim::Backoff { .. } => assert!(backing_off, "{ctx}: backoff only before not_before"),
-                    Claim::Failed(_) => {
-                        let exhausted = !t.status.is_terminal()
-                            && !live_lease
-                            && !backing_off
-                            && t.version >= u64::from(MAX_ATTEMPTS);
-                        assert!(
-                            t.status == Status::Failed || exhausted,
-                            "{ctx}: failed only when terminal or spent"
-                        );
-                        t.status = Status::Failed;
-                        t.lease_until = None;
-                        t.not_before = None;
-                    }
-                    Claim::Acquired(lease) => {
-                        assert!(
-                            !t.status.is_terminal()
-                                && !live_lease
-                                && !backing_off
-                                && t.version < u64::from(MAX_ATTEMPTS),
-                            "{ctx}: acquired a task that was {:?} v{}",
-                            t.status,
-                            t.version
-                        );
-                        t.version += 1;
-                        assert_eq!(lease.version(), t.version, "{ctx}: the version increments by one");
-                        t.status = Status::Running;
-                        t.lease_until = Some(now + LEASE.as_secs());
-                        t.not_before = None;
-                        m.held[worker as usize % WORKERS] = Some(lease);
-                    }
-                }
-            }
+            Op::Submit { key, input } => self.submit(key, input, ctx).await,
+            Op::Claim { worker, task } => self.claim(worker, task, ctx).await,
             Op::Renew { worker }
             | Op::Complete { worker }
             | Op::Fail { worker, .. }
             | Op::Release { worker }
-            | Op::RecordOperation { worker } => {
-                let slot = worker as usize % WORKERS;
-                let Some(lease) = m.held[slot].clone() else {
-                    continue;
-                };
-                let i = m.index_of(lease.task_id());
-                if m.tasks[i].purged {
-                    continue;
-                }
-                let expected = m.fence(&m.tasks[i], lease.version());
-                let now = m.now;
-                let rejection = match op {
-                    Op::Renew { .. } => {
-                        let mut lease = lease;
-                        let got = store.renew(&mut lease, LEASE).await.expect(&ctx);
-                        if got.is_accepted() {
-                            m.tasks[i].lease_until = Some(now + LEASE.as_secs());
-                            m.held[slot] = Some(lease);
-                        }
-                        got.rejection().cloned()
-                    }
-                    Op::RecordOperation { .. } => store
-                        .record_operation(&lease, "op")
-                        .await
-                        .expect(&ctx)
-                        .rejection()
-                        .cloned(),
-                    Op::Complete { .. } => {
-                        let answer =
-                            Response::from(format!("answer of worker {slot} at v{}", lease.version()));
-                        let got = store.complete(lease, answer.clone()).await.expect(&ctx);
-                        m.held[slot] = None;
-                        if got.is_accepted() {
-                            let t = &mut m.tasks[i];
-                            assert_eq!(t.response, None, "{ctx}: a second response would be saved");
-                            (t.status, t.response, t.lease_until) = (Status::Completed, Some(answer), None);
-                        }
-                        if let Fenced::Rejected(Rejection::AlreadyCompleted(done)) = &got {
-                            assert_eq!(done.response, m.tasks[i].response, "{ctx}: the first response");
-                        }
-                        got.rejection().cloned()
-                    }
-                    Op::Release { .. } => {
-                        let got = store.release(lease).await.expect(&ctx);
-                        m.held[slot] = None;
-                        if got.is_accepted() {
-                            (m.tasks[i].status, m.tasks[i].lease_until) = (Status::Pending, None);
-                        }
-                        got.rejection().cloned()
-                    }
-                    Op::Fail { permanent, .. } => {
-                        let kind = if permanent {
-                            FailureKind::Permanent
-                        } else {
-                            FailureKind::Retryable
-                        };
-                        let got = store
-                            .fail(lease, Failure::new(kind, "model failure"))
-                            .await
-                            .expect(&ctx);
-                        m.held[slot] = None;
-                        let t = &mut m.tasks[i];
-                        match &got {
-                            Fenced::Accepted(Retry::Scheduled { .. }) => {
-                                assert!(
-                                    !permanent && t.version < u64::from(MAX_ATTEMPTS),
-                                    "{ctx}: retry beyond the budget"
-                                );
-                                t.status = Status::Pending;
-                                t.lease_until = None;
-                                t.not_before = Some(now + delay_after(t.version));
-                            }
-                            Fenced::Accepted(Retry::Exhausted(_)) => {
-                                assert!(
-                                    permanent || t.version >= u64::from(MAX_ATTEMPTS),
-                                    "{ctx}: stopped within budget"
-                                );
-                                (t.status, t.lease_until) = (Status::Failed, None);
-                            }
-                            Fenced::Rejected(_) => {}
-                        }
-                        got.rejection().cloned()
-                    }
-                    _ => unreachable!(),
-                };
+            | Op::RecordOperation { worker } => self.fenced(op, worker, ctx).await,
+            Op::Cancel { task } => self.cancel(task, ctx).await,
+            Op::Advance { secs } => self.advance(secs).await,
+            Op::Purge => self.purge(ctx).await,
+        }
+    }
+
+    async fn submit(&mut self, key: u8, input: u8, ctx: &str) {
+        let m = &mut self.m;
+        let new = NewTask::new(request_key(key), InputHash::of([vec![input]]))
+            .policy(policy())
+            .retention(RETENTION);
+        let existing = m.tasks.iter().find(|t| t.key == key && !t.purged).cloned();
+        let got = self.store.submit(new).await;
+        match (existing, got) {
+            (Some(t), Ok(s)) => {
+                assert!(!s.is_created(), "{ctx}: a repeated key must not create");
+                assert_eq!(s.task().id, t.id, "{ctx}");
+                let bound = s.task().input_hash;
                 assert_eq!(
-                    rejection.as_ref().map(Refusal::from),
-                    expected,
-                    "{ctx}: the store's verdict differs from the model's"
+                    bound,
+                    InputHash::of([vec![input]]),
+                    "{ctx}: existing only for the same inputs"
                 );
             }
-            Op::Cancel { task } => {
-                if m.tasks.is_empty() {
-                    continue;
-                }
-                let i = task as usize % m.tasks.len();
-                let t = &mut m.tasks[i];
-                let got = store.cancel(t.id, "model cancel").await;
-                if t.purged {
-                    assert!(matches!(got, Err(Error::NotFound(_))), "{ctx}: {got:?}");
-                    continue;
-                }
-                let got = got.expect(&ctx);
-                match t.status {
-                    Status::Pending | Status::Running | Status::Cancelled => {
-                        assert!(got.is_accepted(), "{ctx}: {got:?}");
-                        (t.status, t.lease_until, t.not_before) = (Status::Cancelled, None, None);
-                    }
-                    Status::Completed => {
-                        assert!(matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))))
-                    }
-                    Status::Failed => {
-                        assert_eq!(got.rejection(), Some(&Rejection::NotRunning(Status::Failed)))
-                    }
-                }
+            (Some(t), Err(Error::KeyConflict { existing })) => assert_eq!(existing, t.id, "{ctx}"),
+            (None, Ok(s)) => {
+                assert!(s.is_created(), "{ctx}: a new key creates");
+                m.tasks.push(ModelTask {
+                    id: s.task().id,
+                    key,
+                    status: Status::Pending,
+                    version: 0,
+                    lease_until: None,
+                    not_before: None,
+                    response: None,
+                    created: m.now,
+                    purged: false,
+                });
             }
-            Op::Advance { secs } => {
-                fixture.advance(Duration::from_secs(u64::from(secs))).await;
-                m.now += u64::from(secs);
+            (expected, got) => panic!("{ctx}: model had {expected:?}, store said {got:?}"),
+        }
+    }
+
+    async fn claim(&mut self, worker: u8, task: u8, ctx: &str) {
+        let m = &mut self.m;
+        if m.tasks.is_empty() {
+            return;
+        }
+        let i = task as usize % m.tasks.len();
+        let now = m.now;
+        let t = &mut m.tasks[i];
+        let got = self
+            .store
+            .claim(t.id, ClaimRequest::new(format!("worker-{worker}"), LEASE))
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let live_lease = t.status == Status::Running && t.lease_until.is_some_and(|u| u > now);
+        let backing_off = t.status == Status::Pending && t.not_before.is_some_and(|nb| nb > now);
+        match got {
+            Claim::NotFound => assert!(t.purged, "{ctx}: only purged tasks vanish"),
+            Claim::Completed(done) => {
+                assert_eq!(t.status, Status::Completed, "{ctx}");
+                assert_eq!(done.response, t.response, "{ctx}: the saved response");
             }
-            Op::Purge => {
-                let purged = store.purge_expired(1000).await.expect(&ctx);
-                let now = m.now;
-                let mut expected = 0;
-                for t in m.tasks.iter_mut().filter(|t| !t.purged) {
-                    if t.status.is_terminal() && t.created + RETENTION.as_secs() <= now {
-                        t.purged = true;
-                        expected += 1;
-                    }
-                }
-                assert_eq!(
-                    purged, expected,
-                    "{ctx}: purge removes exactly the expired terminal records"
+            Claim::Cancelled(_) => assert_eq!(t.status, Status::Cancelled, "{ctx}"),
+            Claim::Busy { .. } => assert!(live_lease, "{ctx}: busy only under a live lease"),
+            Claim::Backoff { .. } => assert!(backing_off, "{ctx}: backoff only before not_before"),
+            Claim::Failed(_) => {
+                let exhausted = !t.status.is_terminal()
+                    && !live_lease
+                    && !backing_off
+                    && t.version >= u64::from(MAX_ATTEMPTS);
+                assert!(
+                    t.status == Status::Failed || exhausted,
+                    "{ctx}: failed only when terminal or spent"
                 );
+                t.status = Status::Failed;
+                t.lease_until = None;
+                t.not_before = None;
+            }
+            Claim::Acquired(lease) => {
+                assert!(
+                    !t.status.is_terminal()
+                        && !live_lease
+                        && !backing_off
+                        && t.version < u64::from(MAX_ATTEMPTS),
+                    "{ctx}: acquired a task that was {:?} v{}",
+                    t.status,
+                    t.version
+                );
+                t.version += 1;
+                assert_eq!(lease.version(), t.version, "{ctx}: the version increments by one");
+                t.status = Status::Running;
+                t.lease_until = Some(now + LEASE.as_secs());
+                t.not_before = None;
+                m.held[worker as usize % WORKERS] = Some(lease);
             }
         }
-        check_state(&*store, &m, &ctx).await;
+    }
+
+    /// A fenced write with the lease `worker` holds: the store's verdict
+    /// (accepted, or which rejection) must be the model's.
+    async fn fenced(&mut self, op: Op, worker: u8, ctx: &str) {
+        let slot = worker as usize % WORKERS;
+        let Some(lease) = self.m.held[slot].clone() else {
+            return;
+        };
+        let i = self.m.index_of(lease.task_id());
+        if self.m.tasks[i].purged {
+            return;
+        }
+        let expected = self.m.fence(&self.m.tasks[i], lease.version());
+        let rejection = match op {
+            Op::Renew { .. } => self.renew(slot, i, lease, ctx).await,
+            Op::RecordOperation { .. } => self
+                .store
+                .record_operation(&lease, "op")
+                .await
+                .expect(ctx)
+                .rejection()
+                .cloned(),
+            Op::Complete { .. } => self.complete(slot, i, lease, ctx).await,
+            Op::Release { .. } => self.release(slot, i, lease, ctx).await,
+            Op::Fail { permanent, .. } => self.fail(slot, i, lease, permanent, ctx).await,
+            _ => unreachable!("not a fenced operation: {op:?}"),
+        };
+        assert_eq!(
+            rejection.as_ref().map(Refusal::from),
+            expected,
+            "{ctx}: the store's verdict differs from the model's"
+        );
+    }
+
+    async fn renew(&mut self, slot: usize, i: usize, mut lease: Lease, ctx: &str) -> Option<Rejection> {
+        let got = self.store.renew(&mut lease, LEASE).await.expect(ctx);
+        if got.is_accepted() {
+            self.m.tasks[i].lease_until = Some(self.m.now + LEASE.as_secs());
+            self.m.held[slot] = Some(lease);
+        }
+        got.rejection().cloned()
+    }
+
+    async fn complete(&mut self, slot: usize, i: usize, lease: Lease, ctx: &str) -> Option<Rejection> {
+        let answer = Response::from(format!("answer of worker {slot} at v{}", lease.version()));
+        let got = self.store.complete(lease, answer.clone()).await.expect(ctx);
+        self.m.held[slot] = None;
+        let t = &mut self.m.tasks[i];
+        if got.is_accepted() {
+            assert_eq!(t.response, None, "{ctx}: a second response would be saved");
+            (t.status, t.response, t.lease_until) = (Status::Completed, Some(answer), None);
+        }
+        if let Fenced::Rejected(Rejection::AlreadyCompleted(done)) = &got {
+            assert_eq!(done.response, t.response, "{ctx}: the first response");
+        }
+        got.rejection().cloned()
+    }
+
+    async fn release(&mut self, slot: usize, i: usize, lease: Lease, ctx: &str) -> Option<Rejection> {
+        let got = self.store.release(lease).await.expect(ctx);
+        self.m.held[slot] = None;
+        if got.is_accepted() {
+            (self.m.tasks[i].status, self.m.tasks[i].lease_until) = (Status::Pending, None);
+        }
+        got.rejection().cloned()
+    }
+
+    async fn fail(
+        &mut self,
+        slot: usize,
+        i: usize,
+        lease: Lease,
+        permanent: bool,
+        ctx: &str,
+    ) -> Option<Rejection> {
+        let kind = if permanent {
+            FailureKind::Permanent
+        } else {
+            FailureKind::Retryable
+        };
+        let got = self
+            .store
+            .fail(lease, Failure::new(kind, "model failure"))
+            .await
+            .expect(ctx);
+        self.m.held[slot] = None;
+        let now = self.m.now;
+        let t = &mut self.m.tasks[i];
+        match &got {
+            Fenced::Accepted(Retry::Scheduled { .. }) => {
+                assert!(
+                    !permanent && t.version < u64::from(MAX_ATTEMPTS),
+                    "{ctx}: retry beyond the budget"
+                );
+                t.status = Status::Pending;
+                t.lease_until = None;
+                t.not_before = Some(now + delay_after(t.version));
+            }
+            Fenced::Accepted(Retry::Exhausted(_)) => {
+                assert!(
+                    permanent || t.version >= u64::from(MAX_ATTEMPTS),
+                    "{ctx}: stopped within budget"
+                );
+                (t.status, t.lease_until) = (Status::Failed, None);
+            }
+            Fenced::Rejected(_) => {}
+        }
+        got.rejection().cloned()
+    }
+
+    async fn cancel(&mut self, task: u8, ctx: &str) {
+        if self.m.tasks.is_empty() {
+            return;
+        }
+        let i = task as usize % self.m.tasks.len();
+        let t = &mut self.m.tasks[i];
+        let got = self.store.cancel(t.id, "model cancel").await;
+        if t.purged {
+            assert!(matches!(got, Err(Error::NotFound(_))), "{ctx}: {got:?}");
+            return;
+        }
+        let got = got.expect(ctx);
+        match t.status {
+            Status::Pending | Status::Running | Status::Cancelled => {
+                assert!(got.is_accepted(), "{ctx}: {got:?}");
+                (t.status, t.lease_until, t.not_before) = (Status::Cancelled, None, None);
+            }
+            Status::Completed => {
+                assert!(matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))))
+            }
+            Status::Failed => {
+                assert_eq!(got.rejection(), Some(&Rejection::NotRunning(Status::Failed)))
+            }
+        }
+    }
+
+    async fn advance(&mut self, secs: u8) {
+        self.fixture.advance(Duration::from_secs(u64::from(secs))).await;
+        self.m.now += u64::from(secs);
+    }
+
+    async fn purge(&mut self, ctx: &str) {
+        let purged = self.store.purge_expired(1000).await.expect(ctx);
+        let now = self.m.now;
+        let mut expected = 0;
+        for t in self.m.tasks.iter_mut().filter(|t| !t.purged) {
+            if t.status.is_terminal() && t.created + RETENTION.as_secs() <= now {
+                t.purged = true;
+                expected += 1;
+            }
+        }
+        assert_eq!(
+            purged, expected,
+            "{ctx}: purge removes exactly the expired terminal records"
+        );
     }
 }
 

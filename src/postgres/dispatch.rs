@@ -1,0 +1,143 @@
+//! The handoff dispatcher: publishes the transactional outbox that
+//! [`submit`](crate::TaskStore::submit) writes with each task, and re-publishes
+//! tasks that need a worker again.
+
+use std::future::Future;
+
+use sqlx::Row;
+use tracing::Instrument;
+
+use crate::limits;
+use crate::store::{Result, TaskStore};
+use crate::task::TaskId;
+use crate::trace;
+
+use super::{PgStore, db};
+
+/// What one [`PgStore::dispatch`] or [`PgStore::dispatch_due`] round did.
+///
+/// ```
+/// # fn f(d: taskfence::postgres::Dispatched<std::io::Error>) {
+/// println!("published {} tasks", d.published.len());
+/// if let Some((task, err)) = d.failed {
+///     eprintln!("publishing {task} failed, will retry next round: {err}");
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Dispatched<E> {
+    /// The tasks published (and, for handoffs, marked published), in order.
+    pub published: Vec<TaskId>,
+    /// The first task whose publication failed, with the error; the round
+    /// stopped there and that handoff stays pending for the next round.
+    pub failed: Option<(TaskId, E)>,
+}
+
+impl PgStore {
+    /// Publishes up to `limit` pending handoffs (the transactional outbox):
+    /// claims them with `FOR UPDATE SKIP LOCKED` (so several dispatchers share
+    /// the work), calls `publish` with each task id in order, and marks the
+    /// published ones in the same transaction.
+    ///
+    /// A crash between publishing and the commit publishes the same task id
+    /// again next round: at least once, and every copy points to the same task.
+    /// A failed publish stops the round; that handoff stays pending.
+    ///
+    /// `publish` must return only once the message is *durably* in the queue
+    /// (the broker acknowledged it). A task that was never claimed is not
+    /// [`due`](TaskStore::due), so a handoff marked published while its message
+    /// only sat in process memory would be lost with the process.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let round = store
+    ///     .dispatch(100, |task_id| async move {
+    ///         // send `task_id` to SQS / Kafka here
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .await?;
+    /// println!("published {}", round.published.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn dispatch<F, Fut, E>(&self, limit: usize, mut publish: F) -> Result<Dispatched<E>>
+    where
+        F: FnMut(TaskId) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<(), E>> + Send,
+        E: Send,
+    {
+        limits::check_scan_limit(limit)?;
+        let span = trace::op("dispatch", None, None, None);
+        async move {
+            let mut tx = self.pool.begin().await.map_err(db)?;
+            let handoffs: Vec<(i64, TaskId)> = sqlx::query(&self.sql.claim_handoffs)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, TaskId::from_uuid(row.try_get(1)?))))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(db)?;
+            let mut marked = Vec::with_capacity(handoffs.len());
+            let mut published = Vec::with_capacity(handoffs.len());
+            let mut failed = None;
+            for (handoff, task_id) in handoffs {
+                match publish(task_id).await {
+                    Ok(()) => {
+                        marked.push(handoff);
+                        published.push(task_id);
+                    }
+                    Err(err) => {
+                        failed = Some((task_id, err));
+                        break;
+                    }
+                }
+            }
+            if !marked.is_empty() {
+                sqlx::query(&self.sql.mark_published)
+                    .bind(&marked)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+            tx.commit().await.map_err(db)?;
+            Ok(Dispatched { published, failed })
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Re-publishes up to `limit` tasks that need a worker again: leases that
+    /// expired (a worker crashed) and backoffs that passed (see
+    /// [`TaskStore::due`], index-driven). A task stays due until a worker claims
+    /// it, so a later round may publish it again: claims make that harmless.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let round = store.dispatch_due(100, |task_id| async move { Ok::<(), std::io::Error>(()) }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn dispatch_due<F, Fut, E>(&self, limit: usize, mut publish: F) -> Result<Dispatched<E>>
+    where
+        F: FnMut(TaskId) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<(), E>> + Send,
+        E: Send,
+    {
+        let due = self.due(limit).await?;
+        let mut published = Vec::with_capacity(due.len());
+        for task_id in due {
+            if let Err(err) = publish(task_id).await {
+                return Ok(Dispatched {
+                    published,
+                    failed: Some((task_id, err)),
+                });
+            }
+            published.push(task_id);
+        }
+        Ok(Dispatched {
+            published,
+            failed: None,
+        })
+    }
+}

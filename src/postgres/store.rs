@@ -1,0 +1,740 @@
+//! [`PgStore`] and its operations: each one statement (one round trip) on
+//! the happy path, the `_in` variants on the caller's connection or
+//! transaction, and the write → re-read → classify step a refused write takes.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgRow};
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use crate::error::Error;
+use crate::limits;
+use crate::policy::{Failure, Plan, StopReason, jitter_unit};
+use crate::rules::{self, CancelRule, ClaimRule};
+use crate::store::{
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
+    TaskStore,
+};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+use crate::trace;
+
+use super::row::{self, interval, nanos};
+use super::schema::{DEFAULT_SCHEMA, Schema};
+use super::sql::Statements;
+use super::{db, migrate};
+
+/// How often a write that was refused, then found acceptable on the re-read,
+/// is tried again before giving up. Never reached in practice: a refused
+/// fenced write cannot become acceptable (versions only grow, the clock only
+/// moves forward); it bounds the loop regardless.
+const RACE_RETRIES: usize = 4;
+
+/// A statement with its parameters bound, ready to run.
+type Bound<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
+
+/// A fenced write kept missing while its re-read said it should pass.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: the row kept changing between the write and its re-read")]
+struct Raced(&'static str);
+
+/// The PostgreSQL [`TaskStore`]: durable, safe under any number of concurrent
+/// workers and API replicas, one round trip per operation.
+///
+/// Cheap to clone (the pool is shared). Create the schema once with
+/// [`PgStore::migrate`] (or run `migrations/` with your own tool).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use taskfence::{Claim, ClaimRequest, InputHash, NewTask, PgStore, RequestKey, Response, TaskStore};
+///
+/// let pool = sqlx::postgres::PgPoolOptions::new()
+///     .test_before_acquire(false) // no extra ping per operation
+///     .connect("postgres://postgres@127.0.0.1:5432/test")
+///     .await?;
+/// let store = PgStore::new(pool);
+/// store.migrate().await?;
+///
+/// let key = RequestKey::new("user-1", "chat.reply", "req-1");
+/// let task = store.submit(NewTask::new(key, InputHash::of(["msg-1"]))).await?.into_task();
+/// if let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("worker-a", Duration::from_secs(30))).await? {
+///     let saved = store.complete(lease, Response::from("hello")).await?;
+///     assert!(saved.is_accepted());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PgStore {
+    pub(super) pool: PgPool,
+    pub(super) schema: Schema,
+    pub(super) sql: std::sync::Arc<Statements>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.schema.name())
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+/// Configures a [`PgStore`]: today, the schema its tables live in.
+///
+/// ```no_run
+/// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+/// let store = taskfence::PgStore::builder(pool).schema("jobs").build()?;
+/// assert_eq!(store.schema(), "jobs");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "call build() to get the store"]
+pub struct PgStoreBuilder {
+    pool: PgPool,
+    schema: String,
+}
+
+impl PgStoreBuilder {
+    /// The schema for the tables (a lowercase SQL identifier). Default [`DEFAULT_SCHEMA`].
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`] for a bad schema name.
+    pub fn build(self) -> Result<PgStore> {
+        let schema = Schema::new(&self.schema)?;
+        Ok(PgStore {
+            sql: std::sync::Arc::new(Statements::new(&schema.quoted())),
+            pool: self.pool,
+            schema,
+        })
+    }
+}
+
+impl PgStore {
+    /// A store in the [`DEFAULT_SCHEMA`] schema.
+    ///
+    /// Build the pool with `test_before_acquire(false)` to keep each operation
+    /// at one round trip (otherwise sqlx pings the connection first).
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) {
+    /// let store = taskfence::PgStore::new(pool);
+    /// # }
+    /// ```
+    pub fn new(pool: PgPool) -> Self {
+        Self::builder(pool)
+            .build()
+            .expect("the default schema name is valid")
+    }
+
+    /// A builder, to choose the schema.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// let store = taskfence::PgStore::builder(pool).schema("taskfence_test_1").build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(pool: PgPool) -> PgStoreBuilder {
+        PgStoreBuilder {
+            pool,
+            schema: DEFAULT_SCHEMA.to_owned(),
+        }
+    }
+
+    /// The schema the tables live in.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) {
+    /// assert_eq!(taskfence::PgStore::new(pool).schema(), "taskfence");
+    /// # }
+    /// ```
+    pub fn schema(&self) -> &str {
+        self.schema.name()
+    }
+
+    /// The pool the store runs on.
+    ///
+    /// ```no_run
+    /// # fn f(store: taskfence::PgStore) {
+    /// let pool: &sqlx::PgPool = store.pool();
+    /// # }
+    /// ```
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The SQL of every operation, rendered for this store's schema, by name
+    /// (`"claim"`, `"complete"`, `"due"`…; `"read"` is the re-read that
+    /// classifies a refused write): to review them, or `EXPLAIN` them on your
+    /// own data as `docs/POSTGRES.md` does.
+    ///
+    /// ```no_run
+    /// # fn f(store: taskfence::PgStore) {
+    /// for (name, sql) in store.statements() {
+    ///     println!("-- {name}\n{sql};");
+    /// }
+    /// # }
+    /// ```
+    pub fn statements(&self) -> Vec<(&'static str, &str)> {
+        self.sql.all()
+    }
+
+    /// Applies the embedded migrations to this store's schema (see [`migrate`]).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// store.migrate().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate(&self) -> Result<()> {
+        migrate::run(&self.pool, &self.schema).await
+    }
+
+    /// [`TaskStore::submit`] on the caller's connection or transaction, so the
+    /// application's own writes (the user's message) and the task with its
+    /// handoff commit or roll back together.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, new: taskfence::NewTask) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// sqlx::query("INSERT INTO messages (id, body) VALUES ($1, $2)")
+    ///     .bind(42_i64)
+    ///     .bind("What are the key decisions?")
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// let task = store.submit_in(&mut tx, new).await?.into_task();
+    /// tx.commit().await?; // message, task and handoff: all or nothing
+    /// # Ok(()) }
+    /// ```
+    pub async fn submit_in(&self, conn: &mut PgConnection, new: NewTask) -> Result<Submitted> {
+        new.validate()?;
+        self.submit_on(conn, new).await
+    }
+
+    /// [`claim`](TaskStore::claim) on the caller's connection or transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, id: taskfence::TaskId) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let mut conn = store.pool().acquire().await?;
+    /// let claim = store.claim_in(&mut conn, id, taskfence::ClaimRequest::new("w", Duration::from_secs(30))).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_in(
+        &self,
+        conn: &mut PgConnection,
+        id: TaskId,
+        request: ClaimRequest,
+    ) -> Result<Claim> {
+        request.validate()?;
+        self.claim_on(conn, id, request).await
+    }
+
+    /// [`TaskStore::complete`] on the caller's connection or transaction, so
+    /// the application can write the reply into its own tables and complete the
+    /// task atomically. The row lock is held until the caller commits.
+    ///
+    /// One statement that locks the row first, then checks version, status,
+    /// lease (on `clock_timestamp()`, read after the lock) and the absence of a
+    /// response, and saves: the textbook `BEGIN / SELECT … FOR UPDATE / UPDATE /
+    /// COMMIT` decision in one round trip (see the [module documentation](crate::postgres)).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, lease: taskfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// sqlx::query("INSERT INTO replies (task_id, body) VALUES ($1, $2)")
+    ///     .bind(lease.task_id().as_uuid())
+    ///     .bind("Here are the key decisions…")
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// match store.complete_in(&mut tx, lease, "saved".into()).await? {
+    ///     taskfence::Fenced::Accepted(_) => tx.commit().await?,
+    ///     taskfence::Fenced::Rejected(_) => tx.rollback().await?, // someone else's answer stands
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn complete_in(
+        &self,
+        conn: &mut PgConnection,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
+        limits::check_response(&response)?;
+        self.complete_on(conn, lease, response).await
+    }
+
+    /// [`TaskStore::fail`] on the caller's connection or transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, lease: taskfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// let retry = store.fail_in(&mut tx, lease, taskfence::Failure::retryable("429")).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn fail_in(
+        &self,
+        conn: &mut PgConnection,
+        lease: Lease,
+        failure: Failure,
+    ) -> Result<Fenced<Retry>> {
+        failure.validate()?;
+        self.fail_on(conn, lease, failure).await
+    }
+
+    /// [`TaskStore::cancel`] on the caller's connection or transaction (e.g.
+    /// together with deleting the user's message).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, id: taskfence::TaskId) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// store.cancel_in(&mut tx, id, "message deleted").await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn cancel_in(&self, conn: &mut PgConnection, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        limits::check_reason(reason)?;
+        self.cancel_on(conn, id, reason).await
+    }
+
+    // The operations themselves, on a connection, input already validated:
+    // the `_in` variants and the `TaskStore` methods both validate first and
+    // then call these, so every operation validates exactly once.
+
+    async fn submit_on(&self, conn: &mut PgConnection, new: NewTask) -> Result<Submitted> {
+        let id = TaskId::new();
+        let deadline = new.policy.deadline;
+        for _ in 0..RACE_RETRIES {
+            let row = sqlx::query(&self.sql.submit)
+                .bind(id.as_uuid())
+                .bind(&new.key.scope)
+                .bind(&new.key.operation)
+                .bind(&new.key.key)
+                .bind(&new.input_hash.as_bytes()[..])
+                .bind(&new.payload)
+                .bind(i32::try_from(new.policy.max_attempts).unwrap_or(i32::MAX))
+                .bind(nanos(new.policy.initial_backoff))
+                .bind(nanos(new.policy.max_backoff))
+                .bind(new.policy.multiplier)
+                .bind(new.policy.jitter)
+                .bind(deadline.map(nanos))
+                .bind(row::on_ambiguous_name(new.policy.on_ambiguous))
+                .bind(deadline.map(interval))
+                .bind(interval(new.retention))
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db)?;
+            let (created, task) = match row {
+                Some(row) => (
+                    row.try_get::<bool, _>("created").map_err(db)?,
+                    row::task(&row).map_err(db)?,
+                ),
+                // A racing submit of the same key committed after this
+                // statement's snapshot: a fresh read sees it.
+                None => match self.find_on(conn, &new.key).await? {
+                    Some(task) => (false, task),
+                    None => continue, // the racer rolled back: try again
+                },
+            };
+            if created {
+                return Ok(Submitted::Created(task));
+            }
+            if task.input_hash != new.input_hash {
+                return Err(Error::KeyConflict { existing: task.id });
+            }
+            return Ok(Submitted::Existing(task));
+        }
+        Err(Error::storage(Raced("submit")))
+    }
+
+    async fn claim_on(&self, conn: &mut PgConnection, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        let attempt_id = AttemptId::new();
+        for _ in 0..RACE_RETRIES {
+            let Some(row) = sqlx::query(&self.sql.claim)
+                .bind(id.as_uuid())
+                .bind(attempt_id.as_uuid())
+                .bind(interval(request.lease))
+                .bind(&request.worker)
+                .bind(StopReason::AttemptsExhausted.as_str())
+                .bind(StopReason::DeadlineExhausted.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db)?
+            else {
+                return Ok(Claim::NotFound);
+            };
+            let task = row::task(&row).map_err(db)?;
+            if row.try_get::<bool, _>("written").map_err(db)? {
+                return match (task.status, task.lease_until) {
+                    (Status::Running, Some(until)) => {
+                        let span = tracing::Span::current();
+                        span.record("version", task.version);
+                        span.record("attempt_id", tracing::field::display(attempt_id));
+                        Ok(Claim::Acquired(Lease::new(
+                            task,
+                            attempt_id,
+                            request.worker,
+                            until,
+                        )))
+                    }
+                    _ => Ok(Claim::Failed(task)),
+                };
+            }
+            // Not taken: `task` is this statement's snapshot of the row. An
+            // answer (done, busy, backoff) from it holds; "available" means the
+            // row changed while the UPDATE waited for its lock: read it again.
+            let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+            if let ClaimRule::Answer(claim) = rules::claim(&task, now) {
+                return Ok(claim);
+            }
+            match self.read_on(conn, id).await? {
+                None => return Ok(Claim::NotFound),
+                Some((task, now)) => {
+                    if let ClaimRule::Answer(claim) = rules::claim(&task, now) {
+                        return Ok(claim);
+                    }
+                }
+            }
+        }
+        Err(Error::storage(Raced("claim")))
+    }
+
+    async fn complete_on(
+        &self,
+        conn: &mut PgConnection,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
+        let query = || {
+            sqlx::query(&self.sql.complete)
+                .bind(lease.task_id().as_uuid())
+                .bind(version(&lease))
+                .bind(response.as_bytes())
+        };
+        self.fenced_write(conn, "complete", &lease, query, |row| row::task(&row).map_err(db))
+            .await
+    }
+
+    async fn fail_on(
+        &self,
+        conn: &mut PgConnection,
+        lease: Lease,
+        failure: Failure,
+    ) -> Result<Fenced<Retry>> {
+        // The policy's decision is pure (reused from `RetryPolicy::plan`); only
+        // the deadline comparison needs the store clock and happens in SQL.
+        let policy = &lease.task().policy;
+        let (stop, delay) = match policy.plan(failure.kind, lease.attempt(), jitter_unit(lease.attempt_id()))
+        {
+            Plan::Stop(reason) => (Some(reason.message(&failure.message)), Duration::ZERO),
+            Plan::RetryAfter(delay) => (None, delay),
+        };
+        let deadline_message = StopReason::DeadlineExhausted.message(&failure.message);
+        let query = || {
+            sqlx::query(&self.sql.fail)
+                .bind(lease.task_id().as_uuid())
+                .bind(version(&lease))
+                .bind(stop.as_deref())
+                .bind(&failure.message)
+                .bind(&deadline_message)
+                .bind(interval(delay))
+                .bind(AttemptOutcome::Failed(failure.kind).as_str())
+        };
+        self.fenced_write(conn, "fail", &lease, query, |row| {
+            let task = row::task(&row).map_err(db)?;
+            Ok(match (task.status, task.not_before) {
+                (Status::Pending, Some(not_before)) => Retry::Scheduled {
+                    not_before,
+                    attempts_left: task.attempts_left(),
+                },
+                _ => Retry::Exhausted(Box::new(task)),
+            })
+        })
+        .await
+    }
+
+    async fn cancel_on(&self, conn: &mut PgConnection, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        for _ in 0..RACE_RETRIES {
+            let row = sqlx::query(&self.sql.cancel)
+                .bind(id.as_uuid())
+                .bind(reason)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db)?;
+            if let Some(row) = row {
+                return Ok(Fenced::Accepted(row::task(&row).map_err(db)?));
+            }
+            let (task, _) = self.read_on(conn, id).await?.ok_or(Error::NotFound(id))?;
+            match rules::cancel(&task) {
+                CancelRule::Answer(answer) => return Ok(answer),
+                CancelRule::Cancel => continue, // it became live again between write and read
+            }
+        }
+        Err(Error::storage(Raced("cancel")))
+    }
+
+    /// Runs a fenced write of `lease`: `query` builds the statement (again
+    /// for each try), `accepted` reads the row it returns. Zero rows is not an
+    /// error: one re-read of the row, classified by [`rules::fence`], says why
+    /// it was refused; should the fence pass on that read (the row changed
+    /// between the two), the write is tried again.
+    async fn fenced_write<'q, T>(
+        &self,
+        conn: &mut PgConnection,
+        op: &'static str,
+        lease: &Lease,
+        query: impl Fn() -> Bound<'q> + Send,
+        accepted: impl Fn(PgRow) -> Result<T> + Send,
+    ) -> Result<Fenced<T>> {
+        for _ in 0..RACE_RETRIES {
+            if let Some(row) = query().fetch_optional(&mut *conn).await.map_err(db)? {
+                return accepted(row).map(Fenced::Accepted);
+            }
+            if let Some(rejection) = self.rejection_on(conn, lease).await? {
+                return Ok(Fenced::Rejected(rejection));
+            }
+        }
+        Err(Error::storage(Raced(op)))
+    }
+
+    /// [`TaskStore::get`] on the caller's connection or transaction.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, id: taskfence::TaskId) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// let task = store.get_in(&mut tx, id).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_in(&self, conn: &mut PgConnection, id: TaskId) -> Result<Option<Task>> {
+        sqlx::query(&self.sql.get)
+            .bind(id.as_uuid())
+            .fetch_optional(conn)
+            .await
+            .map_err(db)?
+            .map(|row| row::task(&row).map_err(db))
+            .transpose()
+    }
+
+    async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+        self.pool.acquire().await.map_err(db)
+    }
+
+    async fn find_on(&self, conn: &mut PgConnection, key: &RequestKey) -> Result<Option<Task>> {
+        sqlx::query(&self.sql.find)
+            .bind(&key.scope)
+            .bind(&key.operation)
+            .bind(&key.key)
+            .fetch_optional(conn)
+            .await
+            .map_err(db)?
+            .map(|row| row::task(&row).map_err(db))
+            .transpose()
+    }
+
+    /// The row and the store clock, read together with a fresh snapshot.
+    async fn read_on(&self, conn: &mut PgConnection, id: TaskId) -> Result<Option<(Task, OffsetDateTime)>> {
+        let Some(row) = sqlx::query(&self.sql.read)
+            .bind(id.as_uuid())
+            .fetch_optional(conn)
+            .await
+            .map_err(db)?
+        else {
+            return Ok(None);
+        };
+        let task = row::task(&row).map_err(db)?;
+        let now = row.try_get("store_now").map_err(db)?;
+        Ok(Some((task, now)))
+    }
+
+    /// Why a fenced write of `lease` matched no row: one read, classified by [`rules::fence`].
+    /// `None` means the fence passes now (the caller writes again).
+    async fn rejection_on(&self, conn: &mut PgConnection, lease: &Lease) -> Result<Option<Rejection>> {
+        let (task, now) = self
+            .read_on(conn, lease.task_id())
+            .await?
+            .ok_or(Error::NotFound(lease.task_id()))?;
+        let rejection = rules::fence(&task, lease.version(), now).err();
+        if let Some(r) = &rejection {
+            tracing::debug!(rejection = %r, "fenced write rejected");
+        }
+        Ok(rejection)
+    }
+}
+
+fn version(lease: &Lease) -> i64 {
+    i64::try_from(lease.version()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl TaskStore for PgStore {
+    async fn submit(&self, task: NewTask) -> Result<Submitted> {
+        task.validate()?;
+        let span = trace::op("submit", None, None, None);
+        async move { self.submit_on(&mut *self.acquire().await?, task).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let span = trace::op("get", Some(id), None, None);
+        async move { self.get_in(&mut *self.acquire().await?, id).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
+        key.validate()?;
+        let span = trace::op("find", None, None, None);
+        async move { self.find_on(&mut *self.acquire().await?, key).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        request.validate()?;
+        let span = trace::op("claim", Some(id), None, None);
+        async move { self.claim_on(&mut *self.acquire().await?, id, request).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+        limits::check_extension(extend_by)?;
+        let span = trace::lease_op("renew", lease);
+        async move {
+            let query = || {
+                sqlx::query(&self.sql.renew)
+                    .bind(lease.task_id().as_uuid())
+                    .bind(version(lease))
+                    .bind(interval(extend_by))
+            };
+            let renewed = self
+                .fenced_write(&mut *self.acquire().await?, "renew", lease, query, |row| {
+                    row.try_get::<OffsetDateTime, _>("lease_until").map_err(db)
+                })
+                .await?;
+            Ok(renewed.map(|until| lease.set_expires_at(until)))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        limits::check_response(&response)?;
+        let span = trace::lease_op("complete", &lease);
+        async move {
+            self.complete_on(&mut *self.acquire().await?, lease, response)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+        failure.validate()?;
+        let span = trace::lease_op("fail", &lease);
+        async move { self.fail_on(&mut *self.acquire().await?, lease, failure).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
+        let span = trace::lease_op("release", &lease);
+        async move {
+            let query = || {
+                sqlx::query(&self.sql.release)
+                    .bind(lease.task_id().as_uuid())
+                    .bind(version(&lease))
+            };
+            self.fenced_write(&mut *self.acquire().await?, "release", &lease, query, |_| Ok(()))
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        limits::check_reason(reason)?;
+        let span = trace::op("cancel", Some(id), None, None);
+        async move { self.cancel_on(&mut *self.acquire().await?, id, reason).await }
+            .instrument(span)
+            .await
+    }
+
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
+        limits::check_operation_id(operation_id)?;
+        let span = trace::lease_op("record_operation", lease);
+        async move {
+            let query = || {
+                sqlx::query(&self.sql.record_operation)
+                    .bind(lease.task_id().as_uuid())
+                    .bind(version(lease))
+                    .bind(operation_id)
+            };
+            self.fenced_write(
+                &mut *self.acquire().await?,
+                "record_operation",
+                lease,
+                query,
+                |_| Ok(()),
+            )
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
+        let span = trace::op("attempts", Some(id), None, None);
+        async move {
+            sqlx::query(&self.sql.attempts)
+                .bind(id.as_uuid())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| row::attempt(row).map_err(db))
+                .collect()
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
+        limits::check_scan_limit(limit)?;
+        let span = trace::op("due", None, None, None);
+        async move {
+            sqlx::query(&self.sql.due)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|row| row.try_get("id").map(TaskId::from_uuid).map_err(db))
+                .collect()
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64> {
+        limits::check_scan_limit(limit)?;
+        let span = trace::op("purge_expired", None, None, None);
+        async move {
+            let done = sqlx::query(&self.sql.purge_expired)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .execute(&self.pool)
+                .await
+                .map_err(db)?;
+            Ok(done.rows_affected())
+        }
+        .instrument(span)
+        .await
+    }
+}

@@ -1,0 +1,76 @@
+//! The conformance scenarios, one public function each, named after what
+//! they check, grouped by the guarantee they protect: when one fails, its
+//! module says what is broken. [`conformance_suite!`](crate::conformance_suite)
+//! runs them all; a backend may also call one directly.
+//!
+//! | module | guarantee |
+//! | --- | --- |
+//! | [`dedup`] | Guarantees 2, 3 and 4: a request key names one piece of work, bound to its inputs, within its scope. |
+//! | [`claim`] | Guarantees 6 and 1 (claim side): who may work on a task now, and done means done. |
+//! | [`fencing`] | Guarantees 1, 5 and 8: only the current, live assignment may write, and one response is saved. |
+//! | [`budget`] | Guarantee 7: the retry budget (attempts, deadline, backoff, failure kinds) lives with the task. |
+//! | [`lifecycle`] | The rest of a task's life: release, cancel, operation ids, unknown ids, stored text. |
+//! | [`maintenance`] | Guarantee 10 and re-dispatch: `due` and `purge_expired`. |
+//! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use taskfence::testing::{scenarios, MemoryFixture};
+//! scenarios::double_complete_keeps_first_response(&MemoryFixture::new()).await;
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use crate::store::{Claim, ClaimRequest, Lease, TaskStore};
+use crate::task::{InputHash, NewTask, RequestKey, Task, TaskId};
+
+pub mod bad_input;
+pub mod budget;
+pub mod claim;
+pub mod dedup;
+pub mod fencing;
+pub mod lifecycle;
+pub mod maintenance;
+
+pub use bad_input::*;
+pub use budget::*;
+pub use claim::*;
+pub use dedup::*;
+pub use fencing::*;
+pub use lifecycle::*;
+pub use maintenance::*;
+
+/// The lease the scenarios claim with.
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
+/// A little past [`LEASE`].
+pub(crate) const PAST_LEASE: Duration = Duration::from_secs(31);
+/// Concurrency of the race scenarios.
+pub(crate) const RACERS: usize = 32;
+
+pub(crate) fn key(k: &str) -> RequestKey {
+    RequestKey::new("scope-a", "chat.reply", k)
+}
+
+pub(crate) fn new_task(k: &str) -> NewTask {
+    NewTask::new(key(k), InputHash::of(["conversation-1", k])).payload(format!("payload of {k}").into_bytes())
+}
+
+pub(crate) fn request(worker: &str) -> ClaimRequest {
+    ClaimRequest::new(worker, LEASE)
+}
+
+pub(crate) async fn submit(store: &dyn TaskStore, task: NewTask) -> Task {
+    store.submit(task).await.expect("submit").into_task()
+}
+
+pub(crate) async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str) -> Lease {
+    match store.claim(id, request(worker)).await.expect("claim") {
+        Claim::Acquired(lease) => lease,
+        other => panic!("{worker} expected to acquire {id}, got {other:?}"),
+    }
+}
+
+pub(crate) async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
+    store.get(id).await.expect("get").expect("task exists")
+}
