@@ -55,8 +55,26 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/conversations/{conversation_id}/messages", post(send))
         .route("/messages/{message_id}/regenerate", post(regenerate))
         .route("/tasks/{task_id}", get(task))
+        .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// `GET /healthz`, for a load balancer's or an orchestrator's readiness probe:
+/// 200 when PostgreSQL answers, 503 otherwise. No authentication: it reveals
+/// nothing but that.
+async fn healthz(State(state): State<AppState>) -> Result<Response, Problem> {
+    match sqlx::query("SELECT 1").execute(&state.pool).await {
+        Ok(_) => Ok(json(StatusCode::OK, br#"{"status":"ok"}"#.to_vec(), false)),
+        Err(error) => {
+            tracing::warn!(%error, "health check: PostgreSQL does not answer");
+            Err(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the database does not answer",
+            ))
+        }
+    }
 }
 
 /// The authenticated caller: the scope of every key and task.

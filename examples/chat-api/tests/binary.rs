@@ -72,6 +72,13 @@ async fn the_binary_runs_from_environment_variables_and_stops_on_sigterm() {
         client: reqwest::Client::new(),
     };
 
+    // The readiness probe needs no token.
+    let health = support::read(api.client.get(format!("{}/healthz", api.base))).await;
+    assert_eq!(
+        (health.status, health.json()["status"].as_str()),
+        (200, Some("ok"))
+    );
+
     let sent = api.send(ALICE, "conv-1", Some("send-1"), "Hello?").await;
     assert_eq!(sent.status, 201, "{}", String::from_utf8_lossy(&sent.body));
     let (task_id, _) = ids(&sent);
