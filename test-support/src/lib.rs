@@ -9,9 +9,11 @@
 use std::time::Duration;
 
 pub mod kafka;
+pub mod process;
 mod server;
 pub mod wire;
 
+pub use process::{ChildProcess, eventually_every, free_port, signal_pid};
 pub use server::{
     TempDatabase, database_url, fixture, fixture_with, row_count, shared_pool, shared_runtime,
     wait_until_blocked,
@@ -36,4 +38,3 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
-

@@ -1,15 +1,21 @@
-//! Shared helpers of the end-to-end tests: a moto SQS server on loopback.
+//! Shared helpers of the tests: a moto SQS server on loopback, and the
+//! worker service binary started against it and a PostgreSQL schema.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use taskfence_test_support::{ChildProcess, free_port};
 
 /// The SQS endpoint for a test: `TASKFENCE_SQS_ENDPOINT` when set (the
 /// project's test script starts moto once), otherwise a `moto_server` this
 /// test starts on a free loopback port and stops when dropped.
 pub struct Moto {
     pub endpoint: String,
-    child: Option<Child>,
+    _server: Option<ChildProcess>,
 }
 
 impl Moto {
@@ -17,29 +23,19 @@ impl Moto {
         if let Ok(endpoint) = std::env::var("TASKFENCE_SQS_ENDPOINT") {
             return Self {
                 endpoint,
-                child: None,
+                _server: None,
             };
         }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let child = Command::new("moto_server")
+        let port = free_port();
+        let mut command = Command::new("moto_server");
+        command
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "TASKFENCE_SQS_ENDPOINT is unset and `moto_server` could not be started ({e}); \
-                     install it with `python3 -m pip install 'moto[server]'` or run ./scripts/test"
-                )
-            });
-        let moto = Self {
-            endpoint: format!("http://127.0.0.1:{port}"),
-            child: Some(child),
-        };
+            .stderr(Stdio::null());
+        // ChildProcess::spawn panics with the command when moto is missing:
+        // install it with `python3 -m pip install 'moto[server]'` or run ./scripts/test.
+        let server = ChildProcess::spawn("moto_server", &mut command);
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
@@ -48,15 +44,39 @@ impl Moto {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        moto
+        Self {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            _server: Some(server),
+        }
     }
 }
 
-impl Drop for Moto {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// Starts the worker service binary (`target/…/sqs-worker`) on `queue_url`
+/// and the tables in `schema`, configured the way a deployment is: AWS from
+/// the standard environment variables, the rest from `args` and defaults.
+pub fn start_service(
+    worker_id: &str,
+    moto: &Moto,
+    database_url: &str,
+    schema: &str,
+    queue_url: &str,
+    args: &[&str],
+) -> ChildProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sqs-worker"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ENDPOINT_URL_SQS", &moto.endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("DATABASE_URL", database_url)
+        .env("TASKFENCE_SQS_QUEUE_URL", queue_url)
+        .env("RUST_LOG", "warn,sqs_worker=info")
+        .args(["--schema", schema, "--worker-id", worker_id])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    ChildProcess::spawn(worker_id, &mut command)
 }
