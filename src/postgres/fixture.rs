@@ -274,6 +274,20 @@ impl TempSchema {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// Keeps the schema (for inspection after a run): it is not dropped, and
+    /// its name is returned. A later [`TempSchema::new`] under the same prefix
+    /// drops it once it is over an hour old.
+    ///
+    /// ```no_run
+    /// # async fn f(schema: taskfence::testing::TempSchema) {
+    /// let kept: String = schema.keep();
+    /// println!("left {kept} for inspection");
+    /// # }
+    /// ```
+    pub fn keep(mut self) -> String {
+        std::mem::take(&mut self.name)
+    }
 }
 
 impl Drop for TempSchema {
@@ -282,6 +296,9 @@ impl Drop for TempSchema {
     /// timeout bounds the wait: a transaction the test dropped may still hold
     /// locks on a pooled connection that only this (blocked) runtime would release.
     fn drop(&mut self) {
+        if self.name.is_empty() {
+            return; // kept
+        }
         let (url, schema) = (self.url.clone(), self.name.clone());
         let dropper = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()

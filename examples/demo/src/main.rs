@@ -1,8 +1,8 @@
 //! `cargo run -p demo`: a chat reply pipeline on taskfence, with the
 //! faults that make idempotency hard injected on purpose, and a check at the
 //! end that every completed task has exactly one saved reply.
+//!
 //! The pieces live in the library (`src/lib.rs`).
-
 
 use std::error::Error;
 use std::io::IsTerminal;

@@ -4,15 +4,14 @@
 //! It also runs on PostgreSQL (the server of `taskfence-test-support`), as
 //! `--database-url` does.
 
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::{Claim, ClaimRequest, Error, Fenced, MemoryStore, NewTask, Status, TaskStore};
 
-use demo::sim::{self, Config, Outcome};
 use demo::report;
+use demo::sim::{self, Config, Outcome};
 use demo::timebase::Timebase;
 
 /// Runs the demo on a fresh `MemoryStore` with simulated time; returns the store too.

@@ -1,4 +1,4 @@
-//! Completion latency: the seed's textbook transaction (BEGIN; SELECT … FOR
+//! Completion latency: the textbook locking transaction (BEGIN; SELECT … FOR
 //! UPDATE; guarded UPDATE; COMMIT — four round trips) against ours (the
 //! guarded UPDATE alone, one round trip), alternating call by call.
 //!
@@ -49,7 +49,7 @@ pub async fn textbook(pool: &PgPool, select: &str, update: &str, lease: &Lease) 
 
 pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     report.section(
-        "Completion latency: the seed's textbook transaction vs ours",
+        "Completion latency: the textbook locking transaction vs ours",
         &format!(
             "Sequential completions of claimed tasks, one client, alternating textbook and ours call \
              by call ({} rounds × {} of each). Textbook: `BEGIN; SELECT id … FOR UPDATE; <our complete \

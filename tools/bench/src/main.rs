@@ -171,7 +171,7 @@ async fn run() -> Res<()> {
     trips::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] lifecycle throughput, ours vs the raw-SQL ceiling");
     lifecycle::run(&cfg, &pool, &mut report).await?;
-    eprintln!("[bench] completion latency, the seed's textbook transaction vs ours");
+    eprintln!("[bench] completion latency, the textbook locking transaction vs ours");
     completion::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] 32 workers racing for one task");
     contention::run(&cfg, &pool, &mut report).await?;

@@ -88,7 +88,7 @@ async fn sequence(
     settle(pool).await?;
     counter.take();
     textbook(pool, &select, &update, &lease).await?;
-    seen("textbook completion (seed)").await?;
+    seen("textbook completion").await?;
     let key = fresh_key("raw");
     let id = raw.submit(pool, &key).await?;
     seen("ceiling: submit").await?;

@@ -29,7 +29,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
     for section in [
         "## Round trips per operation",
         "## Lifecycle throughput: ours vs the raw-SQL ceiling",
-        "## Completion latency: the seed's textbook transaction vs ours",
+        "## Completion latency: the textbook locking transaction vs ours",
         "## 32 workers racing for one task",
         "## Latency as the table grows",
         "## MemoryStore",
@@ -43,7 +43,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
         "| submit |",
         "| claim |",
         "| complete |",
-        "| textbook completion (seed) |",
+        "| textbook completion |",
     ] {
         assert!(md.contains(op), "no round-trip row {op}");
     }

@@ -229,7 +229,7 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     let temp = TempSchema::new(&url, SCHEMA_PREFIX).await;
     let schema = temp.name().to_owned();
     let _dropped_at_the_end = if config.keep {
-        std::mem::forget(temp);
+        temp.keep();
         None
     } else {
         Some(temp)
