@@ -518,7 +518,7 @@ async fn poll_loop(
     let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
     loop {
         let message = tokio::select! {
-            _ = stop.changed() => break,
+            _ = stop.wait_for(|stop| *stop) => break,
             m = consumer.recv() => m,
         };
         let message = match message {
@@ -545,10 +545,12 @@ async fn poll_loop(
         let limit = limits
             .entry(partition)
             .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1))));
-        let permit = Arc::clone(limit)
-            .acquire_owned()
-            .await
-            .expect("semaphore never closed");
+        let permit = tokio::select! {
+            // Every slot held by a long call must not delay the shutdown: this
+            // record was not started, so the next owner reads it.
+            _ = stop.wait_for(|stop| *stop) => break,
+            permit = Arc::clone(limit).acquire_owned() => permit.expect("semaphore never closed"),
+        };
         shared
             .tracker
             .lock()

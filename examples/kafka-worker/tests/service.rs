@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_worker::PgPositions;
 use kafka_worker::dispatcher::{ensure_topic, task_id};
 use kafka_worker::sim::Script;
 use taskfence::{AttemptOutcome, InputHash, NewTask, RequestKey, Status, TaskId, TaskStore};
@@ -31,6 +32,22 @@ fn payload(i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_or_releases_held_tasks_and_commits_only_safe_offsets() {
+    scenario(Positions::Group).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_in_postgres_position_mode_saves_only_safe_positions() {
+    scenario(Positions::Postgres).await;
+}
+
+/// Where the service keeps its positions (`--positions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Positions {
+    Group,
+    Postgres,
+}
+
+async fn scenario(mode: Positions) {
     let broker = KafkaBroker::start();
     let fixture = taskfence_test_support::fixture().await;
     let pg = fixture.pg_store();
@@ -58,37 +75,24 @@ async fn sigterm_finishes_or_releases_held_tasks_and_commits_only_safe_offsets()
     let log_path = std::env::temp_dir().join(format!("kafka-worker-service-{run}.log"));
     let log = std::fs::File::create(&log_path).expect("log file");
     eprintln!("service log: {}", log_path.display());
+    let positions = match mode {
+        Positions::Group => "group",
+        Positions::Postgres => "postgres",
+    };
+    let (slow, grace) = (format!("{}s", SLOW.as_secs()), format!("{}s", GRACE.as_secs()));
+    #[rustfmt::skip]
+    let args = [
+        "--database-url", fixture.url(), "--schema", fixture.schema(),
+        "--bootstrap", broker.bootstrap(), "--topic", &topic, "--group", &group,
+        "--positions", positions, "--worker-id", "service-1", "--per-partition", "8", "--lease", "6s",
+        "--provider", "simulated", "--sim-min-latency", "100ms", "--sim-max-latency", "400ms",
+        "--sim-slow-latency", &slow, "--shutdown-grace", &grace,
+        "--dispatch-idle", "200ms", "--log", "info,kafka_worker=debug",
+    ];
     let mut service = ChildProcess::spawn(
         "kafka-worker",
         Command::new(env!("CARGO_BIN_EXE_kafka-worker"))
-            .args(["--database-url", fixture.url(), "--schema", fixture.schema()])
-            .args([
-                "--bootstrap",
-                broker.bootstrap(),
-                "--topic",
-                &topic,
-                "--group",
-                &group,
-            ])
-            .args([
-                "--worker-id",
-                "service-1",
-                "--per-partition",
-                "8",
-                "--lease",
-                "6s",
-            ])
-            .args([
-                "--provider",
-                "simulated",
-                "--sim-min-latency",
-                "100ms",
-                "--sim-max-latency",
-                "400ms",
-            ])
-            .args(["--sim-slow-latency", &format!("{}s", SLOW.as_secs())])
-            .args(["--shutdown-grace", &format!("{}s", GRACE.as_secs())])
-            .args(["--dispatch-idle", "200ms", "--log", "info,kafka_worker=debug"])
+            .args(args)
             // Only what the flags say: no settings leak in from the test's environment.
             .env_remove("RUST_LOG")
             .env_remove("DATABASE_URL")
@@ -188,7 +192,19 @@ async fn sigterm_finishes_or_releases_held_tasks_and_commits_only_safe_offsets()
         by_partition.entry(*p).or_default().push((*offset, id));
     }
     let probe = GroupProbe::new(broker.bootstrap(), &group, &topic, PARTITIONS);
-    let positions = probe.positions();
+    let mut positions = probe.positions();
+    if mode == Positions::Postgres {
+        // The group's offsets are unused in this mode: the table is the position.
+        let saved = PgPositions::new(pg, &group)
+            .await
+            .unwrap()
+            .load(&topic, &[0, 1])
+            .await
+            .unwrap();
+        for (p, (committed, _)) in positions.iter_mut().enumerate() {
+            *committed = saved.get(&(p as i32)).copied();
+        }
+    }
     for (p, (committed, end)) in positions.iter().enumerate() {
         let p = p as i32;
         let records = by_partition.get(&p).cloned().unwrap_or_default();
@@ -217,7 +233,7 @@ async fn sigterm_finishes_or_releases_held_tasks_and_commits_only_safe_offsets()
         }
     }
     eprintln!(
-        "figures (service): {} records; held state reached {held_after:.1?} after start; \
+        "figures (service, {mode:?} positions): {} records; held state reached {held_after:.1?} after start; \
          SIGTERM to exit 0 in {stopped_in:.1?} (grace {GRACE:?}); {completed} completed, {released} released; \
          committed/end per partition {positions:?}",
         records.len()
