@@ -6,14 +6,17 @@
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::process::{ChildProcess, free_port};
 
 /// A running broker; [`bootstrap`](Self::bootstrap) is its `bootstrap.servers`.
 #[derive(Debug)]
 pub struct KafkaBroker {
     bootstrap: String,
-    child: Option<Child>,
+    /// Our own tansu (killed on drop), or `None` for an outside broker.
+    child: Option<ChildProcess>,
 }
 
 impl KafkaBroker {
@@ -45,31 +48,26 @@ impl KafkaBroker {
 
     /// Starts tansu on a free loopback port; `Err(log)` if it exits before listening.
     fn spawn(tansu: &Path) -> Result<KafkaBroker, String> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
         let log_path = std::env::temp_dir().join(format!("tansu-{port}.log"));
         let log = std::fs::File::create(&log_path).expect("tansu log file");
-        let child = Command::new(tansu)
-            .args(["broker", "--storage-engine", "memory://tansu/"])
-            .args(["--listener-url", &url, "--advertised-listener-url", &url])
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", tansu.display()));
-        // Owned by the guard from here on: a panic below still stops it.
+        // Owned by the guard from the start: a panic below still stops it.
+        let child = ChildProcess::spawn(
+            "tansu",
+            Command::new(tansu)
+                .args(["broker", "--storage-engine", "memory://tansu/"])
+                .args(["--listener-url", &url, "--advertised-listener-url", &url])
+                .stdout(Stdio::from(log.try_clone().expect("log")))
+                .stderr(Stdio::from(log)),
+        );
         let mut broker = KafkaBroker {
             bootstrap: format!("127.0.0.1:{port}"),
             child: Some(child),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let exited = broker
-                .child
-                .as_mut()
-                .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            let exited = broker.child.as_mut().is_some_and(|c| c.try_exit().is_some());
             if exited {
                 return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
             }
@@ -85,15 +83,6 @@ impl KafkaBroker {
             log_path.display()
         );
         Ok(broker)
-    }
-}
-
-impl Drop for KafkaBroker {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.child {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
