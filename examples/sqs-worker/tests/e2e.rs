@@ -15,11 +15,7 @@ use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
 use sqs_worker::{SqsQueue, WorkerSettings};
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{AttemptOutcome, RetryPolicy, Status};
-
-/// `DATABASE_URL`, or the local server CI and the project's scripts use.
-fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+use taskfence_test_support::database_url;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
@@ -63,7 +59,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
         .await
         .expect("create the queue");
     let fixture =
-        PgFixture::with_pool_options(&database_url(), PgPoolOptions::new().max_connections(30)).await;
+        PgFixture::with_pool_options(&database_url().await, PgPoolOptions::new().max_connections(30)).await;
     let store = fixture.store();
 
     let (report, llm) = scenario::run(&scenario, fixture.pg_store().clone(), queue.clone())
