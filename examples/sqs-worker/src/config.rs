@@ -89,13 +89,19 @@ pub struct Settings {
     pub shutdown_grace: Duration,
 
     /// Also publish the transactional outbox to the queue from this process
-    /// (several processes may: they share the outbox safely).
-    #[arg(long, env = "TASKFENCE_DISPATCH")]
+    /// (`--dispatch true`; several processes may: they share the outbox
+    /// safely). Off by default: it needs `sqs:SendMessage` too.
+    #[arg(long, env = "TASKFENCE_DISPATCH", default_value_t = false, action = clap::ArgAction::Set)]
     pub dispatch: bool,
 
     /// Handoffs per dispatcher round.
     #[arg(long, env = "TASKFENCE_DISPATCH_BATCH", default_value_t = 100)]
     pub dispatch_batch: usize,
+
+    /// How long the dispatcher waits after a round that found nothing: the
+    /// delay from a commit to its message when the outbox is idle.
+    #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
+    pub dispatch_idle: Duration,
 
     /// The model provider.
     #[arg(long, env = "TASKFENCE_PROVIDER", value_enum, default_value_t = ProviderKind::Http)]
@@ -106,12 +112,12 @@ pub struct Settings {
     pub provider_url: Option<String>,
 
     /// Simulated provider (local runs only): shortest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_LATENCY_MIN", default_value = "200ms", value_parser = parse_duration)]
-    pub sim_latency_min: Duration,
+    #[arg(long, env = "TASKFENCE_SIM_MIN_LATENCY", default_value = "200ms", value_parser = parse_duration)]
+    pub sim_min_latency: Duration,
 
     /// Simulated provider (local runs only): longest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_LATENCY_MAX", default_value = "800ms", value_parser = parse_duration)]
-    pub sim_latency_max: Duration,
+    #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = parse_duration)]
+    pub sim_max_latency: Duration,
 
     /// Simulated provider (local runs only): fraction of calls failing transiently.
     #[arg(long, env = "TASKFENCE_SIM_TRANSIENT_RATE", default_value_t = 0.0)]

@@ -58,8 +58,8 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         }
         // Local runs and tests; delete this arm (and `sim`) in your copy.
         ProviderKind::Simulated => Arc::new(SimulatedLlm::new(SimulatedConfig {
-            min_latency: settings.sim_latency_min,
-            max_latency: settings.sim_latency_max.max(settings.sim_latency_min),
+            min_latency: settings.sim_min_latency,
+            max_latency: settings.sim_max_latency.max(settings.sim_min_latency),
             transient_rate: settings.sim_transient_rate,
             ..SimulatedConfig::default()
         })),
@@ -103,9 +103,13 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         )
         .run(stopped.clone()),
     );
-    let dispatcher = settings
-        .dispatch
-        .then(|| tokio::spawn(Dispatcher::new(pg, queue, settings.dispatch_batch).run(stopped)));
+    let dispatcher = settings.dispatch.then(|| {
+        tokio::spawn(
+            Dispatcher::new(pg, queue, settings.dispatch_batch)
+                .idle(settings.dispatch_idle)
+                .run(stopped),
+        )
+    });
     tracing::info!(%worker_id, queue = %settings.queue_url, dispatch = settings.dispatch, "consuming");
 
     let signal = tokio::select! {

@@ -92,9 +92,9 @@ async fn sigterm_finishes_or_releases_every_held_task_and_exits_zero() {
             "--provider",
             "simulated",
             // Spread so that some calls end within the grace and some cannot.
-            "--sim-latency-min",
+            "--sim-min-latency",
             "500ms",
-            "--sim-latency-max",
+            "--sim-max-latency",
             "12s",
             "--concurrency",
             "10",
@@ -229,9 +229,9 @@ async fn killed_worker_processes_lose_nothing() {
     let args = [
         "--provider",
         "simulated",
-        "--sim-latency-min",
+        "--sim-min-latency",
         "1s",
-        "--sim-latency-max",
+        "--sim-max-latency",
         "2500ms",
         "--sim-transient-rate",
         "0.1",
@@ -247,6 +247,7 @@ async fn killed_worker_processes_lose_nothing() {
         "10s",
         // Every process also publishes the outbox.
         "--dispatch",
+        "true",
     ];
     let start = |id: &str| start_service(id, &moto, fixture.url(), fixture.schema(), queue.url(), &args);
     let mut workers: HashMap<&str, _> = ["w0", "w1", "w2"].into_iter().map(|id| (id, start(id))).collect();
