@@ -194,7 +194,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_suit_production_and_the_environment_is_read() {
+    fn defaults_suit_production_and_flags_override_them() {
         let s = Settings::try_load_from([
             "kafka-worker",
             "--database-url",

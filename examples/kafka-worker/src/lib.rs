@@ -31,4 +31,3 @@ pub use dispatcher::{Dispatcher, Handoffs, ensure_topic};
 pub use journal::{Event, Handled, Journal, TracingJournal};
 pub use positions::PgPositions;
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
-pub use sim::{MemoryJournal, SimulatedLlm};

@@ -16,9 +16,11 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use kafka_worker::config::{Positions, ProviderKind, Settings};
+// Scaffolding: drop this import and the `Simulated` arm below when you copy main.rs.
+use kafka_worker::sim::SimulatedLlm;
 use kafka_worker::{
     ConsumerConfig, Dispatcher, Handoffs, HttpProvider, Journal, PgPositions, Provider, ReplyConsumer,
-    SimulatedLlm, TracingJournal, store,
+    TracingJournal, store,
 };
 use taskfence::runtime::WorkerConfig;
 use tokio::signal::unix::{SignalKind, signal};

@@ -86,17 +86,18 @@ async fn scenario(mode: Positions) {
         "--bootstrap", broker.bootstrap(), "--topic", &topic, "--group", &group,
         "--positions", positions, "--worker-id", "service-1", "--per-partition", "8", "--lease", "6s",
         "--provider", "simulated", "--sim-min-latency", "100ms", "--sim-max-latency", "400ms",
-        "--sim-slow-latency", &slow, "--shutdown-grace", &grace,
-        "--dispatch-idle", "200ms", "--log", "info,kafka_worker=debug",
+        "--sim-slow-latency", &slow, "--dispatch-idle", "200ms",
     ];
     let mut service = ChildProcess::spawn(
         "kafka-worker",
         Command::new(env!("CARGO_BIN_EXE_kafka-worker"))
             .args(args)
-            // Only what the flags say: no settings leak in from the test's environment.
-            .env_remove("RUST_LOG")
+            // No settings leak in from the test's environment; these two are
+            // set through the environment on purpose, to prove it is read.
             .env_remove("DATABASE_URL")
             .env_remove("TASKFENCE_KAFKA_BOOTSTRAP")
+            .env("TASKFENCE_SHUTDOWN_GRACE", &grace)
+            .env("RUST_LOG", "info,kafka_worker=debug")
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log)),
     );
@@ -181,6 +182,10 @@ async fn scenario(mode: Positions) {
     assert!(
         log_text.contains("released=2"),
         "the service reported its releases:\n{log_text}"
+    );
+    assert!(
+        log_text.contains("DEBUG kafka_worker::journal"),
+        "RUST_LOG turned on the journal's debug events"
     );
 
     // The committed offsets: never past an unfinished record, and up to the

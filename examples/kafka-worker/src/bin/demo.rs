@@ -11,7 +11,8 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_worker::{ConsumerConfig, Handoffs, ReplyConsumer, SimulatedLlm, TracingJournal, ensure_topic};
+use kafka_worker::sim::SimulatedLlm;
+use kafka_worker::{ConsumerConfig, Handoffs, ReplyConsumer, TracingJournal, ensure_topic};
 use taskfence::runtime::WorkerConfig;
 use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskId, TaskStore};
 
