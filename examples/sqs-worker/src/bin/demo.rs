@@ -5,7 +5,7 @@
 //! ```sh
 //! moto_server -H 127.0.0.1 -p 5000 &
 //! TASKFENCE_SQS_ENDPOINT=http://127.0.0.1:5000 DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
-//!     cargo run -p sqs-worker --bin demo
+//!     cargo run -p sqs-worker --bin sqs-worker-demo
 //! ```
 //!
 //! Environment: `DATABASE_URL` (required), `TASKFENCE_SQS_ENDPOINT` (a local
