@@ -1,5 +1,5 @@
 //! Fencing on the real server: takeovers, renewals, and the completion guard
-//! evaluated after the row lock is held (the seed's transaction, in one statement).
+//! evaluated after the row lock is held (a locking transaction's decision, in one statement).
 
 mod common;
 
@@ -137,8 +137,8 @@ async fn renewals_keep_a_long_call_alive_and_renew_after_takeover_fails() {
     );
 }
 
-/// The seed: "Acquire the task-row lock first, then check the lease against
-/// clock_timestamp()". A completion that starts while its lease is live but
+/// The row lock comes first, then the lease is checked against
+/// `clock_timestamp()`. A completion that starts while its lease is live but
 /// must wait for the row lock until the lease has passed is refused: the
 /// guard reads the clock after the wait, not when the statement started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@
 //!   [`PgStore::complete_in`]. A rejected completion rolls all of it back.
 //! - Readers see [`Indexer::visible_entries`]: only the current version's entries.
 //!
-//! The README answers the seed's four questions for this case.
+//! The README answers four questions to ask of any idempotent work, for this case.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), document_indexing::Error> {
