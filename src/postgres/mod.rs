@@ -31,7 +31,7 @@
 //!   `&mut *tx` — so the application's own writes and the task's commit or
 //!   roll back together. Use Read Committed (PostgreSQL's default): under
 //!   Repeatable Read a concurrent update surfaces as a serialization failure
-//!   ([`Error::Storage`](crate::Error::Storage)).
+//!   ([`Error::Storage`]).
 //! - **The handoff.** [`submit`](crate::TaskStore::submit) writes a handoff
 //!   row in the same statement as the task (a transactional outbox).
 //!   [`PgStore::dispatch`] publishes them; [`PgStore::dispatch_due`]

@@ -2,7 +2,7 @@
 
 use crate::error::InvalidInput;
 
-/// The schema [`PgStore::new`] and [`migrate`] use.
+/// The schema [`PgStore::new`](super::PgStore::new) and [`migrate`](super::migrate()) use.
 pub const DEFAULT_SCHEMA: &str = "taskfence";
 
 /// A validated schema name.

@@ -105,7 +105,7 @@ impl PgStoreBuilder {
         self
     }
 
-    /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`] for a bad schema name.
+    /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`](crate::InvalidInput::NotAnIdentifier) for a bad schema name.
     pub fn build(self) -> Result<PgStore> {
         let schema = Schema::new(&self.schema)?;
         Ok(PgStore {

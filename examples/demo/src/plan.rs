@@ -1,6 +1,6 @@
 //! The workload: who presses Send or Regenerate when, and which faults each
 //! reply task meets. Drawn up front from the seed, so a run is a pure function
-//! of its [`Config`](crate::sim::Config) on the virtual timebase.
+//! of its [`Config`] on the virtual timebase.
 //!
 //! Conversation 1 is scripted: with faults on, it meets every fault kind at
 //! known instants, and its timeline is the one the demo prints. The other

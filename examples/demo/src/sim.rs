@@ -1,6 +1,6 @@
 //! The chat reply pipeline under fire: an API that submits reply tasks, an
 //! at-least-once [queue](crate::queue), workers that claim, call a simulated
-//! LLM and complete, and the faults of the [plan](crate::plan) injected on
+//! LLM and complete, and the faults of the [plan] injected on
 //! purpose. One event loop drives it all in simulated time, so a run on the
 //! virtual timebase is a pure function of its [`Config`].
 //!

@@ -1,6 +1,6 @@
 //! Scaffolding, not for copying: a simulated model provider for the binary's
 //! demo run and the tests. Replace it with your provider's client (an
-//! implementation of [`ReplyProvider`](crate::ReplyProvider)).
+//! implementation of [`ReplyProvider`]).
 
 use std::time::Duration;
 
