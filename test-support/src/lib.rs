@@ -13,7 +13,7 @@ pub mod process;
 mod server;
 pub mod wire;
 
-pub use process::{ChildProcess, eventually_every, free_port, signal_pid};
+pub use process::{ChildProcess, free_port, signal_pid};
 pub use server::{
     TempDatabase, database_url, fixture, fixture_with, row_count, shared_pool, shared_runtime,
     wait_until_blocked,
@@ -21,8 +21,18 @@ pub use server::{
 pub use taskfence::testing::TempSchema;
 pub use wire::{Wire, WireProxy};
 
-/// Polls `check` until it returns `Some`, for at most `within`.
-pub async fn eventually<T, Fut>(within: Duration, mut check: impl FnMut() -> Fut) -> T
+/// Polls `check` every 20 ms until it returns `Some`, for at most `within`.
+pub async fn eventually<T, Fut>(within: Duration, check: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    eventually_every(within, Duration::from_millis(20), check).await
+}
+
+/// Polls `check` every `every` until it returns `Some`, for at most `within`:
+/// [`eventually`] for checks too costly to run every 20 ms
+/// (a scan of many rows, a call to another service).
+pub async fn eventually_every<T, Fut>(within: Duration, every: Duration, mut check: impl FnMut() -> Fut) -> T
 where
     Fut: std::future::Future<Output = Option<T>>,
 {
@@ -35,6 +45,6 @@ where
             tokio::time::Instant::now() < deadline,
             "condition not met within {within:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
 }

@@ -112,23 +112,3 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
         .port()
 }
-
-/// Polls `check` every `every` until it returns `Some`, for at most `within`:
-/// [`eventually`](crate::eventually) for checks too costly to run every 20 ms
-/// (a scan of many rows, a call to another service).
-pub async fn eventually_every<T, Fut>(within: Duration, every: Duration, mut check: impl FnMut() -> Fut) -> T
-where
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within {within:?}"
-        );
-        tokio::time::sleep(every).await;
-    }
-}

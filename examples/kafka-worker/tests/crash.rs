@@ -12,7 +12,8 @@ use kafka_worker::dispatcher::ensure_topic;
 use kafka_worker::sim::Script;
 use taskfence::testing::PgFixture;
 use taskfence::{AttemptOutcome, InputHash, NewTask, PgStore, RequestKey, Status, TaskId, TaskStore};
-use taskfence_test_support::process::{ChildProcess, eventually_every};
+use taskfence_test_support::eventually_every;
+use taskfence_test_support::process::ChildProcess;
 
 use support::{GroupProbe, KafkaBroker};
 

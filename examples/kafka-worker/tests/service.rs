@@ -12,7 +12,8 @@ use kafka_worker::PgPositions;
 use kafka_worker::dispatcher::{ensure_topic, task_id};
 use kafka_worker::sim::Script;
 use taskfence::{AttemptOutcome, InputHash, NewTask, RequestKey, Status, TaskId, TaskStore};
-use taskfence_test_support::process::{ChildProcess, eventually_every};
+use taskfence_test_support::eventually_every;
+use taskfence_test_support::process::ChildProcess;
 
 use support::{GroupProbe, KafkaBroker, read_topic};
 
