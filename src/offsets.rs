@@ -236,7 +236,7 @@ mod tests {
                 t.start(7, o);
             }
             let mut order = offsets.clone();
-            // A deterministic shuffle from the seed.
+            // A deterministic shuffle driven by the drawn `seed` value.
             let mut s = seed | 1;
             for i in (1..order.len()).rev() {
                 s ^= s << 13; s ^= s >> 7; s ^= s << 17;
