@@ -9,13 +9,12 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use sqs_worker::sim::scenario::{self, Scenario};
 use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
 use sqs_worker::{SqsQueue, WorkerSettings};
-use taskfence::testing::{Fixture, PgFixture};
+use taskfence::testing::Fixture;
 use taskfence::{AttemptOutcome, RetryPolicy, Status};
-use taskfence_test_support::database_url;
+use taskfence_test_support::fixture_with;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
@@ -58,8 +57,7 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
     let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility)
         .await
         .expect("create the queue");
-    let fixture =
-        PgFixture::with_pool_options(&database_url().await, PgPoolOptions::new().max_connections(30)).await;
+    let fixture = fixture_with(30).await;
     let store = fixture.store();
 
     let (report, llm) = scenario::run(&scenario, fixture.pg_store().clone(), queue.clone())
