@@ -4,19 +4,19 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, PipeReader};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use support::{ALICE, Api, TestDb, ids};
+use taskfence_test_support::ChildProcess;
 
 /// The binary's stderr, line by line, as it is written.
 struct Logs(mpsc::Receiver<String>);
 
 impl Logs {
-    fn follow(child: &mut Child) -> Self {
-        let stderr = child.stderr.take().expect("piped stderr");
+    fn follow(stderr: PipeReader) -> Self {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -45,7 +45,9 @@ impl Logs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_from_environment_variables_and_stops_on_sigterm() {
     let db = TestDb::new().await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_chat-api"))
+    let (stderr, stderr_writer) = std::io::pipe().expect("a pipe for the binary's stderr");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_chat-api"));
+    command
         .env_clear()
         .env("DATABASE_URL", db.fixture.url())
         .env("TASKFENCE_LISTEN", "127.0.0.1:0")
@@ -55,10 +57,12 @@ async fn the_binary_runs_from_environment_variables_and_stops_on_sigterm() {
         .env("CHAT_API_POLL_EVERY", "100ms")
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the binary");
-    let logs = Logs::follow(&mut child);
+        .stderr(stderr_writer);
+    // Killed on drop, so a failed assertion does not leave the binary running.
+    let mut child = ChildProcess::spawn("chat-api", &mut command);
+    // The command holds the pipe's write end: the reader sees EOF only once it is gone.
+    drop(command);
+    let logs = Logs::follow(stderr);
 
     // `RUST_LOG=info` shows the start-up line, with the port the OS chose.
     let started = logs.wait_for("chat-api started", Duration::from_secs(60));
@@ -86,16 +90,12 @@ async fn the_binary_runs_from_environment_variables_and_stops_on_sigterm() {
     assert_eq!(view["reply"]["content"], "Reply to: Hello? (attempt 1)");
     assert_eq!(db.count("replies").await, 1, "written in CHAT_API_SCHEMA");
 
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(term.success());
+    child.signal("TERM");
     logs.wait_for("shutting down", Duration::from_secs(10));
-    let status = tokio::task::spawn_blocking(move || child.wait())
+    let status = child
+        .wait_exit(Duration::from_secs(30))
         .await
-        .expect("the waiting thread")
-        .expect("wait for the binary");
+        .expect("the binary exits after SIGTERM");
     assert!(status.success(), "a SIGTERM stop is a clean exit: {status}");
 }
 
