@@ -64,21 +64,16 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             ..SimulatedConfig::default()
         })),
     };
-    let pg = if settings.skip_migrations {
-        store::connect(
-            &settings.database_url,
-            &settings.schema,
-            settings.db_max_connections,
-        )
-        .await?
-    } else {
-        store::connect_and_migrate(
-            &settings.database_url,
-            &settings.schema,
-            settings.db_max_connections,
-        )
-        .await?
-    };
+    let pg = store::connect(
+        &settings.database_url,
+        &settings.schema,
+        settings.db_max_connections,
+    )
+    .await?;
+    if !settings.skip_migrations {
+        // Idempotent and serialized by an advisory lock: every replica may run them.
+        pg.migrate().await?;
+    }
     let queue = SqsQueue::new(queue::sqs_client().await, &settings.queue_url);
     // Fail at start-up, not on the first message, when credentials, region or
     // queue URL are wrong.

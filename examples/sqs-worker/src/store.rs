@@ -25,11 +25,3 @@ pub async fn connect(url: &str, schema: &str, max_connections: u32) -> Result<Pg
         .await?;
     Ok(PgStore::builder(pool).schema(schema).build()?)
 }
-
-/// [`connect`], then applies the embedded migrations (idempotent; safe to run
-/// from every worker at start-up).
-pub async fn connect_and_migrate(url: &str, schema: &str, max_connections: u32) -> Result<PgStore, BoxError> {
-    let store = connect(url, schema, max_connections).await?;
-    store.migrate().await?;
-    Ok(store)
-}

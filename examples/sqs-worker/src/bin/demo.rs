@@ -52,7 +52,8 @@ async fn main() -> Result<(), BoxError> {
     let queue_name = format!("taskfence-demo-{}", uuid::Uuid::now_v7());
     let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility).await?;
     let database_url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?;
-    let store = store::connect_and_migrate(&database_url, "taskfence", 30).await?;
+    let store = store::connect(&database_url, "taskfence", 30).await?;
+    store.migrate().await?;
     let (report, _llm) = scenario::run(&scenario, store, queue.clone()).await?;
     println!("{report}");
     queue.delete_queue().await?;
