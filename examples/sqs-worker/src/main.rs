@@ -119,7 +119,6 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     }
     tracing::info!(
         deliveries = stats.deliveries.load(Ordering::Relaxed),
-        released = stats.released.load(Ordering::Relaxed),
         dispositions = ?stats.dispositions(),
         "stopped"
     );

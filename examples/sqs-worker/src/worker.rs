@@ -34,15 +34,15 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Messages whose body is not a task id (deleted).
     pub malformed: AtomicU64,
-    /// Tasks released at shutdown (their messages made visible again).
-    pub released: AtomicU64,
     dispositions: Mutex<BTreeMap<&'static str, u64>>,
     saved_by_task: Mutex<HashMap<TaskId, u32>>,
     in_flight: Mutex<HashSet<String>>,
 }
 
 impl Stats {
-    /// Count of each disposition, by name (`ack.completed`, `retry.busy`, `leave.lease_lost`…).
+    /// Count of each disposition, by name (`ack.completed`, `retry.busy`,
+    /// `leave.lease_lost`…), and of each release at shutdown
+    /// (`release.released`, `release.rejected`).
     pub fn dispositions(&self) -> BTreeMap<&'static str, u64> {
         self.dispositions.lock().unwrap().clone()
     }
@@ -335,7 +335,6 @@ impl SqsWorker {
         match self.store.release(lease).await {
             Ok(Fenced::Accepted(())) => {
                 tracing::info!(%task_id, "released at shutdown");
-                self.stats.released.fetch_add(1, Ordering::Relaxed);
                 self.stats.count_name("release.released");
                 self.act(
                     |q| q.hide_for(&delivery.receipt, Duration::ZERO),
