@@ -123,15 +123,18 @@ async fn sigterm_finishes_or_releases_every_held_task_and_exits_zero() {
 
     let signalled = Instant::now();
     service.signal("TERM");
-    // The releases at the end of the grace take a store write and an SQS call
-    // each: allow a little past it.
     let status = service
-        .wait_exit(grace + Duration::from_secs(3))
+        .wait_exit(Duration::from_secs(30))
         .await
-        .expect("the service did not exit within the grace period");
+        .expect("the service did not exit after SIGTERM");
     let took = signalled.elapsed();
     assert!(status.success(), "the service exited with {status}");
-    assert!(took <= grace + Duration::from_secs(3), "took {took:?}");
+    // The releases at the end of the grace take a store write and an SQS call
+    // each: allow a little past it.
+    assert!(
+        took <= grace + Duration::from_secs(3),
+        "exit took {took:?}, past the {grace:?} grace"
+    );
 
     let (mut completed, mut released) = (BTreeSet::new(), BTreeSet::new());
     for &id in &ids {
