@@ -227,6 +227,7 @@ struct Frames {
 }
 
 impl Frames {
+    /// The client's side: a startup packet first.
     fn startup() -> Self {
         Self {
             pending: Vec::new(),
@@ -234,6 +235,7 @@ impl Frames {
         }
     }
 
+    /// The server's side: typed messages only.
     fn typed() -> Self {
         Self {
             pending: Vec::new(),
@@ -245,35 +247,57 @@ impl Frames {
     fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
         self.pending.extend_from_slice(bytes);
         let mut kinds = Vec::new();
+        let mut at = 0; // start of the first incomplete message
         loop {
-            if self.startup {
-                let Some(len) = self
-                    .pending
-                    .get(..4)
-                    .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
-                else {
-                    break;
-                };
-                if self.pending.len() < len {
-                    break;
-                }
-                self.pending.drain(..len);
-                self.startup = false;
-                continue;
-            }
+            let type_len = usize::from(!self.startup);
             let Some(len) = self
                 .pending
-                .get(1..5)
+                .get(at + type_len..at + type_len + 4)
                 .map(|b| u32::from_be_bytes(b.try_into().unwrap()) as usize)
             else {
                 break;
             };
-            if self.pending.len() < 1 + len {
+            if self.pending.len() < at + type_len + len {
                 break;
             }
-            kinds.push(self.pending[0]);
-            self.pending.drain(..1 + len);
+            if !self.startup {
+                kinds.push(self.pending[at]);
+            }
+            self.startup = false;
+            at += type_len + len;
         }
+        // Once per read, not once per message.
+        self.pending.drain(..at);
         kinds
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Frames;
+
+    /// A message of type `kind` with a `body`: type byte, length, body.
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&(4 + body.len() as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn messages_split_across_reads_are_counted_once_complete() {
+        let mut bytes = 8u32.to_be_bytes().to_vec(); // startup packet: no type byte
+        bytes.extend_from_slice(&[0, 3, 0, 0]);
+        bytes.extend(message(b'P', b"SELECT 1\0"));
+        bytes.extend(message(b'E', b""));
+        bytes.extend(message(b'S', b""));
+        let mut frames = Frames::startup();
+        let mut kinds = Vec::new();
+        for chunk in bytes.chunks(3) {
+            kinds.extend(frames.push(chunk));
+        }
+        assert_eq!(kinds, b"PES");
+        assert!(frames.pending.is_empty());
+        assert_eq!(Frames::typed().push(&message(b'Z', b"I")), b"Z");
     }
 }
