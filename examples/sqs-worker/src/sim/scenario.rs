@@ -217,22 +217,29 @@ pub async fn run(
         return Err("the outbox still had handoffs after every task was published".into());
     }
 
-    // Wait until the store has settled every task and the queue is empty.
+    // Wait until the store has settled every task and the queue is empty. A
+    // terminal task stays terminal: only the open ones are read again.
     let deadline = started + scenario.deadline;
-    let mut left_in_queue;
+    let mut open = task_ids.clone();
     loop {
-        let mut open = 0;
-        for &id in &task_ids {
+        let mut still_open = Vec::with_capacity(open.len());
+        for id in open {
             let task = store.get(id).await?.ok_or("a submitted task disappeared")?;
             if !task.status.is_terminal() {
-                open += 1;
+                still_open.push(id);
             }
         }
-        left_in_queue = queue.depth().await?.total();
-        if (open == 0 && left_in_queue == 0) || Instant::now() >= deadline {
-            if open > 0 || left_in_queue > 0 {
-                tracing::error!(open, left_in_queue, "deadline passed before the queue drained");
-            }
+        open = still_open;
+        let left_in_queue = queue.depth().await?.total();
+        if open.is_empty() && left_in_queue == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            tracing::error!(
+                open = open.len(),
+                left_in_queue,
+                "deadline passed before the queue drained"
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
