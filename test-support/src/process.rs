@@ -31,11 +31,6 @@ impl ChildProcess {
         }
     }
 
-    /// The label given at spawn.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
