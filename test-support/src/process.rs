@@ -1,6 +1,7 @@
 //! Child processes in tests: a guard that kills its process when dropped
-//! (also when the test panics), Unix signals by process id, and waiting for an
-//! exit with a deadline, so a test of a service binary never leaves it behind.
+//! (also when the test panics), Unix signals by process id, and waiting for a
+//! server to listen or for an exit with a deadline, so a test of a service
+//! binary never leaves it behind.
 
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
@@ -65,6 +66,28 @@ impl ChildProcess {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Waits up to `within` until the process accepts TCP connections on
+    /// loopback `port` (a server it starts); `Err` with the exit status if it
+    /// exits first.
+    ///
+    /// # Panics
+    /// When nothing listens on `port` within `within`.
+    pub fn wait_listening(&mut self, port: u16, within: Duration) -> Result<(), ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = self.try_exit() {
+                return Err(status);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} did not listen on port {port} within {within:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     /// SIGKILL, then waits for the exit: a crash, as a process manager's

@@ -4,9 +4,8 @@
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use taskfence_test_support::{ChildProcess, free_port};
 
@@ -35,14 +34,9 @@ impl Moto {
             .stderr(Stdio::null());
         // ChildProcess::spawn panics with the command when moto is missing:
         // install it with `python3 -m pip install 'moto[server]'` or run ./scripts/test.
-        let server = ChildProcess::spawn("moto_server", &mut command);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on port {port} within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        let mut server = ChildProcess::spawn("moto_server", &mut command);
+        if let Err(status) = server.wait_listening(port, Duration::from_secs(30)) {
+            panic!("moto_server exited ({status}) before listening on port {port}");
         }
         Self {
             endpoint: format!("http://127.0.0.1:{port}"),
