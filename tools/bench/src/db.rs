@@ -38,15 +38,14 @@ impl BenchSchema {
         let name = schema.name();
         let store = PgStore::builder(pool.clone()).schema(name).build()?;
         store.migrate().await?;
-        eprintln!("[bench] created schema {name}");
-        eprintln!("[bench] created schema {}", raw.name());
+        let raw_name = raw.name();
         sqlx::raw_sql(&format!(
-            "CREATE SCHEMA \"{raw}\";
-             CREATE TABLE \"{raw}\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);",
-            raw = raw.name()
+            "CREATE SCHEMA \"{raw_name}\";
+             CREATE TABLE \"{raw_name}\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);"
         ))
         .execute(pool)
         .await?;
+        eprintln!("[bench] created schemas {name} and {raw_name}");
         Ok(Self {
             store,
             pool: pool.clone(),

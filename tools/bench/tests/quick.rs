@@ -66,12 +66,13 @@ fn quick_mode_writes_every_section_and_the_chart() {
         "a marker per worker count per line"
     );
 
-    // Every schema the run created (it names them on stderr) is gone.
+    // Every schema the run created (it names them on stderr: the store's and
+    // the ceiling's) is gone.
     let stderr = String::from_utf8_lossy(&run.stderr);
     let created: Vec<String> = stderr
         .lines()
-        .filter_map(|l| l.strip_prefix("[bench] created schema "))
-        .flat_map(|name| [name.to_owned(), format!("{name}_raw")])
+        .filter_map(|l| l.strip_prefix("[bench] created schemas "))
+        .flat_map(|names| names.split(" and ").map(str::to_owned))
         .collect();
     assert!(
         created.len() >= 12,
