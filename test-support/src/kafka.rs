@@ -15,8 +15,8 @@ use crate::process::{ChildProcess, free_port};
 #[derive(Debug)]
 pub struct KafkaBroker {
     bootstrap: String,
-    /// Our own tansu (killed on drop), or `None` for an outside broker.
-    child: Option<ChildProcess>,
+    /// Our own tansu, held to be killed on drop; `None` for an outside broker.
+    _tansu: Option<ChildProcess>,
 }
 
 impl KafkaBroker {
@@ -26,7 +26,7 @@ impl KafkaBroker {
         if let Ok(bootstrap) = std::env::var("TASKFENCE_KAFKA_BOOTSTRAP") {
             return KafkaBroker {
                 bootstrap,
-                child: None,
+                _tansu: None,
             };
         }
         let tansu = tansu_binary();
@@ -53,7 +53,7 @@ impl KafkaBroker {
         let log_path = std::env::temp_dir().join(format!("tansu-{port}.log"));
         let log = std::fs::File::create(&log_path).expect("tansu log file");
         // Owned by the guard from the start: a panic below still stops it.
-        let child = ChildProcess::spawn(
+        let mut child = ChildProcess::spawn(
             "tansu",
             Command::new(tansu)
                 .args(["broker", "--storage-engine", "memory://tansu/"])
@@ -61,14 +61,9 @@ impl KafkaBroker {
                 .stdout(Stdio::from(log.try_clone().expect("log")))
                 .stderr(Stdio::from(log)),
         );
-        let mut broker = KafkaBroker {
-            bootstrap: format!("127.0.0.1:{port}"),
-            child: Some(child),
-        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let exited = broker.child.as_mut().is_some_and(|c| c.try_exit().is_some());
-            if exited {
+            if child.try_exit().is_some() {
                 return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
             }
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -77,6 +72,10 @@ impl KafkaBroker {
             assert!(Instant::now() < deadline, "tansu did not listen within 60 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        let broker = KafkaBroker {
+            bootstrap: format!("127.0.0.1:{port}"),
+            _tansu: Some(child),
+        };
         eprintln!(
             "started tansu on {} (log {})",
             broker.bootstrap,
