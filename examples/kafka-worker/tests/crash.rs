@@ -5,17 +5,13 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kafka_worker::dispatcher::ensure_topic;
 use kafka_worker::sim::Script;
-use taskfence::testing::PgFixture;
-use taskfence::{AttemptOutcome, InputHash, NewTask, PgStore, RequestKey, Status, TaskId, TaskStore};
+use taskfence::{AttemptOutcome, PgStore, Status, TaskId, TaskStore};
 use taskfence_test_support::eventually_every;
-use taskfence_test_support::process::ChildProcess;
 
-use support::{GroupProbe, KafkaBroker};
+use support::{GroupProbe, ServiceRun};
 
 const PARTITIONS: i32 = 2;
 const TASKS: usize = 10;
@@ -28,31 +24,13 @@ fn payload(i: usize) -> String {
     }
 }
 
-/// Starts the service as `worker`, logging to a temporary file.
-fn service(worker: &str, fixture: &PgFixture, bootstrap: &str, topic: &str, group: &str) -> ChildProcess {
-    let log_path = std::env::temp_dir().join(format!("kafka-worker-{worker}-{topic}.log"));
-    eprintln!("{worker} log: {}", log_path.display());
-    let log = std::fs::File::create(&log_path).expect("log file");
-    #[rustfmt::skip]
-    let args = [
-        "--database-url", fixture.url(), "--schema", fixture.schema(),
-        "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--worker-id", worker,
-        // Short leases and sessions: the takeover after the crash waits for both.
-        "--lease", "3s", "--session-timeout", "6s", "--retry-delay", "200ms", "--per-partition", "8",
-        "--provider", "simulated", "--sim-min-latency", "50ms", "--sim-max-latency", "200ms",
-        "--sim-slow-latency", "4s", "--dispatch-idle", "200ms", "--shutdown-grace", "10s",
-    ];
-    ChildProcess::spawn(
-        worker,
-        Command::new(env!("CARGO_BIN_EXE_kafka-worker"))
-            .args(args)
-            .env_remove("DATABASE_URL")
-            .env_remove("TASKFENCE_KAFKA_BOOTSTRAP")
-            .env("RUST_LOG", "info,kafka_worker=debug")
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log)),
-    )
-}
+/// Short leases and sessions: the takeover after the crash waits for both.
+#[rustfmt::skip]
+const SERVICE_ARGS: [&str; 16] = [
+    "--lease", "3s", "--session-timeout", "6s", "--retry-delay", "200ms", "--per-partition", "8",
+    "--sim-min-latency", "50ms", "--sim-max-latency", "200ms", "--sim-slow-latency", "4s",
+    "--shutdown-grace", "10s",
+];
 
 async fn statuses(pg: &PgStore, tasks: &[TaskId]) -> Vec<Status> {
     let mut out = Vec::new();
@@ -64,42 +42,23 @@ async fn statuses(pg: &PgStore, tasks: &[TaskId]) -> Vec<Status> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loses_nothing_a_restarted_service_finishes_every_task() {
-    let broker = KafkaBroker::start();
-    let fixture = taskfence_test_support::fixture().await;
-    let pg = fixture.pg_store();
-    let run = TaskId::new();
-    let (topic, group) = (format!("handoffs-{run}"), format!("reply-workers-{run}"));
-    ensure_topic(broker.bootstrap(), &topic, PARTITIONS)
-        .await
-        .expect("topic");
-    let mut tasks = Vec::new();
-    for i in 0..TASKS {
-        let task = NewTask::new(
-            RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
-            InputHash::of([format!("message-{i}")]),
-        )
-        .payload(payload(i));
-        tasks.push(pg.submit(task).await.expect("submit").into_task().id);
-    }
+    let run = ServiceRun::start(PARTITIONS, (0..TASKS).map(payload)).await;
+    let pg = run.pg();
+    let tasks: Vec<TaskId> = run.tasks.iter().map(|t| t.id).collect();
     let slow: Vec<bool> = (0..TASKS)
         .map(|i| Script::of(payload(i).as_bytes()) == Script::Slow)
         .collect();
 
     // The first service: wait until it holds every slow task, then kill it hard.
-    let mut first = service("first", &fixture, broker.bootstrap(), &topic, &group);
-    let (tasks_ref, slow_ref) = (&tasks, &slow);
-    eventually_every(
-        Duration::from_secs(120),
-        Duration::from_millis(50),
-        || async move {
-            let now = statuses(pg, tasks_ref).await;
-            let held = now
-                .iter()
-                .zip(slow_ref)
-                .all(|(status, slow)| *status == if *slow { Status::Running } else { Status::Completed });
-            held.then_some(())
-        },
-    )
+    let (mut first, _) = run.service("first", &SERVICE_ARGS, &[]);
+    eventually_every(Duration::from_secs(120), Duration::from_millis(50), || async {
+        let now = statuses(pg, &tasks).await;
+        let held = now
+            .iter()
+            .zip(&slow)
+            .all(|(status, slow)| *status == if *slow { Status::Running } else { Status::Completed });
+        held.then_some(())
+    })
     .await;
     let status = first.kill_hard().await;
     assert!(!status.success(), "killed, not exited: {status}");
@@ -114,24 +73,16 @@ async fn sigkill_loses_nothing_a_restarted_service_finishes_every_task() {
 
     // The second service: takes over and finishes everything.
     let restarted = Instant::now();
-    let mut second = service("second", &fixture, broker.bootstrap(), &topic, &group);
-    let probe = GroupProbe::new(broker.bootstrap(), &group, &topic, PARTITIONS);
-    let probe_ref = &probe;
-    eventually_every(
-        Duration::from_secs(120),
-        Duration::from_millis(100),
-        || async move {
-            let done = statuses(pg, tasks_ref)
-                .await
-                .iter()
-                .all(|s| *s == Status::Completed);
-            let committed = probe_ref
-                .positions()
-                .iter()
-                .all(|(committed, end)| *committed == Some(*end));
-            (done && committed).then_some(())
-        },
-    )
+    let (mut second, _) = run.service("second", &SERVICE_ARGS, &[]);
+    let probe = GroupProbe::new(run.broker.bootstrap(), &run.group, &run.topic, PARTITIONS);
+    eventually_every(Duration::from_secs(120), Duration::from_millis(100), || async {
+        let done = statuses(pg, &tasks).await.iter().all(|s| *s == Status::Completed);
+        let committed = probe
+            .positions()
+            .iter()
+            .all(|(committed, end)| *committed == Some(*end));
+        (done && committed).then_some(())
+    })
     .await;
     let finished_in = restarted.elapsed();
     second.signal("TERM");

@@ -13,9 +13,9 @@ use kafka_worker::sim::{self as journal, MemoryJournal, Script, SimulatedLlm};
 use kafka_worker::{ConsumerConfig, Dispatcher, Handoffs, PgPositions, ReplyConsumer, ensure_topic};
 use taskfence::runtime::WorkerConfig;
 use taskfence::testing::PgFixture;
-use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
+use taskfence::{MemoryStore, RetryPolicy, Status, TaskId, TaskStore};
 
-use support::{GroupProbe, KafkaBroker, wait_until};
+use support::{GroupProbe, KafkaBroker, new_task, topic_and_group, wait_until};
 
 const TASKS: usize = 200;
 const PARTITIONS: i32 = 4;
@@ -62,9 +62,7 @@ async fn scenario(mode: Mode) {
     let started = Instant::now();
     let broker = KafkaBroker::start();
     let bootstrap = broker.bootstrap();
-    let run = TaskId::new();
-    let topic = format!("handoffs-{run}");
-    let group = format!("reply-workers-{run}");
+    let (topic, group) = topic_and_group();
     ensure_topic(bootstrap, &topic, PARTITIONS).await.expect("topic");
 
     let journal = Arc::new(MemoryJournal::new());
@@ -89,12 +87,7 @@ async fn scenario(mode: Mode) {
         .jitter(0.5);
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let task = NewTask::new(
-            RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
-            InputHash::of([format!("message-{i}")]),
-        )
-        .payload(payload(i))
-        .policy(policy);
+        let task = new_task(i, payload(i)).policy(policy);
         tasks.push(store.submit(task).await.expect("submit").into_task());
     }
 
@@ -105,7 +98,6 @@ async fn scenario(mode: Mode) {
         c.retry_delay = Duration::from_millis(200);
         c
     };
-    let join_started = Instant::now();
     let spawn = |name: &str| match &pg {
         None => ReplyConsumer::spawn(
             config(name),
@@ -127,22 +119,20 @@ async fn scenario(mode: Mode) {
     };
     let a = spawn("a");
     let b = spawn("b");
-    let (ra, rb) = (&a, &b);
-    let first_join = wait_until("a first assignment", Duration::from_secs(120), || async move {
-        !ra.assigned().is_empty() || !rb.assigned().is_empty()
+    let first_join = wait_until("a first assignment", Duration::from_secs(120), || async {
+        !a.assigned().is_empty() || !b.assigned().is_empty()
     })
     .await;
     let both_joined = wait_until(
         "both consumers to own partitions",
         Duration::from_secs(120),
-        || async move {
-            let (pa, pb) = (ra.assigned(), rb.assigned());
+        || async {
+            let (pa, pb) = (a.assigned(), b.assigned());
             !pa.is_empty() && !pb.is_empty() && pa.len() + pb.len() == PARTITIONS as usize
         },
     )
     .await
         + first_join;
-    let _ = join_started;
 
     // Hand off every task (from PostgreSQL's outbox in that mode); every seventh one twice.
     let handoffs = Arc::new(Handoffs::new(bootstrap, &topic, journal.clone()).expect("producer"));
@@ -168,9 +158,8 @@ async fn scenario(mode: Mode) {
         |j: &MemoryJournal| j.count(|e| matches!(e, Event::ProviderCall { worker, .. } if worker == "b"));
     let b_commits =
         |j: &MemoryJournal| j.count(|e| matches!(e, Event::Commit { consumer, .. } if consumer == "b"));
-    let j = &journal;
-    wait_until("b to work and commit", Duration::from_secs(60), || async move {
-        b_calls(j) >= 20 && b_commits(j) >= 2
+    wait_until("b to work and commit", Duration::from_secs(60), || async {
+        b_calls(&journal) >= 20 && b_commits(&journal) >= 2
     })
     .await;
     let b_partitions = b.assigned();
@@ -180,20 +169,17 @@ async fn scenario(mode: Mode) {
 
     // The survivor takes over; wait until every task is settled and the group's
     // committed offsets reached the end of every partition.
-    let takeover = wait_until(
-        "a to own every partition",
-        Duration::from_secs(120),
-        || async move { ra.assigned().len() == PARTITIONS as usize },
-    )
+    let takeover = wait_until("a to own every partition", Duration::from_secs(120), || async {
+        a.assigned().len() == PARTITIONS as usize
+    })
     .await;
     let probe = GroupProbe::new(bootstrap, &group, &topic, PARTITIONS);
-    let (store_ref, tasks_ref, probe_ref, pg_ref, topic_ref) = (&store, &tasks, &probe, &pg, &topic);
+    let all_partitions: Vec<i32> = (0..PARTITIONS).collect();
     let drained = wait_until(
         "every task settled and committed",
         Duration::from_secs(180),
-        || async move {
-            let (store, tasks, probe, pg, topic) = (store_ref, tasks_ref, probe_ref, pg_ref, topic_ref);
-            for t in tasks {
+        || async {
+            for t in &tasks {
                 if !store
                     .get(t.id)
                     .await
@@ -208,7 +194,7 @@ async fn scenario(mode: Mode) {
                 None => ends.iter().all(|(committed, end)| *committed == Some(*end)),
                 Some((_, positions)) => {
                     let saved = positions
-                        .load(topic, &[0, 1, 2, 3])
+                        .load(&topic, &all_partitions)
                         .await
                         .expect("load positions");
                     ends.iter()

@@ -5,17 +5,17 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use kafka_worker::PgPositions;
-use kafka_worker::dispatcher::{ensure_topic, task_id};
+use kafka_worker::config::Positions;
+use kafka_worker::dispatcher::task_id;
 use kafka_worker::sim::Script;
-use taskfence::{AttemptOutcome, InputHash, NewTask, RequestKey, Status, TaskId, TaskStore};
+use taskfence::{AttemptOutcome, Status, TaskId, TaskStore};
 use taskfence_test_support::eventually_every;
-use taskfence_test_support::process::ChildProcess;
 
-use support::{GroupProbe, KafkaBroker, read_topic};
+use support::{GroupProbe, ServiceRun, read_topic};
 
 const PARTITIONS: i32 = 2;
 /// Longer than the slow tasks' remaining time at SIGTERM (at most `SLOW`),
@@ -41,88 +41,40 @@ async fn sigterm_in_postgres_position_mode_saves_only_safe_positions() {
     scenario(Positions::Postgres).await;
 }
 
-/// Where the service keeps its positions (`--positions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Positions {
-    Group,
-    Postgres,
-}
-
 async fn scenario(mode: Positions) {
-    let broker = KafkaBroker::start();
-    let fixture = taskfence_test_support::fixture().await;
-    let pg = fixture.pg_store();
-    let run = TaskId::new();
-    let (topic, group) = (format!("handoffs-{run}"), format!("reply-workers-{run}"));
-    ensure_topic(broker.bootstrap(), &topic, PARTITIONS)
-        .await
-        .expect("topic");
-
     // Submitted before the service starts: its dispatcher publishes the outbox.
-    let mut tasks = Vec::new();
-    for i in 0..14 {
-        let task = NewTask::new(
-            RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
-            InputHash::of([format!("message-{i}")]),
-        )
-        .payload(payload(i));
-        tasks.push(pg.submit(task).await.expect("submit").into_task());
-    }
+    let run = ServiceRun::start(PARTITIONS, (0..14).map(payload)).await;
+    let (pg, tasks) = (run.pg(), &run.tasks);
     let script = |id: TaskId| {
         let i = tasks.iter().position(|t| t.id == id).expect("a submitted task");
         Script::of(payload(i).as_bytes())
     };
 
-    let log_path = std::env::temp_dir().join(format!("kafka-worker-service-{run}.log"));
-    let log = std::fs::File::create(&log_path).expect("log file");
-    eprintln!("service log: {}", log_path.display());
-    let positions = match mode {
-        Positions::Group => "group",
-        Positions::Postgres => "postgres",
-    };
+    let positions = mode.to_possible_value().expect("a named mode");
     let (slow, grace) = (format!("{}s", SLOW.as_secs()), format!("{}s", GRACE.as_secs()));
     #[rustfmt::skip]
     let args = [
-        "--database-url", fixture.url(), "--schema", fixture.schema(),
-        "--bootstrap", broker.bootstrap(), "--topic", &topic, "--group", &group,
-        "--positions", positions, "--worker-id", "service-1", "--per-partition", "8", "--lease", "6s",
-        "--provider", "simulated", "--sim-min-latency", "100ms", "--sim-max-latency", "400ms",
-        "--sim-slow-latency", &slow, "--dispatch-idle", "200ms",
+        "--positions", positions.get_name(), "--per-partition", "8", "--lease", "6s",
+        "--sim-min-latency", "100ms", "--sim-max-latency", "400ms", "--sim-slow-latency", &slow,
     ];
-    let mut service = ChildProcess::spawn(
-        "kafka-worker",
-        Command::new(env!("CARGO_BIN_EXE_kafka-worker"))
-            .args(args)
-            // No settings leak in from the test's environment; these two are
-            // set through the environment on purpose, to prove it is read.
-            .env_remove("DATABASE_URL")
-            .env_remove("TASKFENCE_KAFKA_BOOTSTRAP")
-            .env("TASKFENCE_SHUTDOWN_GRACE", &grace)
-            .env("RUST_LOG", "info,kafka_worker=debug")
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log)),
-    );
+    // The grace goes through the environment on purpose, to prove it is read.
+    let (mut service, log_path) = run.service("service-1", &args, &[("TASKFENCE_SHUTDOWN_GRACE", &grace)]);
 
     // Held: every quick task done, every slow and hanging one claimed and running.
     let started = Instant::now();
-    let tasks_ref = &tasks;
-    eventually_every(
-        Duration::from_secs(120),
-        Duration::from_millis(50),
-        || async move {
-            for t in tasks_ref {
-                let status = pg.get(t.id).await.expect("get").expect("task").status;
-                let want = match script(t.id) {
-                    Script::Slow | Script::Hang => Status::Running,
-                    _ => Status::Completed,
-                };
-                if status != want {
-                    return None;
-                }
+    eventually_every(Duration::from_secs(120), Duration::from_millis(50), || async {
+        for t in tasks {
+            let status = pg.get(t.id).await.expect("get").expect("task").status;
+            let want = match script(t.id) {
+                Script::Slow | Script::Hang => Status::Running,
+                _ => Status::Completed,
+            };
+            if status != want {
+                return None;
             }
-            Some(())
-        },
-    )
+        }
+        Some(())
+    })
     .await;
     let held_after = started.elapsed();
     assert!(service.try_exit().is_none(), "the service is still running");
@@ -153,7 +105,7 @@ async fn scenario(mode: Positions) {
     // Every task it held: completed with one saved response, or released
     // (pending again, the attempt counted). None left running.
     let (mut completed, mut released) = (0, 0);
-    for t in &tasks {
+    for t in tasks {
         let task = pg.get(t.id).await.unwrap().unwrap();
         let attempts = pg.attempts(t.id).await.unwrap();
         assert_ne!(task.status, Status::Running, "{}: left running", t.id);
@@ -191,20 +143,20 @@ async fn scenario(mode: Positions) {
 
     // The committed offsets: never past an unfinished record, and up to the
     // end of every partition where nothing was left unfinished.
-    let records = read_topic(broker.bootstrap(), &topic, PARTITIONS);
+    let records = read_topic(run.broker.bootstrap(), &run.topic, PARTITIONS);
     let mut by_partition: HashMap<i32, Vec<(i64, TaskId)>> = HashMap::new();
     for (p, offset, payload) in &records {
         let id = task_id(payload.as_deref()).expect("a handoff names its task");
         by_partition.entry(*p).or_default().push((*offset, id));
     }
-    let probe = GroupProbe::new(broker.bootstrap(), &group, &topic, PARTITIONS);
+    let probe = GroupProbe::new(run.broker.bootstrap(), &run.group, &run.topic, PARTITIONS);
     let mut positions = probe.positions();
     if mode == Positions::Postgres {
         // The group's offsets are unused in this mode: the table is the position.
-        let saved = PgPositions::new(pg, &group)
+        let saved = PgPositions::new(pg, &run.group)
             .await
             .unwrap()
-            .load(&topic, &[0, 1])
+            .load(&run.topic, &[0, 1])
             .await
             .unwrap();
         for (p, (committed, _)) in positions.iter_mut().enumerate() {

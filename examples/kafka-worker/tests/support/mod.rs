@@ -1,29 +1,126 @@
 //! Shared by the Kafka tests: what `taskfence-test-support` does not have
-//! because it needs rdkafka (reading a group's offsets), plus a timed wait.
+//! because it needs rdkafka (reading a group's offsets and a topic's
+//! records), a timed wait, and the setup the service tests have in common
+//! (a broker, a schema, a topic and group of their own, submitted tasks, the
+//! service binary as a child process).
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use kafka_worker::ensure_topic;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use taskfence::testing::PgFixture;
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, Task, TaskId, TaskStore};
+use taskfence_test_support::process::ChildProcess;
 
 pub use taskfence_test_support::kafka::KafkaBroker;
 
-/// Waits (bounded by `within`) until `check` holds; returns how long it took,
-/// for the figures.
+/// Waits (bounded by `within`) until `check` holds, polling every 100 ms (the
+/// checks read many tasks and ask the broker); returns how long it took, for
+/// the figures.
 pub async fn wait_until<Fut>(what: &str, within: Duration, mut check: impl FnMut() -> Fut) -> Duration
 where
     Fut: Future<Output = bool>,
 {
     let start = Instant::now();
     eprintln!("waiting (at most {within:?}) for {what}");
-    taskfence_test_support::eventually(within, || {
+    taskfence_test_support::eventually_every(within, Duration::from_millis(100), || {
         let holds = check();
         async move { holds.await.then_some(()) }
     })
     .await;
     start.elapsed()
+}
+
+/// A topic and a consumer group of this run's own.
+pub fn topic_and_group() -> (String, String) {
+    let run = TaskId::new();
+    (format!("handoffs-{run}"), format!("reply-workers-{run}"))
+}
+
+/// The `i`th task of a test: request `req-{i}` of `user-1`, carrying `payload`
+/// (the simulated provider's script).
+pub fn new_task(i: usize, payload: String) -> NewTask {
+    NewTask::new(
+        RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
+        InputHash::of([format!("message-{i}")]),
+    )
+    .payload(payload)
+}
+
+/// What the tests of the service binary start from: a broker, a fresh
+/// schema, a topic and group of their own, and the tasks submitted before
+/// the service starts (its dispatcher publishes them from the outbox).
+pub struct ServiceRun {
+    pub broker: KafkaBroker,
+    pub fixture: PgFixture,
+    pub topic: String,
+    pub group: String,
+    /// As submitted, in payload order.
+    pub tasks: Vec<Task>,
+}
+
+impl ServiceRun {
+    /// Creates the topic with `partitions` partitions and submits one task per payload.
+    pub async fn start(partitions: i32, payloads: impl IntoIterator<Item = String>) -> Self {
+        let broker = KafkaBroker::start();
+        let fixture = taskfence_test_support::fixture().await;
+        let (topic, group) = topic_and_group();
+        ensure_topic(broker.bootstrap(), &topic, partitions)
+            .await
+            .expect("topic");
+        let mut tasks = Vec::new();
+        for (i, payload) in payloads.into_iter().enumerate() {
+            let submitted = fixture.pg_store().submit(new_task(i, payload)).await;
+            tasks.push(submitted.expect("submit").into_task());
+        }
+        Self {
+            broker,
+            fixture,
+            topic,
+            group,
+            tasks,
+        }
+    }
+
+    /// The store the service works on.
+    pub fn pg(&self) -> &PgStore {
+        self.fixture.pg_store()
+    }
+
+    /// Starts the `kafka-worker` binary as `worker` on this run's database,
+    /// schema, broker, topic and group, with the simulated provider, then
+    /// `args`; `env` on top of an environment that leaks no settings in
+    /// (`RUST_LOG` is passed through it: `tests/service.rs` checks it took
+    /// effect). Logs to a temporary file, whose path it returns too.
+    pub fn service(&self, worker: &str, args: &[&str], env: &[(&str, &str)]) -> (ChildProcess, PathBuf) {
+        let log_path = std::env::temp_dir().join(format!("kafka-worker-{worker}-{}.log", self.topic));
+        eprintln!("{worker} log: {}", log_path.display());
+        let log = std::fs::File::create(&log_path).expect("log file");
+        #[rustfmt::skip]
+        let shared = [
+            "--database-url", self.fixture.url(), "--schema", self.fixture.schema(),
+            "--bootstrap", self.broker.bootstrap(), "--topic", &self.topic, "--group", &self.group,
+            "--worker-id", worker, "--provider", "simulated", "--dispatch-idle", "200ms",
+        ];
+        let process = ChildProcess::spawn(
+            worker,
+            Command::new(env!("CARGO_BIN_EXE_kafka-worker"))
+                .args(shared)
+                .args(args)
+                .env_remove("DATABASE_URL")
+                .env_remove("TASKFENCE_KAFKA_BOOTSTRAP")
+                .env("RUST_LOG", "info,kafka_worker=debug")
+                .envs(env.iter().copied())
+                .stdout(Stdio::from(log.try_clone().expect("log")))
+                .stderr(Stdio::from(log)),
+        );
+        (process, log_path)
+    }
 }
 
 /// Reads a group's committed offsets and the partitions' end offsets, without
