@@ -775,7 +775,7 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
-/// Why [`ReplyConsumer::spawn_with_positions`] failed.
+/// Why [`ReplyConsumer::spawn`] or [`ReplyConsumer::spawn_with_positions`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
