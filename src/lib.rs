@@ -15,6 +15,7 @@
 //! | `testing` | the backend conformance suite (feature `testing`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
+//! | `serialize` | `serde` for the public data types (feature `serde`) |
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -31,6 +32,10 @@ pub mod store;
 pub mod task;
 mod trace;
 
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod serialize;
+
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -46,7 +51,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
-pub use policy::{Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit};
+pub use policy::{
+    AcceptanceRule, Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit,
+};
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
 #[cfg(feature = "runtime")]

@@ -101,9 +101,21 @@ impl MemoryStore {
         self.inner.clock.now()
     }
 
-    /// Runs a fenced write: checks the lease against the task, then applies `write`.
+    /// Runs a fenced write: checks the lease against the task with
+    /// [`rules::fence`], then applies `write`.
     fn fenced<T>(
         &self,
+        lease: &Lease,
+        write: impl FnOnce(&mut State, OffsetDateTime) -> T,
+    ) -> Result<Fenced<T>> {
+        self.checked(rules::fence, lease, write)
+    }
+
+    /// Runs a write of `lease` that `check` allows (the fence, or a
+    /// completion's acceptance rule), then applies `write`.
+    fn checked<T>(
+        &self,
+        check: rules::LeaseCheck,
         lease: &Lease,
         write: impl FnOnce(&mut State, OffsetDateTime) -> T,
     ) -> Result<Fenced<T>> {
@@ -113,7 +125,7 @@ impl MemoryStore {
             .tasks
             .get(&lease.task_id())
             .ok_or(Error::NotFound(lease.task_id()))?;
-        if let Err(rejection) = rules::fence(task, lease.version(), now) {
+        if let Err(rejection) = check(task, lease.version(), now) {
             tracing::debug!(%rejection, "fenced write rejected");
             return Ok(Fenced::Rejected(rejection));
         }
@@ -128,6 +140,13 @@ impl State {
             .expect("checked by the caller under the same lock")
     }
 
+    /// The attempt that holds (or held) `version` of the task.
+    fn attempt_mut(&mut self, id: TaskId, version: u64) -> Option<&mut Attempt> {
+        self.attempts
+            .get_mut(&id)
+            .and_then(|a| a.iter_mut().find(|a| u64::from(a.number) == version))
+    }
+
     /// Ends the attempt that holds `version` of the task.
     fn finish_attempt(
         &mut self,
@@ -137,10 +156,7 @@ impl State {
         now: OffsetDateTime,
         error: Option<&str>,
     ) {
-        if let Some(attempt) = self
-            .attempts
-            .get_mut(&id)
-            .and_then(|a| a.iter_mut().find(|a| u64::from(a.number) == version))
+        if let Some(attempt) = self.attempt_mut(id, version)
             && attempt.finished_at.is_none()
         {
             attempt.finished_at = Some(now);
@@ -190,6 +206,7 @@ impl TaskStore for MemoryStore {
             status: Status::Pending,
             version: 0,
             policy: new.policy,
+            acceptance: new.acceptance,
             lease_until: None,
             not_before: None,
             response: None,
@@ -286,16 +303,19 @@ impl TaskStore for MemoryStore {
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
         let _span = trace::lease_op("complete", &lease).entered();
         limits::check_response(&response)?;
-        self.fenced(&lease, |state, now| {
-            state.finish_attempt(
-                lease.task_id(),
-                lease.version(),
-                AttemptOutcome::Completed,
-                now,
-                None,
-            );
-            state.task_mut(lease.task_id()).response = Some(response);
-            state.make_terminal(lease.task_id(), Status::Completed, now, None)
+        self.checked(rules::accept, &lease, |state, now| {
+            let id = lease.task_id();
+            let current = state.task_mut(id).version;
+            if current != lease.version() {
+                // First valid answer from an earlier attempt: the current one is overtaken.
+                state.finish_attempt(id, current, AttemptOutcome::Overtaken, now, None);
+            }
+            // Also when the attempt was closed as expired at a takeover: its answer is the one saved.
+            if let Some(attempt) = state.attempt_mut(id, lease.version()) {
+                (attempt.finished_at, attempt.outcome) = (Some(now), AttemptOutcome::Completed);
+            }
+            state.task_mut(id).response = Some(response);
+            state.make_terminal(id, Status::Completed, now, None)
         })
     }
 

@@ -25,12 +25,83 @@ use crate::task::AttemptId;
 /// assert_ne!(chat, charge);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum OnAmbiguous {
     /// Retry within the budget, accepting that the provider may do the work twice.
     #[default]
     Retry,
     /// Fail the task terminally; nothing is resent automatically.
     Stop,
+}
+
+/// Which attempts may save the task's response. Chosen per task at
+/// submission, stored with it and never changed, so one task never mixes the
+/// two rules.
+///
+/// Under both rules at most one response is saved, a cancelled or terminal
+/// task never saves, an attempt that never held a lease never saves, and only
+/// the current assignment with a live lease may renew, fail, release or record
+/// an operation. They differ only in which completion is accepted.
+///
+/// ```
+/// use taskfence::{AcceptanceRule, InputHash, NewTask, RequestKey};
+/// // Immutable inputs: the first answer from any attempt is as good as a later one.
+/// let summary = NewTask::new(RequestKey::new("team-1", "doc.summary", "doc-9@v3"), InputHash::of(["doc-9", "v3"]))
+///     .acceptance(AcceptanceRule::FirstValidAnswer);
+/// assert_eq!(summary.acceptance, AcceptanceRule::FirstValidAnswer);
+/// assert_eq!(AcceptanceRule::default(), AcceptanceRule::CurrentAssignment);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum AcceptanceRule {
+    /// Only the current assignment, with an unexpired lease on the store's
+    /// clock, may complete: a worker that was paused past its lease and taken
+    /// over is refused (`Superseded` or `LeaseExpired`) and its answer is
+    /// discarded. The default.
+    #[default]
+    CurrentAssignment,
+    /// The first answer from any attempt that held a lease is saved, while no
+    /// response is saved and the task is not terminal — also from a worker
+    /// whose lease expired or that was taken over. Fewer wasted model calls;
+    /// right only when every attempt works on the same immutable inputs.
+    FirstValidAnswer,
+}
+
+impl AcceptanceRule {
+    /// The lowercase name used in storage and logs.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::AcceptanceRule::FirstValidAnswer.as_str(), "first_valid_answer");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AcceptanceRule::CurrentAssignment => "current_assignment",
+            AcceptanceRule::FirstValidAnswer => "first_valid_answer",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s output.
+    ///
+    /// ```
+    /// use taskfence::AcceptanceRule;
+    /// assert_eq!(AcceptanceRule::parse("current_assignment"), Some(AcceptanceRule::CurrentAssignment));
+    /// assert_eq!(AcceptanceRule::parse("any"), None);
+    /// ```
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "current_assignment" => Some(AcceptanceRule::CurrentAssignment),
+            "first_valid_answer" => Some(AcceptanceRule::FirstValidAnswer),
+            _ => None,
+        }
+    }
 }
 
 /// Attempts, backoff with jitter and an elapsed-time deadline, stored with the
@@ -53,6 +124,7 @@ pub enum OnAmbiguous {
 /// assert_eq!(policy.base_delay(9), Duration::from_secs(10)); // capped
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RetryPolicy {
     /// Most claims the task may get (a takeover counts). At least 1.
     pub max_attempts: u32,
@@ -302,6 +374,11 @@ fn out_of_range(
 /// assert_ne!(FailureKind::Ambiguous, FailureKind::Retryable);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 pub enum FailureKind {
     /// Nothing happened remotely (refused, rate-limited, a 4xx that invites retry): retry within budget.
     Retryable,
@@ -332,6 +409,7 @@ impl FailureKind {
 /// assert_eq!(f.kind, FailureKind::Ambiguous);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Failure {
     /// What happened, for people (stored as the task's `last_error`; no payloads, please).
     pub message: String,

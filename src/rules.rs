@@ -9,7 +9,7 @@
 
 use time::OffsetDateTime;
 
-use crate::policy::{FailureKind, Plan, StopReason, jitter_unit};
+use crate::policy::{AcceptanceRule, FailureKind, Plan, StopReason, jitter_unit};
 use crate::store::{Claim, Fenced, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
@@ -64,6 +64,16 @@ pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
     ClaimRule::Take
 }
 
+/// A check a write of a lease must pass, given the task, the lease's version
+/// and the store's instant: [`fence`] for renew, fail, release and
+/// record_operation, [`accept`] for a completion. Backends run the same one in
+/// the write's guard and when they classify a refused write.
+///
+/// ```
+/// let checks: [taskfence::rules::LeaseCheck; 2] = [taskfence::rules::fence, taskfence::rules::accept];
+/// ```
+pub type LeaseCheck = fn(&Task, u64, OffsetDateTime) -> Result<(), Rejection>;
+
 /// The fencing check of renew, complete, fail, release and record_operation
 /// (guarantees 1 and 5): the lease's version is current, the task is running,
 /// the lease unexpired at `now`. A completed task is reported first, with its
@@ -93,6 +103,43 @@ pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejec
         return Err(Rejection::LeaseExpired);
     }
     Ok(())
+}
+
+/// The check of a completion (guarantees 1 and 5), by the task's
+/// [`AcceptanceRule`]: [`fence`] under
+/// [`CurrentAssignment`](AcceptanceRule::CurrentAssignment); under
+/// [`FirstValidAnswer`](AcceptanceRule::FirstValidAnswer), any attempt that
+/// held a lease (version 1 up to the current one) while no response is saved
+/// and the task is not terminal — its own lease may have expired or been
+/// taken over.
+///
+/// ```
+/// use taskfence::rules::accept;
+/// # fn f(task: &taskfence::Task) {
+/// if accept(task, 1, time::OffsetDateTime::now_utc()).is_ok() {
+///     /* save the response, complete the task */
+/// }
+/// # }
+/// ```
+pub fn accept(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejection> {
+    match task.acceptance {
+        AcceptanceRule::CurrentAssignment => fence(task, version, now),
+        AcceptanceRule::FirstValidAnswer => {
+            if task.status == Status::Completed {
+                return Err(Rejection::AlreadyCompleted(Box::new(task.clone())));
+            }
+            if version == 0 || version > task.version {
+                // Not an assignment the store ever granted.
+                return Err(Rejection::Superseded {
+                    current_version: task.version,
+                });
+            }
+            if task.status.is_terminal() {
+                return Err(Rejection::NotRunning(task.status));
+            }
+            Ok(())
+        }
+    }
 }
 
 /// What a failed attempt leads to, given that it passed the fence at `now`:

@@ -64,8 +64,10 @@ pub trait TaskStore: Send + Sync {
     /// lease's expiry is updated in place.
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>>;
 
-    /// Saves the response and completes the task, if this assignment is still
-    /// current, the lease unexpired and no response saved: one atomic decision.
+    /// Saves the response and completes the task, if no response is saved yet
+    /// and the task's [`AcceptanceRule`](crate::AcceptanceRule) accepts this
+    /// lease (by default: the assignment is still current and its lease
+    /// unexpired): one atomic decision.
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
 
     /// Reports a failed attempt. The task's policy decides: retry after a
@@ -407,6 +409,9 @@ pub enum AttemptOutcome {
     Expired,
     /// The task was cancelled while it ran.
     Cancelled,
+    /// It still held the lease when an earlier attempt's answer was saved
+    /// (only under [`AcceptanceRule::FirstValidAnswer`](crate::AcceptanceRule::FirstValidAnswer)).
+    Overtaken,
 }
 
 impl AttemptOutcome {
@@ -421,6 +426,7 @@ impl AttemptOutcome {
             AttemptOutcome::Released => "released",
             AttemptOutcome::Expired => "expired",
             AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::Overtaken => "overtaken",
         }
     }
 
@@ -435,6 +441,7 @@ impl AttemptOutcome {
             "released" => AttemptOutcome::Released,
             "expired" => AttemptOutcome::Expired,
             "cancelled" => AttemptOutcome::Cancelled,
+            "overtaken" => AttemptOutcome::Overtaken,
             _ => return None,
         })
     }
@@ -448,6 +455,7 @@ impl AttemptOutcome {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Attempt {
     /// The attempt's id.
     pub id: AttemptId,
@@ -458,8 +466,10 @@ pub struct Attempt {
     /// The worker that claimed it.
     pub worker: String,
     /// When it was claimed (store clock).
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub started_at: OffsetDateTime,
     /// When it ended, if it has.
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub finished_at: Option<OffsetDateTime>,
     /// How it ended.
     pub outcome: AttemptOutcome,

@@ -10,12 +10,13 @@ use uuid::Uuid;
 
 use crate::error::InvalidInput;
 use crate::limits;
-use crate::policy::RetryPolicy;
+use crate::policy::{AcceptanceRule, RetryPolicy};
 
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(transparent))]
         pub struct $name(Uuid);
 
         impl $name {
@@ -288,6 +289,7 @@ impl fmt::Debug for InputHash {
 /// let key = RequestKey::new("user-1", "chat.reply", "req-9f2c");
 /// assert_eq!(key.scope, "user-1");
 /// ```
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestKey {
     /// Who the work belongs to: the authenticated caller, workspace or tenant.
@@ -344,6 +346,8 @@ pub struct NewTask {
     pub policy: RetryPolicy,
     /// How long the dedup record is kept, counted from submission.
     pub retention: Duration,
+    /// Which attempts may save the response; stored with the task for its whole life.
+    pub acceptance: AcceptanceRule,
 }
 
 impl NewTask {
@@ -358,6 +362,7 @@ impl NewTask {
             payload: Vec::new(),
             policy: RetryPolicy::default(),
             retention: Self::DEFAULT_RETENTION,
+            acceptance: AcceptanceRule::default(),
         }
     }
 
@@ -376,6 +381,13 @@ impl NewTask {
     /// Sets the retention window of the dedup record.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// Sets the acceptance rule. A repeated submission of the same key returns
+    /// the existing task with the rule it was created with.
+    pub fn acceptance(mut self, rule: AcceptanceRule) -> Self {
+        self.acceptance = rule;
         self
     }
 
@@ -406,6 +418,7 @@ impl NewTask {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Task {
     /// Stable identity.
     pub id: TaskId,
@@ -422,19 +435,26 @@ pub struct Task {
     pub version: u64,
     /// Retry budget and backoff.
     pub policy: RetryPolicy,
+    /// Which attempts may save the response (chosen at submission, never changed).
+    pub acceptance: AcceptanceRule,
     /// Lease expiry of the current assignment (set while `Running`).
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub lease_until: Option<OffsetDateTime>,
     /// Earliest instant of the next claim after a retryable failure (set while `Pending`).
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub not_before: Option<OffsetDateTime>,
     /// The saved response, once `Completed`.
     pub response: Option<Response>,
     /// The last failure message (or cancellation reason).
     pub last_error: Option<String>,
     /// When the task was submitted (store clock).
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub created_at: OffsetDateTime,
     /// When it became terminal, if it has.
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub finished_at: Option<OffsetDateTime>,
     /// After this instant the dedup record may be purged and a replay is new work.
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub expires_at: OffsetDateTime,
 }
 

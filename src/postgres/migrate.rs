@@ -19,11 +19,18 @@ struct Migration {
 }
 
 /// Every migration of this crate version, oldest first.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "tasks, attempts, handoffs, store_clock",
-    sql: include_str!("../../migrations/0001_tasks.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "tasks, attempts, handoffs, store_clock",
+        sql: include_str!("../../migrations/0001_tasks.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "acceptance rule",
+        sql: include_str!("../../migrations/0002_acceptance_rule.sql"),
+    },
+];
 
 /// The history table, inside the crate's schema.
 pub(crate) const HISTORY_TABLE: &str = "taskfence_migrations";

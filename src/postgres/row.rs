@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
 
-use crate::policy::{OnAmbiguous, RetryPolicy};
+use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
 
@@ -64,6 +64,7 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
     let max_attempts: i32 = row.try_get("max_attempts")?;
     let on_ambiguous: String = row.try_get("on_ambiguous")?;
     let deadline: Option<i64> = row.try_get("deadline_ns")?;
+    let acceptance: String = row.try_get("acceptance")?;
     let policy = RetryPolicy {
         max_attempts: u32::try_from(max_attempts).map_err(|_| corrupt("max_attempts", max_attempts))?,
         initial_backoff: duration("initial_backoff_ns", row.try_get("initial_backoff_ns")?)?,
@@ -89,6 +90,7 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         status: status.parse::<Status>().map_err(|e| corrupt("status", e))?,
         version: u64::try_from(version).map_err(|_| corrupt("version", version))?,
         policy,
+        acceptance: AcceptanceRule::parse(&acceptance).ok_or_else(|| corrupt("acceptance", &acceptance))?,
         lease_until: row.try_get("lease_until")?,
         not_before: row.try_get("not_before")?,
         response: row.try_get::<Option<Vec<u8>>, _>("response")?.map(Response::new),

@@ -9,7 +9,7 @@
 /// The task columns, in the order [`super::row::task`] reads them by name.
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
-     lease_until, not_before, response, last_error, created_at, finished_at, expires_at";
+     acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at";
 
 /// The statements of one store, for one schema.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ impl Statements {
             format!("locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)");
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
-            // $7..$13 policy, $14 deadline interval, $15 retention interval.
+            // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
             // ON CONFLICT DO NOTHING never raises a unique violation; the second
             // branch returns the existing task (a racing insert that committed
             // after this statement's snapshot is read by the caller once more).
@@ -74,9 +74,9 @@ impl Statements {
                 "WITH created AS (
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
-                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at)
+                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
-                           c.now + $14, c.now, c.now + $15
+                           c.now + $14, c.now, c.now + $15, $16
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
                     RETURNING {cols}
@@ -146,7 +146,11 @@ impl Statements {
                  RETURNING lease_until"
             ),
             // $1 id, $2 version, $3 response. The textbook guarded UPDATE, with the
-            // attempt's outcome written by the same statement.
+            // attempt's outcome written by the same statement. The guard is
+            // `rules::accept`: the current assignment with a live lease, or, for a
+            // first-valid-answer task, any assignment granted so far while the
+            // task is not terminal. An earlier attempt's saved answer ends the
+            // current attempt as `overtaken`.
             complete: format!(
                 "WITH {locked},
                 done AS (
@@ -154,15 +158,19 @@ impl Statements {
                     SET status = 'completed', response = $3, lease_until = NULL, not_before = NULL,
                         finished_at = {s}.store_clock()
                     WHERE id = (SELECT id FROM locked)
-                      AND version = $2
-                      AND status = 'running'
-                      AND lease_until > {s}.store_clock()
                       AND response IS NULL
+                      AND ((version = $2 AND status = 'running' AND lease_until > {s}.store_clock())
+                        OR (acceptance = 'first_valid_answer' AND $2 BETWEEN 1 AND version
+                            AND status IN ('pending', 'running')))
                     RETURNING {cols}
                 ),
                 finished AS (
-                    UPDATE {s}.attempts AS a SET finished_at = d.finished_at, outcome = 'completed'
-                    FROM done AS d WHERE a.task_id = d.id AND a.number = d.version
+                    UPDATE {s}.attempts AS a
+                    SET finished_at = d.finished_at,
+                        outcome = CASE WHEN a.number = $2 THEN 'completed' ELSE 'overtaken' END
+                    FROM done AS d
+                    WHERE a.task_id = d.id
+                      AND (a.number = $2 OR (a.number = d.version AND a.finished_at IS NULL))
                 )
                 SELECT {cols} FROM done"
             ),

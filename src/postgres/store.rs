@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::error::Error;
 use crate::limits;
 use crate::policy::{Failure, Plan, StopReason, jitter_unit};
-use crate::rules::{self, CancelRule, ClaimRule};
+use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
     TaskStore,
@@ -327,6 +327,7 @@ impl PgStore {
                 .bind(row::on_ambiguous_name(new.policy.on_ambiguous))
                 .bind(deadline.map(interval))
                 .bind(interval(new.retention))
+                .bind(new.acceptance.as_str())
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(db)?;
@@ -417,8 +418,10 @@ impl PgStore {
                 .bind(version(&lease))
                 .bind(response.as_bytes())
         };
-        self.fenced_write(conn, "complete", &lease, query, |row| row::task(&row).map_err(db))
-            .await
+        self.checked_write(conn, "complete", rules::accept, &lease, query, |row| {
+            row::task(&row).map_err(db)
+        })
+        .await
     }
 
     async fn fail_on(
@@ -492,11 +495,27 @@ impl PgStore {
         query: impl Fn() -> Bound<'q> + Send,
         accepted: impl Fn(PgRow) -> Result<T> + Send,
     ) -> Result<Fenced<T>> {
+        self.checked_write(conn, op, rules::fence, lease, query, accepted)
+            .await
+    }
+
+    /// [`fenced_write`](Self::fenced_write) for a write that `check` decides
+    /// (a completion: [`rules::accept`]), so the re-read classifies a refusal
+    /// by the same rule the statement's guard applies.
+    async fn checked_write<'q, T>(
+        &self,
+        conn: &mut PgConnection,
+        op: &'static str,
+        check: LeaseCheck,
+        lease: &Lease,
+        query: impl Fn() -> Bound<'q> + Send,
+        accepted: impl Fn(PgRow) -> Result<T> + Send,
+    ) -> Result<Fenced<T>> {
         for _ in 0..RACE_RETRIES {
             if let Some(row) = query().fetch_optional(&mut *conn).await.map_err(db)? {
                 return accepted(row).map(Fenced::Accepted);
             }
-            if let Some(rejection) = self.rejection_on(conn, lease).await? {
+            if let Some(rejection) = self.rejection_on(conn, check, lease).await? {
                 return Ok(Fenced::Rejected(rejection));
             }
         }
@@ -552,14 +571,19 @@ impl PgStore {
         Ok(Some((task, now)))
     }
 
-    /// Why a fenced write of `lease` matched no row: one read, classified by [`rules::fence`].
-    /// `None` means the fence passes now (the caller writes again).
-    async fn rejection_on(&self, conn: &mut PgConnection, lease: &Lease) -> Result<Option<Rejection>> {
+    /// Why a write of `lease` matched no row: one read, classified by `check`.
+    /// `None` means the check passes now (the caller writes again).
+    async fn rejection_on(
+        &self,
+        conn: &mut PgConnection,
+        check: LeaseCheck,
+        lease: &Lease,
+    ) -> Result<Option<Rejection>> {
         let (task, now) = self
             .read_on(conn, lease.task_id())
             .await?
             .ok_or(Error::NotFound(lease.task_id()))?;
-        let rejection = rules::fence(&task, lease.version(), now).err();
+        let rejection = check(&task, lease.version(), now).err();
         if let Some(r) = &rejection {
             tracing::debug!(rejection = %r, "fenced write rejected");
         }

@@ -141,6 +141,11 @@ macro_rules! conformance_suite {
             strings_are_stored_verbatim,
             scopes_are_isolated,
             bad_input_is_rejected_and_writes_nothing,
+            acceptance_rule_is_stored_with_the_task,
+            first_valid_answer_saves_paused_worker_after_takeover,
+            first_valid_answer_still_fences_everything_but_completion,
+            first_valid_answer_never_saves_terminal_tasks_or_ungranted_leases,
+            first_valid_answer_racing_completions_save_once,
         );
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {

@@ -72,8 +72,9 @@ pub async fn complete_after_lease_expiry_is_rejected(f: &dyn Fixture) {
     );
 }
 
-/// The paused worker: it returns after a takeover with an answer, is
-/// rejected, and the new worker's answer is the one saved.
+/// The paused worker under the default rule (`CurrentAssignment`): it
+/// returns after a takeover with an answer, is rejected, and the new worker's
+/// answer is the one saved.
 pub async fn paused_worker_after_takeover_is_rejected(f: &dyn Fixture) {
     let store = f.store();
     let t = submit(&*store, new_task("send-1")).await;

@@ -12,6 +12,7 @@
 //! | [`lifecycle`] | The rest of a task's life: release, cancel, operation ids, unknown ids, stored text. |
 //! | [`maintenance`] | Guarantee 10 and re-dispatch: `due` and `purge_expired`. |
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
+//! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -25,6 +26,7 @@ use std::time::Duration;
 use crate::store::{Claim, ClaimRequest, Lease, TaskStore};
 use crate::task::{InputHash, NewTask, RequestKey, Task, TaskId};
 
+pub mod acceptance;
 pub mod bad_input;
 pub mod budget;
 pub mod claim;
@@ -33,6 +35,7 @@ pub mod fencing;
 pub mod lifecycle;
 pub mod maintenance;
 
+pub use acceptance::*;
 pub use bad_input::*;
 pub use budget::*;
 pub use claim::*;
