@@ -116,6 +116,12 @@ pub enum InvalidInput {
     /// Two settings contradict each other.
     #[error("{0}")]
     Inconsistent(&'static str),
+    /// The same task twice in one batch: each task is decided once per call.
+    #[error("task {task} appears more than once in the batch")]
+    DuplicateInBatch {
+        /// The repeated task.
+        task: TaskId,
+    },
     /// Not a plain lowercase SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
     /// e.g. a PostgreSQL schema name: it is written into SQL, so it must need no quoting.
     #[error("{field} must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")]

@@ -48,7 +48,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::policy::Failure;
-use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore};
+use crate::store::{
+    Attempt, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore, claim_one_by_one,
+    complete_one_by_one,
+};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
 /// The calls an [`Intercepted`] store may handle itself. Every method has a
@@ -118,6 +121,28 @@ pub trait Intercept: Send + Sync {
     }
     async fn purge_expired(&self, inner: &dyn TaskStore, limit: usize) -> Result<u64> {
         inner.purge_expired(limit).await
+    }
+    /// By default one [`claim`](Self::claim) per task, so a wrapper that
+    /// changes `claim` changes batches too; override it to batch natively.
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> Result<Vec<Claim>> {
+        claim_one_by_one(ids, request, |id, request| self.claim(inner, id, request)).await
+    }
+    /// By default one [`complete`](Self::complete) per lease, so a wrapper
+    /// that writes its own rows on completion does so for batches too.
+    async fn complete_many(
+        &self,
+        inner: &dyn TaskStore,
+        completions: Vec<(Lease, Response)>,
+    ) -> Result<Vec<Result<Fenced<Task>>>> {
+        complete_one_by_one(completions, |lease, response| {
+            self.complete(inner, lease, response)
+        })
+        .await
     }
 }
 
@@ -230,5 +255,11 @@ impl<I: Intercept> TaskStore for Intercepted<I> {
     }
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
         self.interceptor.purge_expired(&*self.inner, limit).await
+    }
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        self.interceptor.claim_many(&*self.inner, ids, request).await
+    }
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        self.interceptor.complete_many(&*self.inner, completions).await
     }
 }

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use crate::error::InvalidInput;
-use crate::task::Response;
+use crate::task::{Response, TaskId};
 
 /// Longest scope, in bytes.
 pub const MAX_SCOPE_LEN: usize = 255;
@@ -119,6 +119,35 @@ pub fn check_scan_limit(limit: usize) -> Result<(), InvalidInput> {
             min: "1".into(),
             max: MAX_SCAN_LIMIT.to_string(),
         });
+    }
+    Ok(())
+}
+
+/// Most tasks in one batch (`claim_many`, `complete_many`).
+pub const MAX_BATCH: usize = 1000;
+
+/// Checks a batch of task ids: at most [`MAX_BATCH`] of them, each once.
+///
+/// ```
+/// use taskfence::{limits, TaskId};
+/// let id = TaskId::new();
+/// assert!(limits::check_batch([id, TaskId::new()]).is_ok());
+/// assert!(limits::check_batch([id, id]).is_err());
+/// ```
+pub fn check_batch(ids: impl IntoIterator<Item = TaskId>) -> Result<(), InvalidInput> {
+    let mut seen = std::collections::HashSet::new();
+    for task in ids {
+        if !seen.insert(task) {
+            return Err(InvalidInput::DuplicateInBatch { task });
+        }
+        if seen.len() > MAX_BATCH {
+            return Err(InvalidInput::OutOfRange {
+                field: "batch size",
+                value: format!("more than {MAX_BATCH}"),
+                min: "0".into(),
+                max: MAX_BATCH.to_string(),
+            });
+        }
     }
     Ok(())
 }

@@ -97,6 +97,115 @@ pub trait TaskStore: Send + Sync {
     /// Removes up to `limit` terminal tasks whose retention has passed, with
     /// their dedup records and attempts. After it, replaying the key is new work.
     async fn purge_expired(&self, limit: usize) -> Result<u64>;
+
+    /// Claims several tasks for one worker (a queue's batch of deliveries),
+    /// answering each exactly as [`claim`](Self::claim) would, in order; one
+    /// task's refusal never affects another's.
+    ///
+    /// Ids must be distinct and at most [`limits::MAX_BATCH`]; bad input is a
+    /// typed error and claims nothing. The default claims one by one; a
+    /// backend overrides it to decide the batch in one round trip (`PgStore`
+    /// does). Not atomic as a whole: after an `Err`, some tasks may have been
+    /// claimed — their leases expire as any crashed worker's do.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// let a = store.submit(NewTask::new(RequestKey::new("u", "op", "a"), InputHash::of(["a"]))).await?.into_task();
+    /// let claims = store.claim_many(&[a.id, TaskId::new()], ClaimRequest::new("w", Duration::from_secs(30))).await?;
+    /// assert!(claims[0].is_acquired());
+    /// assert!(matches!(claims[1], Claim::NotFound));
+    /// # Ok(()) }
+    /// ```
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        claim_one_by_one(ids, request, |id, request| self.claim(id, request)).await
+    }
+
+    /// Completes several leases (a batch of finished work), each fenced on its
+    /// own exactly as [`complete`](Self::complete) would decide it, in order:
+    /// one refused lease never blocks the others. Each item is the
+    /// completion's answer, or `Err(Error::NotFound)` when its task is gone.
+    ///
+    /// Leases must be of distinct tasks, at most [`limits::MAX_BATCH`], each
+    /// response within limits; bad input is a typed error and saves nothing.
+    /// The default completes one by one; `PgStore` decides the batch in one
+    /// statement. After an outer `Err` some completions may have been saved:
+    /// completing again is safe (a saved task answers `AlreadyCompleted` with
+    /// its response).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// let a = store.submit(NewTask::new(RequestKey::new("u", "op", "a"), InputHash::of(["a"]))).await?.into_task();
+    /// let leases = store.claim_many(&[a.id], ClaimRequest::new("w", Duration::from_secs(30))).await?;
+    /// let Claim::Acquired(lease) = leases.into_iter().next().unwrap() else { unreachable!() };
+    /// let saved = store.complete_many(vec![(lease, Response::from("hi"))]).await?;
+    /// assert!(saved[0].as_ref().is_ok_and(|f| f.is_accepted()));
+    /// # Ok(()) }
+    /// ```
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        complete_one_by_one(completions, |lease, response| self.complete(lease, response)).await
+    }
+}
+
+/// [`TaskStore::claim_many`] made of single claims: checks the batch, then
+/// claims in order. Backends without a batch request (and wrappers) use it.
+pub(crate) async fn claim_one_by_one<F, Fut>(
+    ids: &[TaskId],
+    request: ClaimRequest,
+    mut claim: F,
+) -> Result<Vec<Claim>>
+where
+    F: FnMut(TaskId, ClaimRequest) -> Fut,
+    Fut: std::future::Future<Output = Result<Claim>>,
+{
+    limits::check_batch(ids.iter().copied())?;
+    request.validate()?;
+    let mut claims = Vec::with_capacity(ids.len());
+    for &id in ids {
+        claims.push(claim(id, request.clone()).await?);
+    }
+    Ok(claims)
+}
+
+/// [`TaskStore::complete_many`] made of single completions: checks the batch,
+/// then completes in order; a task that is gone is that item's `NotFound`.
+pub(crate) async fn complete_one_by_one<F, Fut>(
+    completions: Vec<(Lease, Response)>,
+    mut complete: F,
+) -> Result<Vec<Result<Fenced<Task>>>>
+where
+    F: FnMut(Lease, Response) -> Fut,
+    Fut: std::future::Future<Output = Result<Fenced<Task>>>,
+{
+    check_completions(&completions)?;
+    let mut out = Vec::with_capacity(completions.len());
+    for (lease, response) in completions {
+        match complete(lease, response).await {
+            Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
+            Err(e) => return Err(e),
+            Ok(fenced) => out.push(Ok(fenced)),
+        }
+    }
+    Ok(out)
+}
+
+/// The input checks of [`TaskStore::complete_many`], for every backend.
+///
+/// ```
+/// # fn f(batch: Vec<(taskfence::Lease, taskfence::Response)>) -> Result<(), taskfence::InvalidInput> {
+/// taskfence::store::check_completions(&batch)?;
+/// # Ok(()) }
+/// ```
+pub fn check_completions(completions: &[(Lease, Response)]) -> Result<(), InvalidInput> {
+    limits::check_batch(completions.iter().map(|(lease, _)| lease.task_id()))?;
+    completions
+        .iter()
+        .try_for_each(|(_, response)| limits::check_response(response))
 }
 
 /// What [`TaskStore::submit`] did.

@@ -99,6 +99,20 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
         "due" | "purge_expired" | "claim_handoffs" => ("int8", "100".into()),
         "mark_published" => ("int8[]", "'{1,2,3}'".into()),
+        "claim_many" => (
+            "uuid[], uuid[], interval, text, text, text",
+            format!(
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[gen_random_uuid(), gen_random_uuid()], '30 s', 'w', \
+                 'attempts exhausted', 'deadline exhausted'"
+            ),
+        ),
+        "complete_many" => (
+            "uuid[], int8[], bytea[]",
+            format!(
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea]"
+            ),
+        ),
+        "read_many" => ("uuid[]", format!("ARRAY[{id}::uuid, gen_random_uuid()]")),
         other => panic!("no parameters for {other}"),
     }
 }
@@ -158,6 +172,18 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "record_operation" => q.bind(id).bind(1_i64).bind("op-1"),
         "due" | "purge_expired" | "claim_handoffs" => q.bind(100_i64),
         "mark_published" => q.bind(vec![1_i64, 2, 3]),
+        "claim_many" => q
+            .bind(vec![id, Uuid::now_v7()])
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()])
+            .bind(interval(30))
+            .bind("w")
+            .bind("attempts exhausted")
+            .bind("deadline exhausted"),
+        "complete_many" => q
+            .bind(vec![id, Uuid::now_v7()])
+            .bind(vec![1_i64, 1])
+            .bind(vec![b"answer".to_vec(), b"other".to_vec()]),
+        "read_many" => q.bind(vec![id, Uuid::now_v7()]),
         other => panic!("no binds for {other}"),
     }
 }

@@ -236,3 +236,57 @@ async fn duplicate_deliveries_and_resubmits_are_one_round_trip_and_rejections_tw
         "a rejection: {wire:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_ten_is_one_round_trip_to_claim_and_one_to_complete() {
+    let f = common::fixture().await;
+    let proxy = WireProxy::start(f.url()).await;
+    let store = proxy.store(&f, 1).await;
+    let mut conn = store.pool().acquire().await.unwrap();
+    let mut batches = Vec::new();
+    for round in 0..2 {
+        let mut ids = Vec::new();
+        for i in 0..10 {
+            let key = format!("batch-{round}-{i}");
+            ids.push(
+                store
+                    .submit_in(&mut conn, new_task(&key))
+                    .await
+                    .unwrap()
+                    .into_task()
+                    .id,
+            );
+        }
+        batches.push(ids);
+    }
+    drop(conn);
+    let request = ClaimRequest::new("w", LEASE);
+
+    // The first batch prepares both statements; the second is counted.
+    let mut counted = Vec::new();
+    for ids in &batches {
+        proxy.take();
+        let claims = store.claim_many(ids, request.clone()).await.unwrap();
+        let claimed = proxy.take();
+        let leases: Vec<_> = claims
+            .into_iter()
+            .map(|c| match c {
+                Claim::Acquired(lease) => (lease, Response::from("answer")),
+                other => panic!("fresh task: {other:?}"),
+            })
+            .collect();
+        let saved = store.complete_many(leases).await.unwrap();
+        let completed = proxy.take();
+        assert!(saved.iter().all(|r| matches!(r, Ok(f) if f.is_accepted())));
+        counted.push((claimed, completed));
+    }
+    let (claimed, completed) = counted[1];
+    println!("claim_many of 10 {claimed:?}; complete_many of 10 {completed:?}");
+    for (op, wire) in [("claim_many", claimed), ("complete_many", completed)] {
+        assert_eq!(
+            (wire.simple_queries, wire.parses, wire.executes, wire.requests),
+            (0, 0, 1, 1),
+            "{op} of 10 tasks: one statement, one round trip"
+        );
+    }
+}

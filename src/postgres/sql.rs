@@ -30,6 +30,9 @@ pub(crate) struct Statements {
     pub(crate) purge_expired: String,
     pub(crate) claim_handoffs: String,
     pub(crate) mark_published: String,
+    pub(crate) claim_many: String,
+    pub(crate) complete_many: String,
+    pub(crate) read_many: String,
 }
 
 impl Statements {
@@ -52,6 +55,9 @@ impl Statements {
             ("purge_expired", &self.purge_expired),
             ("claim_handoffs", &self.claim_handoffs),
             ("mark_published", &self.mark_published),
+            ("claim_many", &self.claim_many),
+            ("complete_many", &self.complete_many),
+            ("read_many", &self.read_many),
         ]
     }
 
@@ -64,6 +70,13 @@ impl Statements {
         // holder only locked the row and changed nothing (no recheck then).
         let locked =
             format!("locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)");
+        // The batch form: every row of the batch locked first, in id order (so
+        // two batches sharing tasks never deadlock), before the write reads any
+        // of them; `id = ANY(ARRAY(SELECT id FROM locked_all))` is an InitPlan,
+        // as the single form's `= (SELECT id FROM locked)` is.
+        let locked_all = format!(
+            "locked_all AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE)"
+        );
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
@@ -287,6 +300,81 @@ impl Statements {
             mark_published: format!(
                 "UPDATE {s}.handoffs SET published_at = {s}.store_clock() WHERE id = ANY($1)"
             ),
+            // $1 ids, $2 attempt ids (same order), $3 lease interval, $4 worker,
+            // $5/$6 the stop reasons. `claim` for every row of the batch at
+            // once: each row is taken or exhausted by the same per-row SET and
+            // WHERE; rows not written come back as the statement's snapshot.
+            claim_many: format!(
+                "WITH {locked_all},
+                req AS (SELECT r.rid, r.rattempt FROM unnest($1::uuid[], $2::uuid[]) AS r(rid, rattempt)),
+                claimed AS (
+                    UPDATE {s}.tasks AS t
+                    SET (version, status, lease_until, not_before, finished_at, last_error) = (
+                        SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
+                               CASE WHEN d.take THEN 'running' ELSE 'failed' END,
+                               CASE WHEN d.take THEN d.now + $3 END,
+                               NULL::timestamptz,
+                               CASE WHEN d.take THEN NULL ELSE d.now END,
+                               CASE WHEN d.take THEN t.last_error
+                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
+                        FROM (SELECT c.now, t.version < t.max_attempts
+                                            AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
+                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
+                    )
+                    FROM req
+                    WHERE t.id = req.rid
+                      AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
+                      AND ((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
+                        OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))
+                    RETURNING {cols}, req.rattempt
+                ),
+                expired AS (
+                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
+                    FROM claimed AS c
+                    WHERE a.task_id = c.id AND a.finished_at IS NULL
+                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
+                ),
+                started AS (
+                    INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
+                    SELECT c.id, c.version, c.rattempt, $4, c.lease_until - $3, 'running'
+                    FROM claimed AS c WHERE c.status = 'running'
+                )
+                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
+                UNION ALL
+                SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
+                WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)"
+            ),
+            // $1 ids, $2 versions, $3 responses (same order). `complete` for
+            // every lease of the batch, each row guarded on its own.
+            complete_many: format!(
+                "WITH {locked_all},
+                req AS (SELECT r.rid, r.rversion, r.rresponse
+                        FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS r(rid, rversion, rresponse)),
+                done AS (
+                    UPDATE {s}.tasks
+                    SET status = 'completed', response = req.rresponse, lease_until = NULL, not_before = NULL,
+                        finished_at = {s}.store_clock()
+                    FROM req
+                    WHERE id = req.rid
+                      AND id = ANY(ARRAY(SELECT id FROM locked_all))
+                      AND response IS NULL
+                      AND ((version = req.rversion AND status = 'running' AND lease_until > {s}.store_clock())
+                        OR (acceptance = 'first_valid_answer' AND req.rversion BETWEEN 1 AND version
+                            AND status IN ('pending', 'running')))
+                    RETURNING {cols}, req.rversion
+                ),
+                finished AS (
+                    UPDATE {s}.attempts AS a
+                    SET finished_at = d.finished_at,
+                        outcome = CASE WHEN a.number = d.rversion THEN 'completed' ELSE 'overtaken' END
+                    FROM done AS d
+                    WHERE a.task_id = d.id
+                      AND (a.number = d.rversion OR (a.number = d.version AND a.finished_at IS NULL))
+                )
+                SELECT {cols} FROM done"
+            ),
+            // The rows of a batch and the store clock: what refused writes are classified from.
+            read_many: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)"),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! the happy path, the `_in` variants on the caller's connection or
 //! transaction, and the write → re-read → classify step a refused write takes.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::policy::{Failure, Plan, StopReason, jitter_unit};
 use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
-    TaskStore,
+    TaskStore, check_completions,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
@@ -372,20 +373,10 @@ impl PgStore {
             };
             let task = row::task(&row).map_err(db)?;
             if row.try_get::<bool, _>("written").map_err(db)? {
-                return match (task.status, task.lease_until) {
-                    (Status::Running, Some(until)) => {
-                        let span = tracing::Span::current();
-                        span.record("version", task.version);
-                        span.record("attempt_id", tracing::field::display(attempt_id));
-                        Ok(Claim::Acquired(Lease::new(
-                            task,
-                            attempt_id,
-                            request.worker,
-                            until,
-                        )))
-                    }
-                    _ => Ok(Claim::Failed(task)),
-                };
+                let span = tracing::Span::current();
+                span.record("version", task.version);
+                span.record("attempt_id", tracing::field::display(attempt_id));
+                return Ok(written_claim(task, attempt_id, request.worker));
             }
             // Not taken: `task` is this statement's snapshot of the row. An
             // answer (done, busy, backoff) from it holds; "available" means the
@@ -591,6 +582,22 @@ impl PgStore {
     }
 }
 
+/// The answer to a claim whose row was written: taken (a lease) or, when the
+/// budget was spent, terminally failed.
+fn written_claim(task: Task, attempt_id: AttemptId, worker: String) -> Claim {
+    match (task.status, task.lease_until) {
+        (Status::Running, Some(until)) => Claim::Acquired(Lease::new(task, attempt_id, worker, until)),
+        _ => Claim::Failed(task),
+    }
+}
+
+/// Rows of a batch statement by task id (with the store clock, when read).
+fn rows_by_id(rows: Vec<PgRow>) -> Result<HashMap<TaskId, PgRow>> {
+    rows.into_iter()
+        .map(|row| Ok((TaskId::from_uuid(row.try_get("id").map_err(db)?), row)))
+        .collect()
+}
+
 fn version(lease: &Lease) -> i64 {
     i64::try_from(lease.version()).unwrap_or(i64::MAX)
 }
@@ -757,6 +764,118 @@ impl TaskStore for PgStore {
                 .await
                 .map_err(db)?;
             Ok(done.rows_affected())
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One statement for the whole batch (see `claim_many` in `sql.rs`); a
+    /// task whose row changed while the statement waited for its lock is
+    /// decided again on its own.
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        limits::check_batch(ids.iter().copied())?;
+        request.validate()?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let span = trace::op("claim_many", None, None, None);
+        async move {
+            let mut conn = self.acquire().await?;
+            let attempts: Vec<AttemptId> = ids.iter().map(|_| AttemptId::new()).collect();
+            let rows = sqlx::query(&self.sql.claim_many)
+                .bind(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
+                .bind(attempts.iter().map(|a| a.as_uuid()).collect::<Vec<_>>())
+                .bind(interval(request.lease))
+                .bind(&request.worker)
+                .bind(StopReason::AttemptsExhausted.as_str())
+                .bind(StopReason::DeadlineExhausted.as_str())
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db)?;
+            let mut rows = rows_by_id(rows)?;
+            let mut claims = Vec::with_capacity(ids.len());
+            for (&id, &attempt_id) in ids.iter().zip(&attempts) {
+                let Some(row) = rows.remove(&id) else {
+                    claims.push(Claim::NotFound);
+                    continue;
+                };
+                let task = row::task(&row).map_err(db)?;
+                if row.try_get::<bool, _>("written").map_err(db)? {
+                    claims.push(written_claim(task, attempt_id, request.worker.clone()));
+                    continue;
+                }
+                let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+                claims.push(match rules::claim(&task, now) {
+                    ClaimRule::Answer(claim) => claim,
+                    _ => self.claim_on(&mut conn, id, request.clone()).await?,
+                });
+            }
+            Ok(claims)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One statement for the whole batch (see `complete_many` in `sql.rs`),
+    /// and one read of the refused rows to say why each was refused.
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        check_completions(&completions)?;
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let span = trace::op("complete_many", None, None, None);
+        async move {
+            let mut conn = self.acquire().await?;
+            let ids: Vec<_> = completions.iter().map(|(l, _)| l.task_id().as_uuid()).collect();
+            let rows = sqlx::query(&self.sql.complete_many)
+                .bind(&ids)
+                .bind(completions.iter().map(|(l, _)| version(l)).collect::<Vec<_>>())
+                .bind(completions.iter().map(|(_, r)| r.as_bytes()).collect::<Vec<_>>())
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db)?;
+            let mut saved = rows_by_id(rows)?;
+            let refused: Vec<_> = completions
+                .iter()
+                .map(|(l, _)| l.task_id())
+                .filter(|id| !saved.contains_key(id))
+                .map(|id| id.as_uuid())
+                .collect();
+            let mut reread = if refused.is_empty() {
+                HashMap::new()
+            } else {
+                let rows = sqlx::query(&self.sql.read_many)
+                    .bind(&refused)
+                    .fetch_all(&mut *conn)
+                    .await
+                    .map_err(db)?;
+                rows_by_id(rows)?
+            };
+            let mut out = Vec::with_capacity(completions.len());
+            for (lease, response) in completions {
+                let id = lease.task_id();
+                if let Some(row) = saved.remove(&id) {
+                    out.push(Ok(Fenced::Accepted(row::task(&row).map_err(db)?)));
+                    continue;
+                }
+                let Some(row) = reread.remove(&id) else {
+                    out.push(Err(Error::NotFound(id)));
+                    continue;
+                };
+                let (task, now) = (
+                    row::task(&row).map_err(db)?,
+                    row.try_get("store_now").map_err(db)?,
+                );
+                out.push(match rules::accept(&task, lease.version(), now) {
+                    Err(rejection) => Ok(Fenced::Rejected(rejection)),
+                    // The row changed between the write and the read: decide it alone.
+                    Ok(()) => match self.complete_on(&mut conn, lease, response).await {
+                        Err(Error::NotFound(id)) => Err(Error::NotFound(id)),
+                        other => Ok(other?),
+                    },
+                });
+            }
+            Ok(out)
         }
         .instrument(span)
         .await

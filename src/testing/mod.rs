@@ -146,6 +146,11 @@ macro_rules! conformance_suite {
             first_valid_answer_still_fences_everything_but_completion,
             first_valid_answer_never_saves_terminal_tasks_or_ungranted_leases,
             first_valid_answer_racing_completions_save_once,
+            claim_many_answers_each_task_as_claim_would,
+            claim_many_exhausts_and_takes_over_as_claim_would,
+            complete_many_fences_each_lease_on_its_own,
+            racing_batches_claim_and_complete_each_task_once,
+            bad_batches_are_refused_and_write_nothing,
         );
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {

@@ -13,6 +13,7 @@
 //! | [`maintenance`] | Guarantee 10 and re-dispatch: `due` and `purge_expired`. |
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
 //! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
+//! | [`batch`] | Batches decide each task as the single operation would. |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -28,6 +29,7 @@ use crate::task::{InputHash, NewTask, RequestKey, Task, TaskId};
 
 pub mod acceptance;
 pub mod bad_input;
+pub mod batch;
 pub mod budget;
 pub mod claim;
 pub mod dedup;
@@ -37,6 +39,7 @@ pub mod maintenance;
 
 pub use acceptance::*;
 pub use bad_input::*;
+pub use batch::*;
 pub use budget::*;
 pub use claim::*;
 pub use dedup::*;
