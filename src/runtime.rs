@@ -387,16 +387,75 @@ impl Worker {
         F: FnOnce(WorkContext) -> Fut,
         Fut: Future<Output = std::result::Result<Response, Failure>>,
     {
-        let request = ClaimRequest::new(self.config.worker_id.clone(), self.config.lease);
-        let mut lease = match self.store.claim(task_id, request).await? {
-            Claim::Acquired(lease) => lease,
-            Claim::Completed(_) => return Ok(Disposition::Ack(AckReason::AlreadyCompleted)),
-            Claim::Failed(_) => return Ok(Disposition::Ack(AckReason::Failed)),
-            Claim::Cancelled(_) => return Ok(Disposition::Ack(AckReason::Cancelled)),
-            Claim::NotFound => return Ok(Disposition::Ack(AckReason::NotFound)),
-            Claim::Busy { until } => return Ok(self.retry_at(until, RetryReason::Busy)),
-            Claim::Backoff { not_before } => return Ok(self.retry_at(not_before, RetryReason::Backoff)),
-        };
+        let claim = self.store.claim(task_id, self.claim_request()).await?;
+        match settled(claim, |at, reason| self.retry_at(at, reason)) {
+            Ok(disposition) => Ok(disposition),
+            Err(lease) => self.work_on(lease, hooks, work).await,
+        }
+    }
+
+    /// Handles a batch of deliveries (an SQS receive, a Kafka poll): one
+    /// [`claim_many`](TaskStore::claim_many) for all of them, then `work` for
+    /// every task this call acquired, side by side, each with its own lease
+    /// renewal and its own completion as soon as it finishes. The answers are
+    /// in the order of `task_ids`, each exactly what [`handle`](Self::handle)
+    /// would have answered for that delivery.
+    ///
+    /// Task ids must be distinct (a queue may deliver one twice in a batch:
+    /// handle the copy on its own, or acknowledge it after the first).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// # use std::{sync::Arc, time::Duration};
+    /// use taskfence::runtime::{AckReason, Disposition, Worker, WorkerConfig};
+    /// use taskfence::*;
+    /// let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    /// let mut ids = Vec::new();
+    /// for k in ["a", "b", "c"] {
+    ///     let new = NewTask::new(RequestKey::new("u", "op", k), InputHash::of([k]));
+    ///     ids.push(store.submit(new).await?.into_task().id);
+    /// }
+    /// let worker = Worker::new(store, WorkerConfig::new("w", Duration::from_secs(30)))?;
+    /// let answers = worker
+    ///     .handle_batch(&ids, &(), |ctx| async move { Ok(Response::from(ctx.task().key.key.clone())) })
+    ///     .await?;
+    /// assert!(answers.iter().all(|d| *d == Disposition::Ack(AckReason::Completed)));
+    /// # Ok(()) }
+    /// ```
+    pub async fn handle_batch<H, F, Fut>(
+        &self,
+        task_ids: &[TaskId],
+        hooks: &H,
+        work: F,
+    ) -> Result<Vec<Disposition>>
+    where
+        H: LeaseHooks + ?Sized,
+        F: Fn(WorkContext) -> Fut,
+        Fut: Future<Output = std::result::Result<Response, Failure>>,
+    {
+        let claims = self.store.claim_many(task_ids, self.claim_request()).await?;
+        let runs = claims.into_iter().map(|claim| async {
+            match settled(claim, |at, reason| self.retry_at(at, reason)) {
+                Ok(disposition) => Ok(disposition),
+                Err(lease) => self.work_on(lease, hooks, &work).await,
+            }
+        });
+        futures_util::future::join_all(runs).await.into_iter().collect()
+    }
+
+    fn claim_request(&self) -> ClaimRequest {
+        ClaimRequest::new(self.config.worker_id.clone(), self.config.lease)
+    }
+
+    /// The protocol once the task is acquired: keep the lease alive while
+    /// `work` runs, then complete or fail.
+    async fn work_on<H, F, Fut>(&self, mut lease: Lease, hooks: &H, work: F) -> Result<Disposition>
+    where
+        H: LeaseHooks + ?Sized,
+        F: FnOnce(WorkContext) -> Fut,
+        Fut: Future<Output = std::result::Result<Response, Failure>>,
+    {
+        let task_id = lease.task_id();
         tracing::debug!(%task_id, version = lease.version(), "claimed");
         hooks.on_claimed(&lease).await;
 
@@ -486,6 +545,24 @@ impl std::fmt::Debug for Worker {
             .field("clock", &self.clock)
             .finish_non_exhaustive()
     }
+}
+
+/// A claim that needs no work: `Ok` with what to tell the queue; `Err` with
+/// the lease when the task was acquired. `retry_at` turns a store instant into
+/// a redelivery.
+fn settled(
+    claim: Claim,
+    retry_at: impl Fn(OffsetDateTime, RetryReason) -> Disposition,
+) -> std::result::Result<Disposition, Lease> {
+    Ok(match claim {
+        Claim::Acquired(lease) => return Err(lease),
+        Claim::Completed(_) => Disposition::Ack(AckReason::AlreadyCompleted),
+        Claim::Failed(_) => Disposition::Ack(AckReason::Failed),
+        Claim::Cancelled(_) => Disposition::Ack(AckReason::Cancelled),
+        Claim::NotFound => Disposition::Ack(AckReason::NotFound),
+        Claim::Busy { until } => retry_at(until, RetryReason::Busy),
+        Claim::Backoff { not_before } => retry_at(not_before, RetryReason::Backoff),
+    })
 }
 
 /// A refused write that still settles the task for good: acknowledge.

@@ -592,3 +592,148 @@ async fn an_invalid_failure_is_an_error_and_the_attempt_stays_running() {
     );
     assert_eq!(task.last_error, None);
 }
+
+/// Counts single and batched claims on the way to the store.
+#[derive(Default)]
+struct ClaimCounter {
+    single: AtomicU32,
+    batches: AtomicU32,
+}
+
+#[async_trait]
+impl Intercept for ClaimCounter {
+    async fn claim(
+        &self,
+        inner: &dyn TaskStore,
+        id: TaskId,
+        request: ClaimRequest,
+    ) -> taskfence::Result<Claim> {
+        self.single.fetch_add(1, Ordering::SeqCst);
+        inner.claim(id, request).await
+    }
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> taskfence::Result<Vec<Claim>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        inner.claim_many(ids, request).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_claimed_at_once_and_each_delivery_answered_as_handle_would() {
+    let f = Fixture::new();
+    let done = f.submit(policy()).await;
+    f.worker("first").handle(done.id, &(), answer).await.unwrap();
+    let fresh = f.submit(policy()).await;
+    let busy = f.submit(policy()).await;
+    let _held = match f
+        .store
+        .claim(busy.id, ClaimRequest::new("other", LEASE))
+        .await
+        .unwrap()
+    {
+        Claim::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let failing = f.submit(policy()).await;
+    let unknown = TaskId::new();
+
+    let counter = Arc::new(Intercepted::new(Arc::clone(&f.store), ClaimCounter::default()));
+    let worker = Worker::new(counter.clone(), WorkerConfig::new("batch", LEASE))
+        .unwrap()
+        .with_clock(f.clock.clone());
+    let called = Mutex::new(Vec::new());
+    let ids = [done.id, fresh.id, busy.id, failing.id, unknown];
+    let answers = worker
+        .handle_batch(&ids, &(), |ctx| {
+            called.lock().unwrap().push(ctx.task().id);
+            let fails = ctx.task().id == failing.id;
+            async move {
+                if fails {
+                    Err(Failure::retryable("503"))
+                } else {
+                    Ok(Response::from("batched"))
+                }
+            }
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(answers[0], Disposition::Ack(AckReason::AlreadyCompleted));
+    assert_eq!(answers[1], Disposition::Ack(AckReason::Completed));
+    assert!(
+        matches!(
+            answers[2],
+            Disposition::RetryAfter {
+                reason: RetryReason::Busy,
+                ..
+            }
+        ),
+        "{:?}",
+        answers[2]
+    );
+    assert!(
+        matches!(
+            answers[3],
+            Disposition::RetryAfter {
+                reason: RetryReason::Scheduled { attempts_left: 2 },
+                ..
+            }
+        ),
+        "{:?}",
+        answers[3]
+    );
+    assert_eq!(answers[4], Disposition::Ack(AckReason::NotFound));
+    let mut called = called.into_inner().unwrap();
+    called.sort();
+    let mut worked = vec![fresh.id, failing.id];
+    worked.sort();
+    assert_eq!(called, worked, "work runs only for the tasks this batch acquired");
+    assert_eq!(f.task(fresh.id).await.response, Some(Response::from("batched")));
+    let counts = counter.interceptor();
+    assert_eq!(
+        (
+            counts.batches.load(Ordering::SeqCst),
+            counts.single.load(Ordering::SeqCst)
+        ),
+        (1, 0),
+        "one batched claim, no single ones"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_saves_each_answer_as_it_finishes_and_renews_the_slow_ones() {
+    let f = Fixture::new();
+    let quick = f.submit(policy()).await;
+    let slow = f.submit(policy()).await;
+    let ids = [quick.id, slow.id];
+    let answers = f
+        .worker("batch")
+        .handle_batch(&ids, &(), |ctx| {
+            let (store, is_slow) = (Arc::clone(&f.store), ctx.task().id == slow.id);
+            async move {
+                if !is_slow {
+                    return Ok(Response::from("quick"));
+                }
+                // The slow call outlives three leases (renewed meanwhile), and
+                // the quick answer is saved before it ends: saving does not
+                // wait for the rest of the batch.
+                tokio::time::sleep(LEASE * 3).await;
+                let quick_now = store.get(quick.id).await.unwrap().unwrap();
+                assert_eq!(
+                    quick_now.status,
+                    Status::Completed,
+                    "the quick answer was saved first"
+                );
+                Ok(Response::from("slow"))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(answers, vec![Disposition::Ack(AckReason::Completed); 2]);
+    assert_eq!(f.task(slow.id).await.response, Some(Response::from("slow")));
+    assert_eq!(f.task(slow.id).await.attempts(), 1, "renewed, never taken over");
+}
