@@ -195,3 +195,57 @@ async fn expired_leases_and_passed_backoffs_are_redispatched() {
     );
     assert_eq!(*sent.lock().unwrap(), [crashed]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whole() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let mut ids = Vec::new();
+    for i in 0..23 {
+        ids.push(
+            store
+                .submit(new_task(&format!("k{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    let batches = std::sync::Mutex::new(Vec::new());
+    let round = store
+        .dispatch_batches(15, 10, |batch| {
+            let failing = batches.lock().unwrap().len() == 1;
+            batches.lock().unwrap().push(batch);
+            // The second batch fails, say after the broker took some of it.
+            std::future::ready(if failing {
+                Err(std::io::Error::other("SendMessageBatch: 2 of 5 failed"))
+            } else {
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    let batches = batches.into_inner().unwrap();
+    assert_eq!(
+        batches,
+        [ids[..10].to_vec(), ids[10..15].to_vec()],
+        "chunks of 10, in order, within the limit"
+    );
+    assert_eq!(round.published, ids[..10]);
+    assert_eq!(
+        round.failed.map(|(id, _)| id),
+        Some(ids[10]),
+        "named by its first task"
+    );
+
+    let (sent, publish) = recorder();
+    let next = store.dispatch(100, publish).await.unwrap();
+    assert_eq!(next.published, ids[10..], "the failed batch, whole, and the rest");
+    assert_eq!(*sent.lock().unwrap(), ids[10..]);
+    assert!(matches!(
+        store
+            .dispatch_batches(10, 0, |_| std::future::ready(Ok::<(), std::io::Error>(())))
+            .await,
+        Err(taskfence::Error::InvalidInput(_))
+    ));
+}

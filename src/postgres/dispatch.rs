@@ -29,8 +29,9 @@ use super::{PgStore, db};
 pub struct Dispatched<E> {
     /// The tasks published (and, for handoffs, marked published), in order.
     pub published: Vec<TaskId>,
-    /// The first task whose publication failed, with the error; the round
-    /// stopped there and that handoff stays pending for the next round.
+    /// The first task whose publication failed (with `dispatch_batches`, the
+    /// first task of the batch that failed), with the error; the round stopped
+    /// there and those handoffs stay pending for the next round.
     pub failed: Option<(TaskId, E)>,
 }
 
@@ -66,7 +67,50 @@ impl PgStore {
         Fut: Future<Output = std::result::Result<(), E>> + Send,
         E: Send,
     {
+        self.dispatch_batches(limit, 1, |ids| publish(ids[0])).await
+    }
+
+    /// [`dispatch`](Self::dispatch) with `publish` called for up to `batch`
+    /// task ids at a time (SQS `SendMessageBatch` takes 10, a Kafka producer
+    /// any number): fewer requests to the broker for the same round.
+    ///
+    /// `publish` must return `Ok` only once every message of the batch is
+    /// durably in the queue. An `Err` stops the round and leaves the whole
+    /// batch pending, also the messages that did get through (a partial
+    /// failure): the next round publishes them again, and every copy points to
+    /// the same task. [`Dispatched::failed`] names the batch's first task.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let round = store
+    ///     .dispatch_batches(100, 10, |task_ids| async move {
+    ///         // one SendMessageBatch with these ids
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn dispatch_batches<F, Fut, E>(
+        &self,
+        limit: usize,
+        batch: usize,
+        mut publish: F,
+    ) -> Result<Dispatched<E>>
+    where
+        F: FnMut(Vec<TaskId>) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<(), E>> + Send,
+        E: Send,
+    {
         limits::check_scan_limit(limit)?;
+        if batch == 0 || batch > limits::MAX_BATCH {
+            return Err(crate::InvalidInput::OutOfRange {
+                field: "batch",
+                value: batch.to_string(),
+                min: "1".into(),
+                max: limits::MAX_BATCH.to_string(),
+            }
+            .into());
+        }
         let span = trace::op("dispatch", None, None, None);
         async move {
             let mut tx = self.pool.begin().await.map_err(db)?;
@@ -82,14 +126,15 @@ impl PgStore {
             let mut marked = Vec::with_capacity(handoffs.len());
             let mut published = Vec::with_capacity(handoffs.len());
             let mut failed = None;
-            for (handoff, task_id) in handoffs {
-                match publish(task_id).await {
+            for chunk in handoffs.chunks(batch) {
+                let ids: Vec<TaskId> = chunk.iter().map(|&(_, id)| id).collect();
+                match publish(ids.clone()).await {
                     Ok(()) => {
-                        marked.push(handoff);
-                        published.push(task_id);
+                        marked.extend(chunk.iter().map(|&(handoff, _)| handoff));
+                        published.extend(ids);
                     }
                     Err(err) => {
-                        failed = Some((task_id, err));
+                        failed = Some((ids[0], err));
                         break;
                     }
                 }
