@@ -16,12 +16,12 @@ use sqlx::{PgConnection, PgPool, Row};
 use taskfence::{
     Error, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, Submitted, Task, TaskId,
 };
+use taskfence_axum::{IdempotencyKey, Problem};
 use tokio::sync::{Notify, broadcast, watch};
 use uuid::Uuid;
 
 use crate::config::Limits;
-use crate::idempotency::IdempotencyKey;
-use crate::problem::Problem;
+use crate::problem;
 use crate::replies::{ReplyEvent, ReplyEvents};
 use crate::worker::ReplyPayload;
 
@@ -68,7 +68,7 @@ async fn healthz(State(state): State<AppState>) -> Result<Response, Problem> {
         Ok(_) => Ok(json(StatusCode::OK, br#"{"status":"ok"}"#.to_vec(), false)),
         Err(error) => {
             tracing::warn!(%error, "health check: PostgreSQL does not answer");
-            Err(Problem::new(
+            Err(problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "the database does not answer",
@@ -99,11 +99,7 @@ where
             .map(|(_, token)| token);
         match token.and_then(|t| state.tokens.get(t.trim())) {
             Some(user) => Ok(Caller(user.clone())),
-            None => Err(Problem::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "send Authorization: Bearer <token> with a known token",
-            )),
+            None => Err(problem::unauthenticated()),
         }
     }
 }
@@ -185,7 +181,7 @@ async fn send(
         &payload,
     )?;
 
-    let mut tx = state.pool.begin().await.map_err(Problem::internal)?;
+    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
     // Concurrent repeats of this key wait here, on the request key's unique
     // index, until the first commits; then they see Existing.
     match state.store.submit_in(&mut tx, new).await {
@@ -199,11 +195,11 @@ async fn send(
             .bind(&content)
             .execute(&mut *tx)
             .await
-            .map_err(Problem::internal)?;
+            .map_err(problem::internal)?;
             created(state, tx, &caller, task.id, message_id).await
         }
         Ok(Submitted::Existing(task)) => {
-            tx.rollback().await.map_err(Problem::internal)?;
+            tx.rollback().await.map_err(problem::internal)?;
             replay(&state, &caller, task.id).await
         }
         Err(error) => Err(submit_problem(error)),
@@ -217,15 +213,15 @@ async fn regenerate(
     key: IdempotencyKey,
     Path(message_id): Path<String>,
 ) -> Result<Response, Problem> {
-    let not_found = || Problem::new(StatusCode::NOT_FOUND, "not-found", "no such message");
+    let not_found = || problem::new(StatusCode::NOT_FOUND, "not-found", "no such message");
     let message_id: Uuid = message_id.parse().map_err(|_| not_found())?;
-    let mut tx = state.pool.begin().await.map_err(Problem::internal)?;
+    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
     let prompt: String = sqlx::query_scalar("SELECT content FROM messages WHERE id = $1 AND user_id = $2")
         .bind(message_id)
         .bind(&caller.0)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(Problem::internal)?
+        .map_err(problem::internal)?
         .ok_or_else(not_found)?;
     let payload = ReplyPayload { message_id, prompt };
     let input = InputHash::of(["regenerate".as_bytes(), message_id.as_bytes()]);
@@ -233,7 +229,7 @@ async fn regenerate(
     match state.store.submit_in(&mut tx, new).await {
         Ok(Submitted::Created(task)) => created(state, tx, &caller, task.id, message_id).await,
         Ok(Submitted::Existing(task)) => {
-            tx.rollback().await.map_err(Problem::internal)?;
+            tx.rollback().await.map_err(problem::internal)?;
             replay(&state, &caller, task.id).await
         }
         Err(error) => Err(submit_problem(error)),
@@ -248,7 +244,7 @@ fn new_task(
     payload: &ReplyPayload,
 ) -> Result<NewTask, Problem> {
     let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
-        .payload(serde_json::to_vec(payload).map_err(Problem::internal)?)
+        .payload(serde_json::to_vec(payload).map_err(problem::internal)?)
         .policy(state.policy)
         .retention(state.key_retention);
     new.validate().map_err(|e| submit_problem(e.into()))?;
@@ -268,16 +264,16 @@ async fn created(
         .bind(message_id)
         .execute(&mut *tx)
         .await
-        .map_err(Problem::internal)?;
+        .map_err(problem::internal)?;
     let body = accepted(&mut tx, caller, task_id).await?;
-    tx.commit().await.map_err(Problem::internal)?;
+    tx.commit().await.map_err(problem::internal)?;
     state.wake_worker.notify_one();
     Ok(json(StatusCode::CREATED, body, false))
 }
 
 /// The first response to this key, rebuilt from the committed rows.
 async fn replay(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<Response, Problem> {
-    let mut conn = state.pool.acquire().await.map_err(Problem::internal)?;
+    let mut conn = state.pool.acquire().await.map_err(problem::internal)?;
     let body = accepted(&mut conn, caller, task_id).await?;
     Ok(json(StatusCode::CREATED, body, true))
 }
@@ -292,8 +288,8 @@ async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> 
     .bind(&caller.0)
     .fetch_optional(conn)
     .await
-    .map_err(Problem::internal)?
-    .ok_or_else(|| Problem::internal(format!("reply task {task_id} has no message row")))?;
+    .map_err(problem::internal)?
+    .ok_or_else(|| problem::internal(format!("reply task {task_id} has no message row")))?;
     let body = Accepted {
         message: MessageView {
             id: row.get::<Uuid, _>("id").to_string(),
@@ -306,7 +302,7 @@ async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> 
             href: format!("/tasks/{task_id}"),
         },
     };
-    serde_json::to_vec(&body).map_err(Problem::internal)
+    serde_json::to_vec(&body).map_err(problem::internal)
 }
 
 /// `?wait=` of `GET /tasks/{id}`.
@@ -326,7 +322,7 @@ async fn task(
 ) -> Result<Response, Problem> {
     let task_id: TaskId = task_id.parse().map_err(|_| task_not_found())?;
     let Query(query) =
-        query.map_err(|e| Problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
+        query.map_err(|e| problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
     let wait = match query.wait.as_deref() {
         None => Duration::ZERO,
         Some(text) => parse_wait(text, state.limits.max_wait)?,
@@ -341,7 +337,7 @@ async fn task(
         if settled || tokio::time::Instant::now() >= deadline || *stop.borrow() {
             return Ok(json(
                 StatusCode::OK,
-                serde_json::to_vec(&view).map_err(Problem::internal)?,
+                serde_json::to_vec(&view).map_err(problem::internal)?,
                 false,
             ));
         }
@@ -370,16 +366,16 @@ async fn wait_for(events: &mut broadcast::Receiver<ReplyEvent>, task_id: TaskId)
 /// and the reply never disagree. Another user's task is "not found": its
 /// existence is not revealed.
 async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<TaskView, Problem> {
-    let mut tx = state.pool.begin().await.map_err(Problem::internal)?;
+    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
     sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         .execute(&mut *tx)
         .await
-        .map_err(Problem::internal)?;
+        .map_err(problem::internal)?;
     let task: Task = state
         .store
         .get_in(&mut tx, task_id)
         .await
-        .map_err(Problem::internal)?
+        .map_err(problem::internal)?
         .filter(|t| t.key.scope == caller.0 && t.key.operation == OPERATION)
         .ok_or_else(task_not_found)?;
     let row = sqlx::query(&format!(
@@ -391,9 +387,9 @@ async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result
     .bind(task_id.as_uuid())
     .fetch_optional(&mut *tx)
     .await
-    .map_err(Problem::internal)?
+    .map_err(problem::internal)?
     .ok_or_else(task_not_found)?;
-    tx.commit().await.map_err(Problem::internal)?;
+    tx.commit().await.map_err(problem::internal)?;
     let reply = row.get::<Option<String>, _>("content").map(|content| ReplyView {
         content,
         attempt: row.get("attempt"),
@@ -413,12 +409,12 @@ async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result
 }
 
 fn task_not_found() -> Problem {
-    Problem::new(StatusCode::NOT_FOUND, "not-found", "no such task")
+    problem::new(StatusCode::NOT_FOUND, "not-found", "no such task")
 }
 
 /// `30s`, `1500ms` or `30` (seconds), at most `max`.
 fn parse_wait(text: &str, max: Duration) -> Result<Duration, Problem> {
-    let bad = |detail: String| Problem::new(StatusCode::BAD_REQUEST, "invalid-wait", detail);
+    let bad = |detail: String| problem::new(StatusCode::BAD_REQUEST, "invalid-wait", detail);
     let (number, unit) = match text.strip_suffix("ms") {
         Some(n) => (n, 1),
         None => (text.strip_suffix('s').unwrap_or(text), 1000),
@@ -447,7 +443,7 @@ fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
     if ok {
         return Ok(());
     }
-    Err(Problem::new(
+    Err(problem::new(
         StatusCode::BAD_REQUEST,
         "invalid-conversation-id",
         format!(
@@ -459,7 +455,7 @@ fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
 
 fn check_content(content: &str, limits: &Limits) -> Result<(), Problem> {
     taskfence::limits::check_text("content", content, limits.max_content_bytes)
-        .map_err(|e| Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-content", e.to_string()))
+        .map_err(|e| problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-content", e.to_string()))
 }
 
 fn json_problem(rejection: JsonRejection) -> Problem {
@@ -469,22 +465,15 @@ fn json_problem(rejection: JsonRejection) -> Problem {
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
         _ => "invalid-body",
     };
-    Problem::new(status, slug, rejection.body_text())
+    problem::new(status, slug, rejection.body_text())
 }
 
+/// taskfence-axum's problem for a submission that failed: a key reused with
+/// another payload is the IETF draft's 422 `idempotency-key-reused` (nothing
+/// was written), invalid input a 400 `invalid-request`, a storage failure a 503
+/// `unavailable` (the cause logged, never sent).
 fn submit_problem(error: Error) -> Problem {
-    match error {
-        // The IETF draft's answer to a key reused with another payload. Nothing was written.
-        Error::KeyConflict { .. } => Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency-key-reused",
-            "this Idempotency-Key was already used for a different request; use a new key for new work",
-        ),
-        Error::InvalidInput(invalid) => {
-            Problem::new(StatusCode::BAD_REQUEST, "invalid-request", invalid.to_string())
-        }
-        other => Problem::internal(other),
-    }
+    problem::TYPES.error(&error)
 }
 
 fn json(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {

@@ -10,8 +10,7 @@
 //! | [`config`] | [`Settings`] (flags + environment), [`Config`], [`Mode`], [`Limits`], [`WorkerSettings`] |
 //! | [`db`] | the pool (TLS, app schema) and both migrators at start-up |
 //! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
-//! | [`idempotency`] | [`IdempotencyKey`]: the header, parsed per the IETF draft |
-//! | [`problem`] | [`Problem`]: `application/problem+json` errors |
+//! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
 //! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::Worker`] → [`ReplyProvider`] |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
@@ -22,7 +21,6 @@
 mod api;
 pub mod config;
 pub mod db;
-pub mod idempotency;
 pub mod problem;
 pub mod replies;
 pub mod service;
@@ -31,8 +29,7 @@ pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};
 pub use config::{Config, Limits, Mode, Settings, WorkerSettings};
-pub use idempotency::IdempotencyKey;
-pub use problem::Problem;
 pub use replies::{ReplyEvent, ReplyEvents, ReplyStore, SaveReply, reply_store};
 pub use service::{Service, StartError};
+pub use taskfence_axum::{IdempotencyKey, Problem};
 pub use worker::{ReplyPayload, ReplyProvider};

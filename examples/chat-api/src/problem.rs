@@ -1,79 +1,70 @@
-//! [`Problem`]: every error response, as RFC 9457 `application/problem+json`.
+//! The chat API's problem types. Every error response is a
+//! [`Problem`] (RFC 9457 `application/problem+json`)
+//! from `taskfence-axum`, which also answers a missing or malformed
+//! `Idempotency-Key` and converts taskfence's errors; this module names the
+//! API's own types under the same `/problems/` base.
+
+use std::fmt::Display;
 
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use taskfence_axum::{Problem, ProblemTypes};
 
-/// An error response: a status, a stable problem type and a human-readable
-/// detail. Clients branch on `type`, never on `detail`.
+/// Where the API's problem types live: `/problems/{slug}`, relative to the
+/// API, where their documentation would be. `taskfence-axum`'s own problems
+/// (`idempotency-key-missing`, `idempotency-key-malformed`,
+/// `idempotency-key-reused`, `invalid-request`, `unavailable`) use the same base.
 ///
 /// ```
 /// use axum::http::StatusCode;
-/// let p = chat_api::Problem::new(StatusCode::BAD_REQUEST, "idempotency-key-missing", "send an Idempotency-Key");
+/// let p = chat_api::problem::TYPES.problem(StatusCode::BAD_REQUEST, "invalid-wait", "wait=61s is too long");
 /// assert_eq!(p.status(), StatusCode::BAD_REQUEST);
-/// assert_eq!(p.problem_type(), "/problems/idempotency-key-missing");
+/// assert_eq!(p.problem_type(), "/problems/invalid-wait");
 /// ```
-#[derive(Debug, Clone, Serialize)]
-pub struct Problem {
-    #[serde(rename = "type")]
-    kind: String,
-    title: &'static str,
-    #[serde(serialize_with = "as_u16")]
-    status: StatusCode,
-    detail: String,
+pub const TYPES: ProblemTypes = ProblemTypes::new("/problems/");
+
+/// A problem of type `/problems/{slug}`; clients branch on the type, never on the detail.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// let p = chat_api::problem::new(StatusCode::NOT_FOUND, "not-found", "no such task");
+/// assert_eq!(p.problem_type(), "/problems/not-found");
+/// assert_eq!(p.title(), "Not Found");
+/// ```
+pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem {
+    TYPES.problem(status, slug, detail)
 }
 
-fn as_u16<S: serde::Serializer>(status: &StatusCode, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u16(status.as_u16())
+/// 401 with `WWW-Authenticate: Bearer`.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// let response = chat_api::problem::unauthenticated().into_response();
+/// assert_eq!(response.status(), 401);
+/// assert_eq!(response.headers()["www-authenticate"], "Bearer");
+/// ```
+pub fn unauthenticated() -> Problem {
+    new(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "send Authorization: Bearer <token> with a known token",
+    )
+    .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
 }
 
-impl Problem {
-    /// A problem of type `/problems/{slug}` (a URI reference relative to the
-    /// API, where its documentation would live).
-    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
-        Self {
-            kind: format!("/problems/{slug}"),
-            title: status.canonical_reason().unwrap_or("Error"),
-            status,
-            detail: detail.into(),
-        }
-    }
-
-    /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The `type` member.
-    pub fn problem_type(&self) -> &str {
-        &self.kind
-    }
-
-    /// 500 for a storage failure. The detail stays generic (the cause is
-    /// logged): nothing may be assumed written, and the client retries with the
-    /// same Idempotency-Key.
-    pub fn internal(err: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %err, "request failed");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the request could not be completed; retry it with the same Idempotency-Key",
-        )
-    }
-}
-
-impl IntoResponse for Problem {
-    fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self).unwrap_or_default();
-        let mut response = (self.status, body).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        if self.status == StatusCode::UNAUTHORIZED {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        response
-    }
+/// 500 for a failure of the app's own queries. The detail stays generic (the
+/// cause is logged): nothing may be assumed written, and the client retries
+/// with the same Idempotency-Key.
+///
+/// ```
+/// let p = chat_api::problem::internal("connection reset");
+/// assert_eq!(p.status(), 500);
+/// assert!(!p.to_json().contains("connection reset"));
+/// ```
+pub fn internal(err: impl Display) -> Problem {
+    tracing::error!(error = %err, "request failed");
+    new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the request could not be completed; retry it with the same Idempotency-Key",
+    )
 }
