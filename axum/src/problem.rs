@@ -25,7 +25,8 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 ///
 /// The body is serialized in a fixed member order (`type`, `title`, `status`,
 /// `detail`, `instance`, then extensions in insertion order), so the same
-/// problem always renders the same bytes.
+/// problem always renders the same bytes. It is one pointer wide, so a
+/// `Result<T, Problem>` stays small.
 ///
 /// ```
 /// use axum::response::IntoResponse;
@@ -43,12 +44,17 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 ///     r#"{"type":"https://api.example.com/problems/out-of-stock","title":"Out of stock","status":409,"detail":"item 42 is out of stock","instance":"/orders/7","item":42}"#
 /// );
 ///
+/// assert_eq!(std::mem::size_of::<Problem>(), std::mem::size_of::<usize>());
+///
 /// let response = problem.into_response();
 /// assert_eq!(response.status(), StatusCode::CONFLICT);
 /// assert_eq!(response.headers()["content-type"], "application/problem+json");
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct Problem {
+pub struct Problem(Box<Members>);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Members {
     status: StatusCode,
     problem_type: String,
     title: String,
@@ -74,7 +80,7 @@ impl Problem {
     /// assert_eq!(p.to_json(), r#"{"type":"about:blank","title":"Not Found","status":404}"#);
     /// ```
     pub fn new(status: StatusCode) -> Self {
-        Self {
+        Self(Box::new(Members {
             status,
             problem_type: "about:blank".to_owned(),
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
@@ -82,7 +88,7 @@ impl Problem {
             instance: None,
             extensions: Map::new(),
             headers: HeaderMap::new(),
-        }
+        }))
     }
 
     /// Sets the `type` member: a URI reference that identifies the kind of
@@ -94,7 +100,7 @@ impl Problem {
     /// assert_eq!(p.problem_type(), "/problems/invalid-wait");
     /// ```
     pub fn with_type(mut self, uri: impl Into<String>) -> Self {
-        self.problem_type = uri.into();
+        self.0.problem_type = uri.into();
         self
     }
 
@@ -106,7 +112,7 @@ impl Problem {
     /// assert_eq!(p.title(), "Bad wait");
     /// ```
     pub fn with_title(mut self, title: impl Into<String>) -> Self {
-        self.title = title.into();
+        self.0.title = title.into();
         self
     }
 
@@ -118,7 +124,7 @@ impl Problem {
     /// assert_eq!(p.detail(), Some("wait=61s is too long"));
     /// ```
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
-        self.detail = Some(detail.into());
+        self.0.detail = Some(detail.into());
         self
     }
 
@@ -130,7 +136,7 @@ impl Problem {
     /// assert_eq!(p.instance(), Some("/tasks/7"));
     /// ```
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
-        self.instance = Some(instance.into());
+        self.0.instance = Some(instance.into());
         self
     }
 
@@ -149,7 +155,7 @@ impl Problem {
     pub fn with_extension(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
         let name = name.into();
         if !STANDARD_MEMBERS.contains(&name.as_str()) {
-            self.extensions.insert(name, value.into());
+            self.0.extensions.insert(name, value.into());
         }
         self
     }
@@ -166,7 +172,7 @@ impl Problem {
     /// assert_eq!(response.headers()["www-authenticate"], "Bearer");
     /// ```
     pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
-        self.headers.insert(name, value);
+        self.0.headers.insert(name, value);
         self
     }
 
@@ -177,7 +183,7 @@ impl Problem {
     /// assert_eq!(taskfence_axum::Problem::new(StatusCode::GONE).status(), StatusCode::GONE);
     /// ```
     pub fn status(&self) -> StatusCode {
-        self.status
+        self.0.status
     }
 
     /// The `type` member.
@@ -187,7 +193,7 @@ impl Problem {
     /// assert_eq!(taskfence_axum::Problem::new(StatusCode::GONE).problem_type(), "about:blank");
     /// ```
     pub fn problem_type(&self) -> &str {
-        &self.problem_type
+        &self.0.problem_type
     }
 
     /// The `title` member.
@@ -197,7 +203,7 @@ impl Problem {
     /// assert_eq!(taskfence_axum::Problem::new(StatusCode::GONE).title(), "Gone");
     /// ```
     pub fn title(&self) -> &str {
-        &self.title
+        &self.0.title
     }
 
     /// The `detail` member, if set.
@@ -207,7 +213,7 @@ impl Problem {
     /// assert_eq!(taskfence_axum::Problem::new(StatusCode::GONE).detail(), None);
     /// ```
     pub fn detail(&self) -> Option<&str> {
-        self.detail.as_deref()
+        self.0.detail.as_deref()
     }
 
     /// The `instance` member, if set.
@@ -217,7 +223,7 @@ impl Problem {
     /// assert_eq!(taskfence_axum::Problem::new(StatusCode::GONE).instance(), None);
     /// ```
     pub fn instance(&self) -> Option<&str> {
-        self.instance.as_deref()
+        self.0.instance.as_deref()
     }
 
     /// An extension member, if set.
@@ -228,7 +234,7 @@ impl Problem {
     /// assert_eq!(p.extension("since").and_then(|v| v.as_str()), Some("2026-01-01"));
     /// ```
     pub fn extension(&self, name: &str) -> Option<&Value> {
-        self.extensions.get(name)
+        self.0.extensions.get(name)
     }
 
     /// The body, as it is sent.
@@ -247,20 +253,20 @@ impl Problem {
 impl Serialize for Problem {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let len = 3
-            + usize::from(self.detail.is_some())
-            + usize::from(self.instance.is_some())
-            + self.extensions.len();
+            + usize::from(self.0.detail.is_some())
+            + usize::from(self.0.instance.is_some())
+            + self.0.extensions.len();
         let mut map = serializer.serialize_map(Some(len))?;
-        map.serialize_entry("type", &self.problem_type)?;
-        map.serialize_entry("title", &self.title)?;
-        map.serialize_entry("status", &self.status.as_u16())?;
-        if let Some(detail) = &self.detail {
+        map.serialize_entry("type", &self.0.problem_type)?;
+        map.serialize_entry("title", &self.0.title)?;
+        map.serialize_entry("status", &self.0.status.as_u16())?;
+        if let Some(detail) = &self.0.detail {
             map.serialize_entry("detail", detail)?;
         }
-        if let Some(instance) = &self.instance {
+        if let Some(instance) = &self.0.instance {
             map.serialize_entry("instance", instance)?;
         }
-        for (name, value) in &self.extensions {
+        for (name, value) in &self.0.extensions {
             map.serialize_entry(name, value)?;
         }
         map.end()
@@ -269,8 +275,8 @@ impl Serialize for Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.status.as_u16(), self.problem_type)?;
-        if let Some(detail) = &self.detail {
+        write!(f, "{} {}", self.0.status.as_u16(), self.0.problem_type)?;
+        if let Some(detail) = &self.0.detail {
             write!(f, ": {detail}")?;
         }
         Ok(())
@@ -282,9 +288,9 @@ impl std::error::Error for Problem {}
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let body = self.to_json();
-        let mut response = (self.status, body).into_response();
+        let mut response = (self.0.status, body).into_response();
         let headers = response.headers_mut();
-        headers.extend(self.headers);
+        headers.extend(self.0.headers);
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         response
     }
