@@ -550,6 +550,7 @@ impl std::fmt::Debug for Worker {
 /// A claim that needs no work: `Ok` with what to tell the queue; `Err` with
 /// the lease when the task was acquired. `retry_at` turns a store instant into
 /// a redelivery.
+#[allow(clippy::result_large_err)] // a short-lived return value, matched at once
 fn settled(
     claim: Claim,
     retry_at: impl Fn(OffsetDateTime, RetryReason) -> Disposition,
