@@ -11,6 +11,7 @@
 //! | [`intercept`] | wrap a store: forward every call except the ones you change |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
+//! | `dynamodb` | `DynamoStore`, the table definition (feature `dynamodb`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
@@ -42,6 +43,12 @@ pub mod postgres;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub mod dynamodb;
+#[cfg(feature = "dynamodb")]
+pub use dynamodb::{DynamoStore, DynamoStoreBuilder};
 
 #[cfg(feature = "runtime")]
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]

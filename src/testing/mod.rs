@@ -28,6 +28,9 @@ use crate::store::TaskStore;
 pub mod model;
 pub mod scenarios;
 
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use crate::dynamodb::fixture::DynamoFixture;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use crate::postgres::fixture::{PgFixture, TempSchema};

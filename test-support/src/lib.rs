@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod dynamo;
 pub mod kafka;
 pub mod process;
 mod server;

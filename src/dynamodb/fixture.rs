@@ -1,0 +1,219 @@
+//! [`DynamoFixture`]: the conformance [`Fixture`] for [`DynamoStore`] on a
+//! real DynamoDB API (DynamoDB Local, moto, or an AWS account), one fresh
+//! table per fixture so tests run in parallel. Re-exported from
+//! [`crate::testing`] (features `dynamodb` and `testing`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::Select;
+
+use crate::clock::ManualClock;
+use crate::dynamodb::{DynamoStore, create_table};
+use crate::store::TaskStore;
+use crate::testing::Fixture;
+
+/// Tables created by fixtures start with this.
+const PREFIX: &str = "taskfence_test_";
+/// Fixture tables older than this (left behind by a killed run) are deleted
+/// when a new fixture is made.
+const STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// A [`DynamoStore`] on a fresh table of its own (deleted when the fixture
+/// is dropped) and a [`ManualClock`] the suite moves.
+///
+/// ```no_run
+/// # async fn f(client: aws_sdk_dynamodb::Client) {
+/// use taskfence::testing::{DynamoFixture, Fixture};
+/// let fixture = DynamoFixture::new(client).await;
+/// assert_eq!(fixture.record_count().await, 0);
+/// fixture.advance(std::time::Duration::from_secs(31)).await; // leases granted before now expired
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct DynamoFixture {
+    store: DynamoStore,
+    clock: ManualClock,
+    client: Client,
+}
+
+impl DynamoFixture {
+    /// Creates a table with a unique name through `client` and a store on it
+    /// with a manual clock standing at the current time.
+    ///
+    /// # Panics
+    ///
+    /// When the table cannot be created: a test that needs DynamoDB must not
+    /// silently pass without it.
+    ///
+    /// ```no_run
+    /// # async fn f(client: aws_sdk_dynamodb::Client) {
+    /// let fixture = taskfence::testing::DynamoFixture::new(client).await;
+    /// assert!(fixture.table().starts_with("taskfence_test_"));
+    /// # }
+    /// ```
+    pub async fn new(client: Client) -> Self {
+        delete_stale_tables(&client).await;
+        let unique = uuid::Uuid::now_v7().simple().to_string();
+        let table = format!("{PREFIX}{}_{}", unix_secs(), &unique[unique.len() - 12..]);
+        create_table(&client, &table)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create DynamoDB table {table}: {e:?}"));
+        let clock = ManualClock::default();
+        let store = DynamoStore::builder(client.clone(), table)
+            .clock(clock.clone())
+            .build()
+            .expect("generated table names are valid");
+        Self { store, clock, client }
+    }
+
+    /// The concrete store (for `submit_with`, `complete_with`, the client).
+    ///
+    /// ```no_run
+    /// # fn f(fixture: taskfence::testing::DynamoFixture) {
+    /// let store: &taskfence::DynamoStore = fixture.dynamo_store();
+    /// # }
+    /// ```
+    pub fn dynamo_store(&self) -> &DynamoStore {
+        &self.store
+    }
+
+    /// The clock the store runs on.
+    ///
+    /// ```no_run
+    /// # fn f(fixture: taskfence::testing::DynamoFixture) {
+    /// fixture.clock().advance(std::time::Duration::from_secs(5));
+    /// # }
+    /// ```
+    pub fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    /// The fixture's table.
+    ///
+    /// ```no_run
+    /// # fn f(fixture: taskfence::testing::DynamoFixture) {
+    /// println!("{}", fixture.table());
+    /// # }
+    /// ```
+    pub fn table(&self) -> &str {
+        self.store.table()
+    }
+
+    /// Items in the table whose sort key starts with `prefix`: `T` tasks,
+    /// `A#` attempts, `K` dedup records (a consistent scan: a test helper,
+    /// never the store's path).
+    ///
+    /// ```no_run
+    /// # async fn f(fixture: taskfence::testing::DynamoFixture) {
+    /// let attempts = fixture.count("A#").await;
+    /// # }
+    /// ```
+    pub async fn count(&self, prefix: &str) -> u64 {
+        self.scan_count(Some(prefix)).await
+    }
+
+    async fn scan_count(&self, prefix: Option<&str>) -> u64 {
+        let mut total = 0u64;
+        let mut start = None;
+        loop {
+            let mut scan = self
+                .client
+                .scan()
+                .table_name(self.table())
+                .select(Select::Count)
+                .consistent_read(true)
+                .set_exclusive_start_key(start);
+            if let Some(prefix) = prefix {
+                scan = scan
+                    .filter_expression("begins_with(#sk, :prefix)")
+                    .expression_attribute_names("#sk", crate::dynamodb::SORT_KEY)
+                    .expression_attribute_values(
+                        ":prefix",
+                        aws_sdk_dynamodb::types::AttributeValue::S(prefix.to_owned()),
+                    );
+            }
+            let page = scan.send().await.expect("count items");
+            total += u64::try_from(page.count()).unwrap_or(0);
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return total;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Fixture for DynamoFixture {
+    fn store(&self) -> Arc<dyn TaskStore> {
+        Arc::new(self.store.clone())
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+
+    async fn record_count(&self) -> u64 {
+        self.scan_count(None).await
+    }
+}
+
+impl Drop for DynamoFixture {
+    /// Deletes the table on a short-lived thread with its own runtime (Drop
+    /// cannot await), within ten seconds; a failure leaves it for the
+    /// stale-table cleanup of a later fixture.
+    fn drop(&mut self) {
+        let (client, table) = (self.client.clone(), self.table().to_owned());
+        let deleter = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let delete = client.delete_table().table_name(table).send();
+                tokio::time::timeout(Duration::from_secs(10), delete)
+                    .await
+                    .ok()?
+                    .ok()
+            })
+        });
+        let _ = deleter.join();
+    }
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Deletes fixture tables left behind by killed runs (older than [`STALE_AFTER`]).
+async fn delete_stale_tables(client: &Client) {
+    let cutoff = unix_secs().saturating_sub(STALE_AFTER.as_secs());
+    let mut start: Option<String> = None;
+    loop {
+        let Ok(page) = client
+            .list_tables()
+            .set_exclusive_start_table_name(start)
+            .send()
+            .await
+        else {
+            return;
+        };
+        for name in page.table_names() {
+            let created = name
+                .strip_prefix(PREFIX)
+                .and_then(|rest| rest.split('_').next())
+                .and_then(|secs| secs.parse::<u64>().ok());
+            if created.is_some_and(|secs| secs < cutoff) {
+                let _ = client.delete_table().table_name(name).send().await;
+            }
+        }
+        start = page.last_evaluated_table_name().map(str::to_owned);
+        if start.is_none() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! Items to domain values and back: the only place that knows attribute names
+//! and types. Instants are Unix nanoseconds (`N`), durations nanoseconds,
+//! bytes `B`; `f64` policy fields are their shortest round-trip text (`S`), so
+//! a policy reads back bit for bit.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use time::OffsetDateTime;
+
+use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
+use crate::store::{Attempt, AttemptOutcome};
+use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
+
+use super::table::{PARTITION_KEY, SORT_KEY};
+
+/// An item as the SDK gives it.
+pub(crate) type Item = HashMap<String, AttributeValue>;
+
+/// Sort key of a task item.
+pub(crate) const TASK_SK: &str = "T";
+/// Sort key of a dedup record.
+pub(crate) const KEY_SK: &str = "K";
+/// Sort key prefix of attempt items.
+pub(crate) const ATTEMPT_PREFIX: &str = "A#";
+
+// Attribute names, once.
+pub(crate) const TASK_ID: &str = "task_id";
+pub(crate) const SCOPE: &str = "scope";
+pub(crate) const OPERATION: &str = "operation";
+pub(crate) const RKEY: &str = "rkey";
+pub(crate) const INPUT_HASH: &str = "input_hash";
+pub(crate) const PAYLOAD: &str = "payload";
+pub(crate) const STATUS: &str = "status";
+pub(crate) const VERSION: &str = "version";
+pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
+pub(crate) const INITIAL_BACKOFF: &str = "initial_backoff_ns";
+pub(crate) const MAX_BACKOFF: &str = "max_backoff_ns";
+pub(crate) const MULTIPLIER: &str = "multiplier";
+pub(crate) const JITTER: &str = "jitter";
+pub(crate) const DEADLINE: &str = "deadline_ns";
+pub(crate) const ON_AMBIGUOUS: &str = "on_ambiguous";
+pub(crate) const ACCEPTANCE: &str = "acceptance";
+pub(crate) const LEASE_UNTIL: &str = "lease_until";
+pub(crate) const NOT_BEFORE: &str = "not_before";
+pub(crate) const RESPONSE: &str = "response";
+pub(crate) const LAST_ERROR: &str = "last_error";
+pub(crate) const CREATED_AT: &str = "created_at";
+pub(crate) const FINISHED_AT: &str = "finished_at";
+pub(crate) const EXPIRES_AT: &str = "expires_at";
+pub(crate) const ATTEMPT_ID: &str = "attempt_id";
+pub(crate) const NUMBER: &str = "number";
+pub(crate) const WORKER: &str = "worker";
+pub(crate) const STARTED_AT: &str = "started_at";
+pub(crate) const OUTCOME: &str = "outcome";
+pub(crate) const OPERATION_ID: &str = "operation_id";
+pub(crate) const ERROR: &str = "error";
+
+/// An item that does not read back as what it should be.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed item: {0}")]
+pub(crate) struct BadItem(pub(crate) String);
+
+/// Partition key of a task and its attempts.
+pub(crate) fn task_pk(id: TaskId) -> String {
+    format!("T#{id}")
+}
+
+/// Partition key of a dedup record. Each part is length-prefixed so the
+/// boundaries count (`("a:b", "c")` and `("a", "b:c")` differ).
+pub(crate) fn key_pk(key: &RequestKey) -> String {
+    format!(
+        "K#{}:{}#{}:{}#{}",
+        key.scope.len(),
+        key.scope,
+        key.operation.len(),
+        key.operation,
+        key.key
+    )
+}
+
+/// Sort key of attempt `number`: zero-padded so they sort in number order.
+pub(crate) fn attempt_sk(number: u64) -> String {
+    format!("{ATTEMPT_PREFIX}{number:010}")
+}
+
+/// The primary key of an item.
+pub(crate) fn key_of(pk: String, sk: &str) -> Item {
+    HashMap::from([(PARTITION_KEY.to_owned(), s(pk)), (SORT_KEY.to_owned(), s(sk))])
+}
+
+/// The task id a task item's partition key names.
+pub(crate) fn task_id_of_pk(pk: &str) -> Result<TaskId, BadItem> {
+    pk.strip_prefix("T#")
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| BadItem(format!("not a task key: {pk}")))
+}
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+pub(crate) fn b(v: impl Into<Vec<u8>>) -> AttributeValue {
+    AttributeValue::B(Blob::new(v))
+}
+
+/// An instant as Unix nanoseconds.
+pub(crate) fn at(t: OffsetDateTime) -> AttributeValue {
+    n(t.unix_timestamp_nanos())
+}
+
+/// A duration as nanoseconds.
+pub(crate) fn nanos(d: Duration) -> AttributeValue {
+    n(d.as_nanos())
+}
+
+/// The TTL value of an instant: Unix seconds, rounded up.
+pub(crate) fn ttl_secs(t: OffsetDateTime) -> AttributeValue {
+    let secs = t.unix_timestamp() + i64::from(t.nanosecond() > 0);
+    n(secs)
+}
+
+/// The items of a new task: its dedup record and the task itself.
+pub(crate) fn new_items(task: &Task) -> (Item, Item) {
+    let mut key = key_of(key_pk(&task.key), KEY_SK);
+    key.insert(TASK_ID.into(), s(task.id.to_string()));
+    key.insert(INPUT_HASH.into(), b(task.input_hash.as_bytes().to_vec()));
+    key.insert(EXPIRES_AT.into(), at(task.expires_at));
+
+    let mut item = key_of(task_pk(task.id), TASK_SK);
+    let p = &task.policy;
+    for (name, value) in [
+        (TASK_ID, s(task.id.to_string())),
+        (SCOPE, s(&task.key.scope)),
+        (OPERATION, s(&task.key.operation)),
+        (RKEY, s(&task.key.key)),
+        (INPUT_HASH, b(task.input_hash.as_bytes().to_vec())),
+        (PAYLOAD, b(task.payload.clone())),
+        (STATUS, s(task.status.as_str())),
+        (VERSION, n(task.version)),
+        (MAX_ATTEMPTS, n(p.max_attempts)),
+        (INITIAL_BACKOFF, nanos(p.initial_backoff)),
+        (MAX_BACKOFF, nanos(p.max_backoff)),
+        (MULTIPLIER, s(p.multiplier.to_string())),
+        (JITTER, s(p.jitter.to_string())),
+        (ON_AMBIGUOUS, s(on_ambiguous_name(p.on_ambiguous))),
+        (ACCEPTANCE, s(task.acceptance.as_str())),
+        (CREATED_AT, at(task.created_at)),
+        (EXPIRES_AT, at(task.expires_at)),
+    ] {
+        item.insert(name.into(), value);
+    }
+    if let Some(d) = p.deadline {
+        item.insert(DEADLINE.into(), nanos(d));
+    }
+    (key, item)
+}
+
+/// A new attempt's item.
+pub(crate) fn attempt_item(attempt: &Attempt) -> Item {
+    let mut item = key_of(task_pk(attempt.task_id), &attempt_sk(u64::from(attempt.number)));
+    item.insert(ATTEMPT_ID.into(), s(attempt.id.to_string()));
+    item.insert(NUMBER.into(), n(attempt.number));
+    item.insert(WORKER.into(), s(&attempt.worker));
+    item.insert(STARTED_AT.into(), at(attempt.started_at));
+    item
+}
+
+fn on_ambiguous_name(o: OnAmbiguous) -> &'static str {
+    match o {
+        OnAmbiguous::Retry => "retry",
+        OnAmbiguous::Stop => "stop",
+    }
+}
+
+/// Reads one typed attribute of an item.
+struct Reader<'a>(&'a Item);
+
+impl Reader<'_> {
+    fn get(&self, name: &str) -> Option<&AttributeValue> {
+        self.0.get(name)
+    }
+    fn missing(name: &str) -> BadItem {
+        BadItem(format!("attribute {name} missing or of the wrong type"))
+    }
+    fn opt_s(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+    }
+    fn s(&self, name: &str) -> Result<&str, BadItem> {
+        self.opt_s(name).ok_or_else(|| Self::missing(name))
+    }
+    fn opt_b(&self, name: &str) -> Option<&[u8]> {
+        self.get(name).and_then(|v| v.as_b().ok()).map(Blob::as_ref)
+    }
+    fn b(&self, name: &str) -> Result<&[u8], BadItem> {
+        self.opt_b(name).ok_or_else(|| Self::missing(name))
+    }
+    fn opt_n<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, BadItem> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .as_n()
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .map(Some)
+                .ok_or_else(|| Self::missing(name)),
+        }
+    }
+    fn n<T: std::str::FromStr>(&self, name: &str) -> Result<T, BadItem> {
+        self.opt_n(name)?.ok_or_else(|| Self::missing(name))
+    }
+    fn opt_at(&self, name: &str) -> Result<Option<OffsetDateTime>, BadItem> {
+        self.opt_n::<i128>(name)?
+            .map(|ns| OffsetDateTime::from_unix_timestamp_nanos(ns).map_err(|_| Self::missing(name)))
+            .transpose()
+    }
+    fn at(&self, name: &str) -> Result<OffsetDateTime, BadItem> {
+        self.opt_at(name)?.ok_or_else(|| Self::missing(name))
+    }
+    fn duration(&self, name: &str) -> Result<Option<Duration>, BadItem> {
+        Ok(self
+            .opt_n::<u128>(name)?
+            .map(|ns| Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))))
+    }
+    fn float(&self, name: &str) -> Result<f64, BadItem> {
+        self.s(name)?.parse().map_err(|_| Self::missing(name))
+    }
+}
+
+/// A task item (also the `ALL_OLD` image of a refused write) as a [`Task`].
+pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
+    let r = Reader(item);
+    let hash: [u8; 32] = r
+        .b(INPUT_HASH)?
+        .try_into()
+        .map_err(|_| BadItem("input_hash is not 32 bytes".into()))?;
+    let status = r.s(STATUS)?;
+    let on_ambiguous = match r.s(ON_AMBIGUOUS)? {
+        "stop" => OnAmbiguous::Stop,
+        _ => OnAmbiguous::Retry,
+    };
+    Ok(Task {
+        id: r.s(TASK_ID)?.parse().map_err(|_| Reader::missing(TASK_ID))?,
+        key: RequestKey::new(r.s(SCOPE)?, r.s(OPERATION)?, r.s(RKEY)?),
+        input_hash: InputHash::from_bytes(hash),
+        payload: r.opt_b(PAYLOAD).unwrap_or_default().to_vec(),
+        status: status.parse::<Status>().map_err(|e| BadItem(e.to_string()))?,
+        version: r.n(VERSION)?,
+        policy: RetryPolicy {
+            max_attempts: r.n(MAX_ATTEMPTS)?,
+            initial_backoff: r
+                .duration(INITIAL_BACKOFF)?
+                .ok_or_else(|| Reader::missing(INITIAL_BACKOFF))?,
+            max_backoff: r
+                .duration(MAX_BACKOFF)?
+                .ok_or_else(|| Reader::missing(MAX_BACKOFF))?,
+            multiplier: r.float(MULTIPLIER)?,
+            jitter: r.float(JITTER)?,
+            deadline: r.duration(DEADLINE)?,
+            on_ambiguous,
+        },
+        acceptance: AcceptanceRule::parse(r.s(ACCEPTANCE)?).ok_or_else(|| Reader::missing(ACCEPTANCE))?,
+        lease_until: r.opt_at(LEASE_UNTIL)?,
+        not_before: r.opt_at(NOT_BEFORE)?,
+        response: r.opt_b(RESPONSE).map(|bytes| Response::new(bytes.to_vec())),
+        last_error: r.opt_s(LAST_ERROR).map(str::to_owned),
+        created_at: r.at(CREATED_AT)?,
+        finished_at: r.opt_at(FINISHED_AT)?,
+        expires_at: r.at(EXPIRES_AT)?,
+    })
+}
+
+/// An attempt item as an [`Attempt`]. No `outcome` attribute means it is still running.
+pub(crate) fn attempt(item: &Item, task_id: TaskId) -> Result<Attempt, BadItem> {
+    let r = Reader(item);
+    let outcome = match r.opt_s(OUTCOME) {
+        None => AttemptOutcome::Running,
+        Some(o) => AttemptOutcome::parse(o).ok_or_else(|| BadItem(format!("unknown outcome {o}")))?,
+    };
+    Ok(Attempt {
+        id: r
+            .s(ATTEMPT_ID)?
+            .parse::<AttemptId>()
+            .map_err(|_| Reader::missing(ATTEMPT_ID))?,
+        task_id,
+        number: r.n(NUMBER)?,
+        worker: r.s(WORKER)?.to_owned(),
+        started_at: r.at(STARTED_AT)?,
+        finished_at: r.opt_at(FINISHED_AT)?,
+        outcome,
+        operation_id: r.opt_s(OPERATION_ID).map(str::to_owned),
+        error: r.opt_s(ERROR).map(str::to_owned),
+    })
+}
+
+/// A dedup record's task id and input hash.
+pub(crate) fn dedup(item: &Item) -> Result<(TaskId, InputHash), BadItem> {
+    let r = Reader(item);
+    let id = r.s(TASK_ID)?.parse().map_err(|_| Reader::missing(TASK_ID))?;
+    let hash: [u8; 32] = r
+        .b(INPUT_HASH)?
+        .try_into()
+        .map_err(|_| BadItem("input_hash is not 32 bytes".into()))?;
+    Ok((id, InputHash::from_bytes(hash)))
+}
+
+/// The request key a purge index entry carries.
+pub(crate) fn request_key(item: &Item) -> Result<RequestKey, BadItem> {
+    let r = Reader(item);
+    Ok(RequestKey::new(r.s(SCOPE)?, r.s(OPERATION)?, r.s(RKEY)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_reads_back_as_written() {
+        let now = OffsetDateTime::from_unix_timestamp_nanos(1_767_225_600_123_456_789).unwrap();
+        let task = Task {
+            id: TaskId::new(),
+            key: RequestKey::new("user:1", "chat.reply", "k#1"),
+            input_hash: InputHash::of(["x"]),
+            payload: b"a\0b".to_vec(),
+            status: Status::Pending,
+            version: 0,
+            policy: RetryPolicy::default()
+                .multiplier(1.1)
+                .jitter(0.3)
+                .deadline(Duration::from_secs(7)),
+            acceptance: AcceptanceRule::FirstValidAnswer,
+            lease_until: None,
+            not_before: None,
+            response: None,
+            last_error: None,
+            created_at: now,
+            finished_at: None,
+            expires_at: now + Duration::from_secs(60),
+        };
+        let (key, item) = new_items(&task);
+        assert_eq!(self::task(&item).unwrap(), task);
+        assert_eq!(dedup(&key).unwrap(), (task.id, task.input_hash));
+        assert_ne!(
+            key_pk(&RequestKey::new("a:b", "c", "d")),
+            key_pk(&RequestKey::new("a", "b:c", "d"))
+        );
+        assert!(attempt_sk(2) < attempt_sk(10));
+    }
+}

@@ -1,0 +1,94 @@
+//! [`DynamoStore`]: the DynamoDB backend (feature `dynamodb`), on
+//! `aws-sdk-dynamodb`, with the same contract and typed outcomes as every
+//! other backend.
+//!
+//! The application builds the `aws_sdk_dynamodb::Client` (credentials,
+//! region, endpoint, HTTP client) and names the table; the library reads no
+//! configuration of its own. Create the table with [`create_table`] or the
+//! definition in `docs/DYNAMODB.md`.
+//!
+//! - **One table, three kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
+//!   with many attempts never nears the 400 KB item limit), and its dedup
+//!   record (`pk = K#<scope, operation, key>`, `sk = K`).
+//! - **Every decision one conditional request.** A fenced write is one
+//!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
+//!   guard: version, status, the lease against the writer's clock (a running
+//!   task has no response). The attempt item changes in the same
+//!   transaction. A refused write asks for `ALL_OLD` and is classified from
+//!   that image by the same [`rules`](crate::rules) functions every backend
+//!   uses: no extra read.
+//! - **Submission is atomic**: the dedup record and the task are put in one
+//!   transaction, each on `attribute_not_exists`. The same key with other
+//!   inputs is [`Error::KeyConflict`](crate::Error::KeyConflict) read from
+//!   the refused record's image; nothing is written.
+//! - **Requests per operation** (as `tests/dynamo_requests.rs` counts them):
+//!   submit 1 (a repeat 2: the refused transaction, then the task),
+//!   claim 2 (a read, then the transaction: the new attempt's item is keyed
+//!   by the new version, which only a read tells), renew 1, complete 1,
+//!   fail 1, release 1, record_operation 1, cancel 2, get 1, find 2,
+//!   attempts 1 (per 1 MB page), due 1 (per page of the index),
+//!   purge_expired 1 + 4 per purged task.
+//! - **Time is the writer's clock.** DynamoDB has no clock to compare with
+//!   in a condition: each store compares leases with its own
+//!   [`Clock`](crate::Clock) (injectable, [`DynamoStoreBuilder::clock`]).
+//!   Under *any* skew, at most one response is saved and a superseded
+//!   assignment never saves: versions, not clocks, decide those. *When* a
+//!   lease counts as expired depends on bounded skew: a fast clock may take
+//!   a task over early (wasted work, never a second saved response), a slow
+//!   one may let a late worker save while no one has taken over.
+//! - **Indexes, no scans.** `due` reads the sparse index [`DUE_INDEX`],
+//!   `purge_expired` the sparse index [`PURGE_INDEX`]; both are eventually
+//!   consistent, so an entry may show up a moment late (publishing twice is
+//!   harmless, and the purge's own deletes re-check their conditions). A
+//!   dedup record gets a TTL ([`TTL`]) when its task turns terminal, as a
+//!   backstop; `purge_expired` still removes expired records itself.
+//! - **The application's writes in the same transaction**:
+//!   [`DynamoStore::submit_with`] and [`DynamoStore::complete_with`] take
+//!   extra `TransactWriteItem`s that commit with the task's change or not at
+//!   all.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | `store` | [`DynamoStore`], [`DynamoStoreBuilder`], every operation |
+//! | `item` | items to domain values and back: the only place that knows attribute names |
+//! | `table` | the table definition, [`create_table`] |
+//! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
+
+#[cfg(feature = "testing")]
+pub(crate) mod fixture;
+mod item;
+mod store;
+mod table;
+
+pub use store::{DynamoStore, DynamoStoreBuilder, ExtraRefused};
+pub use table::{
+    DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, TTL,
+    create_table,
+};
+
+/// Largest payload this backend stores, in bytes: the task item holds the
+/// payload, the response ([`MAX_RESPONSE_LEN`]) and up to 8 KiB of error
+/// text, and must stay under DynamoDB's 400 KB item limit. Larger payloads
+/// are [`InvalidInput`](crate::InvalidInput), nothing written.
+///
+/// ```
+/// assert!(taskfence::dynamodb::MAX_PAYLOAD_LEN < taskfence::limits::MAX_PAYLOAD_LEN);
+/// ```
+pub const MAX_PAYLOAD_LEN: usize = 160 * 1024;
+
+/// Largest response this backend saves, in bytes (see [`MAX_PAYLOAD_LEN`]).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::MAX_RESPONSE_LEN, 200 * 1024);
+/// ```
+pub const MAX_RESPONSE_LEN: usize = 200 * 1024;
+
+/// Most items the application may add to [`DynamoStore::submit_with`] or
+/// [`DynamoStore::complete_with`]: DynamoDB's 100 items per transaction,
+/// less the store's own (at most four).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::MAX_EXTRA_ITEMS, 96);
+/// ```
+pub const MAX_EXTRA_ITEMS: usize = 96;

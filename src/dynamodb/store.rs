@@ -1,0 +1,1276 @@
+//! [`DynamoStore`] and its operations: every fenced write one conditional
+//! request (`UpdateItem` or `TransactWriteItems`) whose condition carries the
+//! guard, a refused write classified from its `ALL_OLD` image by the same
+//! [`rules`] functions every backend uses.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, DeleteRequest, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update, WriteRequest,
+};
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, InvalidInput};
+use crate::limits;
+use crate::policy::{AcceptanceRule, Failure};
+use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
+use crate::store::{
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore,
+};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+use crate::trace;
+
+use super::item::{self, Item, at, b, n, s};
+use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, TTL};
+use super::{MAX_EXTRA_ITEMS, MAX_PAYLOAD_LEN, MAX_RESPONSE_LEN};
+
+/// How often a write refused by a condition, whose `ALL_OLD` image then says
+/// it should pass (the item changed in between), is tried again.
+const RACE_RETRIES: usize = 4;
+/// How often a transaction cancelled for a `TransactionConflict` (another
+/// transaction held the item) is tried again, with a short growing pause.
+const CONFLICT_RETRIES: u32 = 10;
+/// Deletes per `BatchWriteItem`, DynamoDB's maximum.
+const BATCH_DELETE: usize = 25;
+
+/// The DynamoDB [`TaskStore`]: one table, conditional writes, leases on the
+/// writer's clock (see the [module documentation](crate::dynamodb)).
+///
+/// Cheap to clone. The application builds the `Client` (credentials, region,
+/// endpoint, HTTP client); the store reads none of them itself.
+///
+/// ```no_run
+/// # async fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+/// use std::time::Duration;
+/// use taskfence::{Claim, ClaimRequest, DynamoStore, InputHash, NewTask, RequestKey, Response, TaskStore};
+///
+/// let store = DynamoStore::new(client, "taskfence")?;
+/// let key = RequestKey::new("user-1", "chat.reply", "req-1");
+/// let task = store.submit(NewTask::new(key, InputHash::of(["msg-1"]))).await?.into_task();
+/// if let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("worker-a", Duration::from_secs(30))).await? {
+///     assert!(store.complete(lease, Response::from("hello")).await?.is_accepted());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: Arc<str>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for DynamoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoStore")
+            .field("table", &self.table)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`DynamoStore`]: the clock leases are measured on.
+///
+/// ```no_run
+/// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+/// let clock = taskfence::ManualClock::default();
+/// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(clock).build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "call build() to get the store"]
+pub struct DynamoStoreBuilder {
+    client: Client,
+    table: String,
+    clock: Arc<dyn Clock>,
+}
+
+impl DynamoStoreBuilder {
+    /// The clock this store's writes compare leases with (default [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Builds the store; a table name DynamoDB would refuse (3–255 of
+    /// `a-z A-Z 0-9 _ - .`) is [`InvalidInput`].
+    pub fn build(self) -> Result<DynamoStore> {
+        let valid = (3..=255).contains(&self.table.len())
+            && self
+                .table
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+        if !valid {
+            return Err(InvalidInput::Inconsistent(
+                "a DynamoDB table name is 3-255 characters of a-z, A-Z, 0-9, '_', '-' and '.'",
+            )
+            .into());
+        }
+        Ok(DynamoStore {
+            client: self.client,
+            table: self.table.into(),
+            clock: self.clock,
+        })
+    }
+}
+
+/// An item the application added to [`DynamoStore::submit_with`] or
+/// [`DynamoStore::complete_with`] was refused by its own condition: the
+/// transaction was cancelled, nothing of it (the task's change included) was
+/// written. Comes as [`Error::Storage`]; downcast to read it.
+///
+/// ```
+/// # fn f(err: taskfence::Error) {
+/// use taskfence::dynamodb::ExtraRefused;
+/// if let taskfence::Error::Storage(e) = &err {
+///     if let Some(refused) = e.downcast_ref::<ExtraRefused>() {
+///         println!("extra item {} refused; its item was {:?}", refused.index, refused.item);
+///     }
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the application's transaction item {index} was refused by its condition; nothing was written")]
+pub struct ExtraRefused {
+    /// Its position in the `extra` vector.
+    pub index: usize,
+    /// Its item before the request, when the item asked for
+    /// `ReturnValuesOnConditionCheckFailure::AllOld` and existed.
+    pub item: Option<HashMap<String, AttributeValue>>,
+}
+
+/// A write kept being refused while its `ALL_OLD` image said it should pass,
+/// or kept meeting other transactions on the same item.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: the item kept changing between the write and its check")]
+struct Raced(&'static str);
+
+/// A condition that cannot fail on a consistent table did.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Inconsistent(String);
+
+/// An update expression with its condition, names and values, built up one
+/// attribute at a time (every name goes through `#name`: `status`, `key`,
+/// `ttl` and friends are reserved words).
+#[derive(Debug, Default)]
+struct Expr {
+    set: Vec<String>,
+    remove: Vec<String>,
+    cond: Vec<String>,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Expr {
+    fn name(&mut self, attr: &str) -> String {
+        let placeholder = format!("#{attr}");
+        self.names.insert(placeholder.clone(), attr.to_owned());
+        placeholder
+    }
+    fn set(mut self, attr: &str, value: AttributeValue) -> Self {
+        let name = self.name(attr);
+        self.values.insert(format!(":{attr}"), value);
+        self.set.push(format!("{name} = :{attr}"));
+        self
+    }
+    /// Sets `attr` only where it has no value yet.
+    fn set_if_absent(mut self, attr: &str, value: AttributeValue) -> Self {
+        let name = self.name(attr);
+        self.values.insert(format!(":{attr}"), value);
+        self.set.push(format!("{name} = if_not_exists({name}, :{attr})"));
+        self
+    }
+    fn remove(mut self, attr: &str) -> Self {
+        let name = self.name(attr);
+        self.remove.push(name);
+        self
+    }
+    /// Adds a condition clause; `attrs` are the names it uses as `#attr`,
+    /// `values` its `:placeholder`s.
+    fn cond(mut self, clause: &str, attrs: &[&str], values: Vec<(&str, AttributeValue)>) -> Self {
+        for attr in attrs {
+            self.name(attr);
+        }
+        self.values
+            .extend(values.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        self.cond.push(format!("({clause})"));
+        self
+    }
+    fn update_expression(&self) -> String {
+        let mut out = String::new();
+        if !self.set.is_empty() {
+            out.push_str("SET ");
+            out.push_str(&self.set.join(", "));
+        }
+        if !self.remove.is_empty() {
+            out.push_str(" REMOVE ");
+            out.push_str(&self.remove.join(", "));
+        }
+        out
+    }
+    fn condition(&self) -> Option<String> {
+        (!self.cond.is_empty()).then(|| self.cond.join(" AND "))
+    }
+    fn names(&self) -> Option<HashMap<String, String>> {
+        (!self.names.is_empty()).then(|| self.names.clone())
+    }
+    fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+        (!self.values.is_empty()).then(|| self.values.clone())
+    }
+
+    /// This expression as a transaction item updating `key`.
+    fn update(self, table: &str, key: Item) -> TransactWriteItem {
+        let update = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression(self.update_expression())
+            .set_condition_expression(self.condition())
+            .set_expression_attribute_names(self.names())
+            .set_expression_attribute_values(self.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("key, table and expression are set");
+        TransactWriteItem::builder().update(update).build()
+    }
+
+    /// This expression's condition as a transaction item checking `key`.
+    fn check(self, table: &str, key: Item) -> TransactWriteItem {
+        let check = ConditionCheck::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .condition_expression(self.condition().unwrap_or_default())
+            .set_expression_attribute_names(self.names())
+            .set_expression_attribute_values(self.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .expect("key, table and condition are set");
+        TransactWriteItem::builder().condition_check(check).build()
+    }
+}
+
+/// What a transaction did.
+enum Tx {
+    Written,
+    /// Item 0 (the task, or the dedup record of a submit) failed its
+    /// condition; here is its image before the request (`None`: no such item).
+    Refused(Option<Item>),
+}
+
+/// The guard of a fenced write (guarantee 5), as a condition on the task item:
+/// this assignment, still running, its lease unexpired on the writer's clock
+/// (a running task has no response, so "no response yet" is implied).
+fn fence(e: Expr, version: u64, now: OffsetDateTime) -> Expr {
+    e.cond(
+        "#version = :c_version AND #status = :c_running AND #lease_until > :c_now",
+        &[item::VERSION, item::STATUS, item::LEASE_UNTIL],
+        vec![
+            (":c_version", n(version)),
+            (":c_running", s(Status::Running.as_str())),
+            (":c_now", at(now)),
+        ],
+    )
+}
+
+/// The task item is still in the state a decision was made on (version and
+/// status fix every other mutable field of the item but the lease expiry).
+fn unchanged(e: Expr, task: &Task) -> Expr {
+    e.cond(
+        "#version = :c_version AND #status = :c_status",
+        &[item::VERSION, item::STATUS],
+        vec![
+            (":c_version", n(task.version)),
+            (":c_status", s(task.status.as_str())),
+        ],
+    )
+}
+
+/// Makes the task terminal, on the item and on the snapshot alike (the same
+/// fields `MemoryStore` changes): no lease, no backoff, finished now, in the
+/// purge index, out of the due index.
+fn terminal(
+    mut e: Expr,
+    task: &mut Task,
+    status: Status,
+    now: OffsetDateTime,
+    error: Option<String>,
+) -> Expr {
+    task.status = status;
+    task.lease_until = None;
+    task.not_before = None;
+    task.finished_at = Some(now);
+    e = e
+        .set(item::STATUS, s(status.as_str()))
+        .set(item::FINISHED_AT, at(now))
+        .set(PURGE_SHARD, s(PURGE_INDEX))
+        .set(PURGE_AT, at(task.expires_at))
+        .remove(item::LEASE_UNTIL)
+        .remove(item::NOT_BEFORE)
+        .remove(DUE_SHARD)
+        .remove(DUE_AT);
+    if let Some(error) = error {
+        e = e.set(item::LAST_ERROR, s(&error));
+        task.last_error = Some(error);
+    }
+    e
+}
+
+/// Ends attempt `number` with `outcome`, unless it has ended already.
+fn finish_if_running(outcome: AttemptOutcome, now: OffsetDateTime) -> Expr {
+    Expr::default()
+        .set_if_absent(item::FINISHED_AT, at(now))
+        .set_if_absent(item::OUTCOME, s(outcome.as_str()))
+}
+
+impl DynamoStore {
+    /// A store on `table` (created with [`create_table`](super::create_table)
+    /// or the definition in `docs/DYNAMODB.md`), on the system clock.
+    ///
+    /// ```no_run
+    /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+    /// let store = taskfence::DynamoStore::new(client, "taskfence")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new(client: Client, table: impl Into<String>) -> Result<Self> {
+        Self::builder(client, table).build()
+    }
+
+    /// A builder, to choose the clock.
+    ///
+    /// ```no_run
+    /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::SystemClock).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(client: Client, table: impl Into<String>) -> DynamoStoreBuilder {
+        DynamoStoreBuilder {
+            client,
+            table: table.into(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The table's name.
+    ///
+    /// ```no_run
+    /// # fn f(store: taskfence::DynamoStore) {
+    /// println!("{}", store.table());
+    /// # }
+    /// ```
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The client the store sends its requests with.
+    ///
+    /// ```no_run
+    /// # fn f(store: taskfence::DynamoStore) {
+    /// let client: &aws_sdk_dynamodb::Client = store.client();
+    /// # }
+    /// ```
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// [`TaskStore::submit`] with the application's own items in the same
+    /// `TransactWriteItems`: the user's message and the new task commit
+    /// together or not at all. When the key exists already (the same task, or
+    /// [`Error::KeyConflict`]) or an `extra` item's condition fails
+    /// ([`ExtraRefused`]), nothing of `extra` is written either. At most
+    /// [`MAX_EXTRA_ITEMS`] extra items.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::DynamoStore, new: taskfence::NewTask) -> taskfence::Result<()> {
+    /// use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    /// let message = Put::builder()
+    ///     .table_name("messages")
+    ///     .item("id", AttributeValue::S("msg-42".into()))
+    ///     .item("body", AttributeValue::S("What are the key decisions?".into()))
+    ///     .build()
+    ///     .expect("table and item are set");
+    /// let extra = vec![TransactWriteItem::builder().put(message).build()];
+    /// let task = store.submit_with(new, extra).await?.into_task();
+    /// # Ok(()) }
+    /// ```
+    pub async fn submit_with(&self, new: NewTask, extra: Vec<TransactWriteItem>) -> Result<Submitted> {
+        validate_new(&new)?;
+        check_extra(extra.len())?;
+        let span = trace::op("submit", None, None, None);
+        self.submit_on(new, extra).instrument(span).await
+    }
+
+    /// [`TaskStore::complete`] with the application's own items in the same
+    /// `TransactWriteItems`: the reply written into the application's table
+    /// and the task's completion commit together or not at all. A refused
+    /// completion ([`Fenced::Rejected`]) or a refused `extra` item
+    /// ([`ExtraRefused`]) writes nothing. At most [`MAX_EXTRA_ITEMS`] extra items.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::DynamoStore, lease: taskfence::Lease) -> taskfence::Result<()> {
+    /// use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    /// let reply = Put::builder()
+    ///     .table_name("replies")
+    ///     .item("task_id", AttributeValue::S(lease.task_id().to_string()))
+    ///     .item("body", AttributeValue::S("Here are the key decisions…".into()))
+    ///     .build()
+    ///     .expect("table and item are set");
+    /// let extra = vec![TransactWriteItem::builder().put(reply).build()];
+    /// match store.complete_with(lease, "saved".into(), extra).await? {
+    ///     taskfence::Fenced::Accepted(_) => { /* reply and completion are both written */ }
+    ///     taskfence::Fenced::Rejected(_) => { /* neither: someone else's answer stands */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn complete_with(
+        &self,
+        lease: Lease,
+        response: Response,
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<Fenced<Task>> {
+        check_response(&response)?;
+        check_extra(extra.len())?;
+        let span = trace::lease_op("complete", &lease);
+        self.complete_on(lease, response, extra).instrument(span).await
+    }
+
+    fn now(&self) -> OffsetDateTime {
+        self.clock.now()
+    }
+
+    async fn submit_on(&self, new: NewTask, extra: Vec<TransactWriteItem>) -> Result<Submitted> {
+        let now = self.now();
+        let task = Task {
+            id: TaskId::new(),
+            key: new.key,
+            input_hash: new.input_hash,
+            payload: new.payload,
+            status: Status::Pending,
+            version: 0,
+            policy: new.policy,
+            acceptance: new.acceptance,
+            lease_until: None,
+            not_before: None,
+            response: None,
+            last_error: None,
+            created_at: now,
+            finished_at: None,
+            expires_at: now + new.retention,
+        };
+        let (key_item, task_item) = item::new_items(&task);
+        let put = |item: Item| {
+            let put = Put::builder()
+                .table_name(&*self.table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", super::table::PARTITION_KEY)
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .build()
+                .expect("table and item are set");
+            TransactWriteItem::builder().put(put).build()
+        };
+        let mut items = vec![put(key_item), put(task_item)];
+        items.extend(extra);
+        for _ in 0..RACE_RETRIES {
+            match self.transact("submit", items.clone(), 2).await? {
+                Tx::Written => {
+                    tracing::Span::current().record("task_id", tracing::field::display(task.id));
+                    return Ok(Submitted::Created(task));
+                }
+                Tx::Refused(None) => continue, // the record went away: try again
+                Tx::Refused(Some(old)) => {
+                    let (existing, hash) = item::dedup(&old).map_err(Error::storage)?;
+                    if hash != task.input_hash {
+                        return Err(Error::KeyConflict { existing });
+                    }
+                    match self.get_on(existing).await? {
+                        Some(found) => return Ok(Submitted::Existing(found)),
+                        None => continue, // purged between the two requests
+                    }
+                }
+            }
+        }
+        Err(Error::storage(Raced("submit")))
+    }
+
+    async fn get_on(&self, id: TaskId) -> Result<Option<Task>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::task_pk(id), item::TASK_SK)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(Error::storage)?;
+        out.item()
+            .map(|i| item::task(i).map_err(Error::storage))
+            .transpose()
+    }
+
+    async fn claim_on(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        let Some(mut task) = self.get_on(id).await? else {
+            return Ok(Claim::NotFound);
+        };
+        let attempt_id = AttemptId::new();
+        let pk = item::task_pk(id);
+        for _ in 0..RACE_RETRIES {
+            let now = self.now();
+            let mut items = Vec::new();
+            let mut next = task.clone();
+            let decided = match rules::claim(&task, now) {
+                ClaimRule::Answer(answer) => return Ok(answer),
+                ClaimRule::Exhaust(reason) => {
+                    let e = unchanged(Expr::default(), &task);
+                    let e = terminal(
+                        e,
+                        &mut next,
+                        Status::Failed,
+                        now,
+                        Some(reason.as_str().to_owned()),
+                    );
+                    items.push(e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
+                    items.push(self.dedup_ttl(&task));
+                    None
+                }
+                ClaimRule::Take => {
+                    let until = now + request.lease;
+                    next.version += 1;
+                    next.status = Status::Running;
+                    next.lease_until = Some(until);
+                    next.not_before = None;
+                    // The guard rule::claim just passed, on the item: the lease
+                    // has expired or the backoff passed on this writer's clock.
+                    let guard = match task.status {
+                        Status::Running => "#lease_until <= :c_now",
+                        _ => "attribute_not_exists(#not_before) OR #not_before <= :c_now",
+                    };
+                    let e = unchanged(Expr::default(), &task)
+                        .cond(
+                            guard,
+                            &[if task.status == Status::Running {
+                                item::LEASE_UNTIL
+                            } else {
+                                item::NOT_BEFORE
+                            }],
+                            vec![(":c_now", at(now))],
+                        )
+                        .set(item::VERSION, n(next.version))
+                        .set(item::STATUS, s(Status::Running.as_str()))
+                        .set(item::LEASE_UNTIL, at(until))
+                        .set(DUE_SHARD, s(DUE_INDEX))
+                        .set(DUE_AT, at(until))
+                        .remove(item::NOT_BEFORE);
+                    items.push(e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
+                    let attempt = Attempt {
+                        id: attempt_id,
+                        task_id: id,
+                        number: next.attempts(),
+                        worker: request.worker.clone(),
+                        started_at: now,
+                        finished_at: None,
+                        outcome: AttemptOutcome::Running,
+                        operation_id: None,
+                        error: None,
+                    };
+                    let put = Put::builder()
+                        .table_name(&*self.table)
+                        .set_item(Some(item::attempt_item(&attempt)))
+                        .build()
+                        .expect("table and item are set");
+                    items.push(TransactWriteItem::builder().put(put).build());
+                    Some(until)
+                }
+            };
+            if task.version > 0 {
+                // The previous assignment, taken over or out of budget, ends as expired.
+                let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
+                items.push(finish_if_running(AttemptOutcome::Expired, now).update(&self.table, key));
+            }
+            match self.transact("claim", items, usize::MAX).await? {
+                Tx::Written => {
+                    return Ok(match decided {
+                        Some(until) => {
+                            let span = tracing::Span::current();
+                            span.record("version", next.version);
+                            span.record("attempt_id", tracing::field::display(attempt_id));
+                            Claim::Acquired(Lease::new(next, attempt_id, request.worker, until))
+                        }
+                        None => Claim::Failed(next),
+                    });
+                }
+                Tx::Refused(None) => return Ok(Claim::NotFound),
+                // Decide again on the item as it is now: no extra read.
+                Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
+            }
+        }
+        Err(Error::storage(Raced("claim")))
+    }
+
+    async fn complete_on(
+        &self,
+        lease: Lease,
+        response: Response,
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<Fenced<Task>> {
+        let id = lease.task_id();
+        let version = lease.version();
+        let pk = item::task_pk(id);
+        // The state the completion is first tried on: the lease's own, still
+        // running. Under `FirstValidAnswer` a refusal may show another state
+        // that the rule accepts; the next try is decided on that image.
+        let mut expected = lease.task().clone();
+        expected.status = Status::Running;
+        expected.version = version;
+        let extra_from = 3;
+        for _ in 0..RACE_RETRIES {
+            let now = self.now();
+            let mut done = expected.clone();
+            let mut e = unchanged(Expr::default(), &expected);
+            if expected.acceptance == AcceptanceRule::CurrentAssignment {
+                e = fence(e, version, now);
+            }
+            done.response = Some(response.clone());
+            let e = terminal(
+                e.set(item::RESPONSE, b(response.as_bytes().to_vec())),
+                &mut done,
+                Status::Completed,
+                now,
+                None,
+            );
+            let mut items = vec![
+                e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                Expr::default()
+                    .set(item::FINISHED_AT, at(now))
+                    .set(item::OUTCOME, s(AttemptOutcome::Completed.as_str()))
+                    .update(&self.table, item::key_of(pk.clone(), &item::attempt_sk(version))),
+                self.dedup_ttl(&expected),
+            ];
+            // The application's items sit at fixed positions (after the three
+            // above); the overtaken attempt, when there is one, comes last.
+            items.extend(extra.iter().cloned());
+            if expected.version != version {
+                // An earlier attempt's answer is saved: the current one is overtaken.
+                let key = item::key_of(pk.clone(), &item::attempt_sk(expected.version));
+                items.push(finish_if_running(AttemptOutcome::Overtaken, now).update(&self.table, key));
+            }
+            match self.transact("complete", items, extra_from).await? {
+                Tx::Written => return Ok(Fenced::Accepted(done)),
+                Tx::Refused(None) => return Err(Error::NotFound(id)),
+                Tx::Refused(Some(old)) => {
+                    let old = item::task(&old).map_err(Error::storage)?;
+                    if let Err(rejection) = rules::accept(&old, version, now) {
+                        tracing::debug!(%rejection, "completion rejected");
+                        return Ok(Fenced::Rejected(rejection));
+                    }
+                    expected = old;
+                }
+            }
+        }
+        Err(Error::storage(Raced("complete")))
+    }
+
+    /// Runs a fenced write of `lease`: `items` builds the transaction for the
+    /// writer's instant (its first item the guarded task update). A refusal
+    /// is classified from the `ALL_OLD` image by `check`; should the check
+    /// pass on it (the item changed in between), the write is tried again.
+    async fn fenced_tx<T>(
+        &self,
+        op: &'static str,
+        check: LeaseCheck,
+        lease: &Lease,
+        items: impl Fn(OffsetDateTime) -> (Vec<TransactWriteItem>, T),
+    ) -> Result<Fenced<T>> {
+        for _ in 0..RACE_RETRIES {
+            let now = self.now();
+            let (items, value) = items(now);
+            match self.transact(op, items, usize::MAX).await? {
+                Tx::Written => return Ok(Fenced::Accepted(value)),
+                Tx::Refused(None) => return Err(Error::NotFound(lease.task_id())),
+                Tx::Refused(Some(old)) => {
+                    let old = item::task(&old).map_err(Error::storage)?;
+                    if let Err(rejection) = check(&old, lease.version(), now) {
+                        tracing::debug!(%rejection, "fenced write rejected");
+                        return Ok(Fenced::Rejected(rejection));
+                    }
+                }
+            }
+        }
+        Err(Error::storage(Raced(op)))
+    }
+
+    /// Sets the dedup record's TTL as its task turns terminal, so DynamoDB
+    /// expires it even if nobody runs `purge_expired`; never while the task is live.
+    fn dedup_ttl(&self, task: &Task) -> TransactWriteItem {
+        Expr::default()
+            .set(TTL, item::ttl_secs(task.expires_at))
+            .cond(
+                "#task_id = :c_task",
+                &[item::TASK_ID],
+                vec![(":c_task", s(task.id.to_string()))],
+            )
+            .update(&self.table, item::key_of(item::key_pk(&task.key), item::KEY_SK))
+    }
+
+    /// Sends a transaction. A cancellation is read item by item: a failed
+    /// condition on item 0 is [`Tx::Refused`] with its image, on an item at
+    /// or after `extra_from` it is the application's [`ExtraRefused`].
+    async fn transact(
+        &self,
+        op: &'static str,
+        items: Vec<TransactWriteItem>,
+        extra_from: usize,
+    ) -> Result<Tx> {
+        let mut conflicts = 0;
+        loop {
+            let sent = self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await;
+            let err = match sent {
+                Ok(_) => return Ok(Tx::Written),
+                Err(err) => err,
+            };
+            let reasons = match &err {
+                SdkError::ServiceError(service) => match service.err() {
+                    TransactWriteItemsError::TransactionCanceledException(c) => {
+                        c.cancellation_reasons().to_vec()
+                    }
+                    _ => return Err(Error::storage(err)),
+                },
+                _ => return Err(Error::storage(err)),
+            };
+            let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+            if let Some(i) = (0..reasons.len()).find(|&i| code(i) == "ConditionalCheckFailed") {
+                let image = reasons[i].item().cloned();
+                if i == 0 {
+                    return Ok(Tx::Refused(image));
+                }
+                if i >= extra_from {
+                    return Err(Error::storage(ExtraRefused {
+                        index: i - extra_from,
+                        item: image,
+                    }));
+                }
+                return Err(Error::storage(Inconsistent(format!(
+                    "{op}: taskfence item {i} of the transaction failed its condition"
+                ))));
+            }
+            let conflict = reasons.iter().any(|r| r.code() == Some("TransactionConflict"));
+            if !conflict {
+                return Err(Error::storage(err));
+            }
+            conflicts += 1;
+            if conflicts > CONFLICT_RETRIES {
+                return Err(Error::storage(Raced(op)));
+            }
+            // Another transaction holds the item for a moment: let it finish.
+            tokio::time::sleep(Duration::from_millis(1 << conflicts.min(6))).await;
+        }
+    }
+
+    async fn query_all(
+        &self,
+        index: Option<&str>,
+        condition: &str,
+        names: HashMap<String, String>,
+        values: HashMap<String, AttributeValue>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page_limit = limit.map(|l| i32::try_from(l - out.len()).unwrap_or(i32::MAX));
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .set_index_name(index.map(str::to_owned))
+                .key_condition_expression(condition)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_limit(page_limit)
+                .consistent_read(index.is_none())
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(Error::storage)?;
+            out.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || limit.is_some_and(|l| out.len() >= l) {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn attempt_items(&self, id: TaskId) -> Result<Vec<Item>> {
+        self.query_all(
+            None,
+            "#pk = :pk AND begins_with(#sk, :prefix)",
+            HashMap::from([
+                ("#pk".to_owned(), super::table::PARTITION_KEY.to_owned()),
+                ("#sk".to_owned(), SORT_KEY.to_owned()),
+            ]),
+            HashMap::from([
+                (":pk".to_owned(), s(item::task_pk(id))),
+                (":prefix".to_owned(), s(item::ATTEMPT_PREFIX)),
+            ]),
+            None,
+        )
+        .await
+    }
+
+    /// Removes one expired terminal task: its dedup record first (only if it
+    /// is still this task's), then its attempts, the task item last, so an
+    /// interrupted purge leaves the task in the index for the next one.
+    async fn purge_one(&self, id: TaskId, key: &RequestKey, now: OffsetDateTime) -> Result<bool> {
+        let dedup = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::key_pk(key), item::KEY_SK)))
+            .condition_expression("#task_id = :id")
+            .expression_attribute_names("#task_id", item::TASK_ID)
+            .expression_attribute_values(":id", s(id.to_string()))
+            .send()
+            .await;
+        if let Err(err) = dedup {
+            // Gone already (TTL) or reused by a newer task after TTL: not ours to delete.
+            if !err
+                .as_service_error()
+                .is_some_and(|e| e.is_conditional_check_failed_exception())
+            {
+                return Err(Error::storage(err));
+            }
+        }
+        let attempts = self.attempt_items(id).await?;
+        for chunk in attempts.chunks(BATCH_DELETE) {
+            let mut requests: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|a| {
+                    let key = a
+                        .iter()
+                        .filter(|(k, _)| *k == super::table::PARTITION_KEY || *k == SORT_KEY)
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    WriteRequest::builder()
+                        .delete_request(
+                            DeleteRequest::builder()
+                                .set_key(Some(key))
+                                .build()
+                                .expect("key is set"),
+                        )
+                        .build()
+                })
+                .collect();
+            for _ in 0..=CONFLICT_RETRIES {
+                if requests.is_empty() {
+                    break;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&*self.table, requests.clone())
+                    .send()
+                    .await
+                    .map_err(Error::storage)?;
+                requests = out
+                    .unprocessed_items()
+                    .and_then(|u| u.get(&*self.table))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            if !requests.is_empty() {
+                return Err(Error::storage(Raced("purge_expired")));
+            }
+        }
+        let deleted = self
+            .client
+            .delete_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::task_pk(id), item::TASK_SK)))
+            .condition_expression("#status IN (:completed, :failed, :cancelled) AND #expires_at <= :now")
+            .expression_attribute_names("#status", item::STATUS)
+            .expression_attribute_names("#expires_at", item::EXPIRES_AT)
+            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+            .expression_attribute_values(":cancelled", s(Status::Cancelled.as_str()))
+            .expression_attribute_values(":now", at(now))
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(true),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(err) => Err(Error::storage(err)),
+        }
+    }
+}
+
+/// [`NewTask::validate`] and this backend's payload limit.
+fn validate_new(new: &NewTask) -> Result<(), InvalidInput> {
+    new.validate()?;
+    limits::check_len("payload", new.payload.len(), MAX_PAYLOAD_LEN)
+}
+
+/// [`limits::check_response`] and this backend's response limit.
+fn check_response(response: &Response) -> Result<(), InvalidInput> {
+    limits::check_response(response)?;
+    limits::check_len("response", response.len(), MAX_RESPONSE_LEN)
+}
+
+fn check_extra(count: usize) -> Result<(), InvalidInput> {
+    if count > MAX_EXTRA_ITEMS {
+        return Err(InvalidInput::OutOfRange {
+            field: "extra transaction items",
+            value: count.to_string(),
+            min: "0".into(),
+            max: MAX_EXTRA_ITEMS.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl TaskStore for DynamoStore {
+    async fn submit(&self, new: NewTask) -> Result<Submitted> {
+        validate_new(&new)?;
+        let span = trace::op("submit", None, None, None);
+        self.submit_on(new, Vec::new()).instrument(span).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        let span = trace::op("get", Some(id), None, None);
+        self.get_on(id).instrument(span).await
+    }
+
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
+        key.validate()?;
+        let span = trace::op("find", None, None, None);
+        async move {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&*self.table)
+                .set_key(Some(item::key_of(item::key_pk(key), item::KEY_SK)))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(Error::storage)?;
+            let Some(record) = out.item() else { return Ok(None) };
+            let (id, _) = item::dedup(record).map_err(Error::storage)?;
+            self.get_on(id).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        request.validate()?;
+        let span = trace::op("claim", Some(id), None, None);
+        self.claim_on(id, request).instrument(span).await
+    }
+
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+        limits::check_extension(extend_by)?;
+        let span = trace::lease_op("renew", lease);
+        async move {
+            for _ in 0..RACE_RETRIES {
+                let now = self.now();
+                let until = now + extend_by;
+                let e = fence(Expr::default(), lease.version(), now)
+                    .set(item::LEASE_UNTIL, at(until))
+                    .set(DUE_AT, at(until));
+                let sent = self
+                    .client
+                    .update_item()
+                    .table_name(&*self.table)
+                    .set_key(Some(item::key_of(item::task_pk(lease.task_id()), item::TASK_SK)))
+                    .update_expression(e.update_expression())
+                    .set_condition_expression(e.condition())
+                    .set_expression_attribute_names(e.names())
+                    .set_expression_attribute_values(e.values())
+                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(_) => {
+                        lease.set_expires_at(until);
+                        return Ok(Fenced::Accepted(()));
+                    }
+                    Err(SdkError::ServiceError(service))
+                        if matches!(service.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                    {
+                        let UpdateItemError::ConditionalCheckFailedException(refused) = service.into_err()
+                        else {
+                            unreachable!("matched above")
+                        };
+                        let Some(old) = refused.item() else {
+                            return Err(Error::NotFound(lease.task_id()));
+                        };
+                        let old = item::task(old).map_err(Error::storage)?;
+                        if let Err(rejection) = rules::fence(&old, lease.version(), now) {
+                            tracing::debug!(%rejection, "fenced write rejected");
+                            return Ok(Fenced::Rejected(rejection));
+                        }
+                    }
+                    Err(err) => return Err(Error::storage(err)),
+                }
+            }
+            Err(Error::storage(Raced("renew")))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        check_response(&response)?;
+        let span = trace::lease_op("complete", &lease);
+        self.complete_on(lease, response, Vec::new())
+            .instrument(span)
+            .await
+    }
+
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+        failure.validate()?;
+        let span = trace::lease_op("fail", &lease);
+        async {
+            let pk = item::task_pk(lease.task_id());
+            self.fenced_tx("fail", rules::fence, &lease, |now| {
+                // The fence pins the item to the lease's own state, so the
+                // decision is made on the lease's snapshot.
+                let mut task = lease.task().clone();
+                task.status = Status::Running;
+                let mut e = fence(Expr::default(), lease.version(), now);
+                let mut items = Vec::new();
+                let retry = match rules::after_failure(&task, lease.attempt_id(), failure.kind, now) {
+                    Ok(not_before) => {
+                        e = e
+                            .set(item::STATUS, s(Status::Pending.as_str()))
+                            .set(item::NOT_BEFORE, at(not_before))
+                            .set(item::LAST_ERROR, s(&failure.message))
+                            .set(DUE_SHARD, s(DUE_INDEX))
+                            .set(DUE_AT, at(not_before))
+                            .remove(item::LEASE_UNTIL);
+                        Retry::Scheduled {
+                            not_before,
+                            attempts_left: task.attempts_left(),
+                        }
+                    }
+                    Err(reason) => {
+                        let message = reason.message(&failure.message);
+                        e = terminal(e, &mut task, Status::Failed, now, Some(message));
+                        items.push(self.dedup_ttl(&task));
+                        Retry::Exhausted(Box::new(task.clone()))
+                    }
+                };
+                items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
+                items.push(
+                    Expr::default()
+                        .set(item::FINISHED_AT, at(now))
+                        .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
+                        .set(item::ERROR, s(&failure.message))
+                        .update(
+                            &self.table,
+                            item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                        ),
+                );
+                (items, retry)
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
+        let span = trace::lease_op("release", &lease);
+        async {
+            let pk = item::task_pk(lease.task_id());
+            self.fenced_tx("release", rules::fence, &lease, |now| {
+                let task = fence(Expr::default(), lease.version(), now)
+                    .set(item::STATUS, s(Status::Pending.as_str()))
+                    .remove(item::LEASE_UNTIL)
+                    .remove(item::NOT_BEFORE)
+                    .remove(DUE_SHARD)
+                    .remove(DUE_AT);
+                let attempt = Expr::default()
+                    .set(item::FINISHED_AT, at(now))
+                    .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
+                let items = vec![
+                    task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                    attempt.update(
+                        &self.table,
+                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                    ),
+                ];
+                (items, ())
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        limits::check_reason(reason)?;
+        let span = trace::op("cancel", Some(id), None, None);
+        async move {
+            let mut task = self.get_on(id).await?.ok_or(Error::NotFound(id))?;
+            let pk = item::task_pk(id);
+            for _ in 0..RACE_RETRIES {
+                if let CancelRule::Answer(answer) = rules::cancel(&task) {
+                    return Ok(answer);
+                }
+                let now = self.now();
+                let mut next = task.clone();
+                let e = terminal(
+                    unchanged(Expr::default(), &task),
+                    &mut next,
+                    Status::Cancelled,
+                    now,
+                    Some(reason.to_owned()),
+                );
+                let mut items = vec![
+                    e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                    self.dedup_ttl(&task),
+                ];
+                if task.version > 0 {
+                    let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
+                    items.push(finish_if_running(AttemptOutcome::Cancelled, now).update(&self.table, key));
+                }
+                match self.transact("cancel", items, usize::MAX).await? {
+                    Tx::Written => return Ok(Fenced::Accepted(next)),
+                    Tx::Refused(None) => return Err(Error::NotFound(id)),
+                    Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
+                }
+            }
+            Err(Error::storage(Raced("cancel")))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
+        limits::check_operation_id(operation_id)?;
+        let span = trace::lease_op("record_operation", lease);
+        async {
+            let pk = item::task_pk(lease.task_id());
+            self.fenced_tx("record_operation", rules::fence, lease, |now| {
+                let items = vec![
+                    fence(Expr::default(), lease.version(), now)
+                        .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                    Expr::default().set(item::OPERATION_ID, s(operation_id)).update(
+                        &self.table,
+                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                    ),
+                ];
+                (items, ())
+            })
+            .await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
+        let span = trace::op("attempts", Some(id), None, None);
+        async move {
+            self.attempt_items(id)
+                .await?
+                .iter()
+                .map(|i| item::attempt(i, id).map_err(Error::storage))
+                .collect()
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
+        limits::check_scan_limit(limit)?;
+        let span = trace::op("due", None, None, None);
+        async move {
+            let entries = self
+                .query_all(
+                    Some(DUE_INDEX),
+                    "#shard = :shard AND #at <= :now",
+                    HashMap::from([
+                        ("#shard".to_owned(), DUE_SHARD.to_owned()),
+                        ("#at".to_owned(), DUE_AT.to_owned()),
+                    ]),
+                    HashMap::from([
+                        (":shard".to_owned(), s(DUE_INDEX)),
+                        (":now".to_owned(), at(self.now())),
+                    ]),
+                    Some(limit),
+                )
+                .await?;
+            entries
+                .iter()
+                .map(|e| {
+                    let pk = e
+                        .get(super::table::PARTITION_KEY)
+                        .and_then(|v| v.as_s().ok())
+                        .map_or("", String::as_str);
+                    item::task_id_of_pk(pk).map_err(Error::storage)
+                })
+                .collect()
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64> {
+        limits::check_scan_limit(limit)?;
+        let span = trace::op("purge_expired", None, None, None);
+        async move {
+            let now = self.now();
+            let entries = self
+                .query_all(
+                    Some(PURGE_INDEX),
+                    "#shard = :shard AND #at <= :now",
+                    HashMap::from([
+                        ("#shard".to_owned(), PURGE_SHARD.to_owned()),
+                        ("#at".to_owned(), PURGE_AT.to_owned()),
+                    ]),
+                    HashMap::from([
+                        (":shard".to_owned(), s(PURGE_INDEX)),
+                        (":now".to_owned(), at(now)),
+                    ]),
+                    Some(limit),
+                )
+                .await?;
+            let mut purged = 0;
+            for entry in &entries {
+                let pk = entry
+                    .get(super::table::PARTITION_KEY)
+                    .and_then(|v| v.as_s().ok())
+                    .map_or("", String::as_str);
+                let id = item::task_id_of_pk(pk).map_err(Error::storage)?;
+                let key = item::request_key(entry).map_err(Error::storage)?;
+                if self.purge_one(id, &key, now).await? {
+                    purged += 1;
+                }
+            }
+            Ok(purged)
+        }
+        .instrument(span)
+        .await
+    }
+}
