@@ -70,6 +70,64 @@ impl Statements {
         // holder only locked the row and changed nothing (no recheck then).
         let locked =
             format!("locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)");
+        // Fragments the single and the batch forms share, so both decide alike.
+        // A claim's take-or-exhaust, from one clock reading after the lock
+        // ($3 lease interval, $5/$6 the stop reasons):
+        let claim_set = format!(
+            "SET (version, status, lease_until, not_before, finished_at, last_error) = (
+                        SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
+                               CASE WHEN d.take THEN 'running' ELSE 'failed' END,
+                               CASE WHEN d.take THEN d.now + $3 END,
+                               NULL::timestamptz,
+                               CASE WHEN d.take THEN NULL ELSE d.now END,
+                               CASE WHEN d.take THEN t.last_error
+                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
+                        FROM (SELECT c.now, t.version < t.max_attempts
+                                            AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
+                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
+                    )"
+        );
+        // A row a claim may take: pending past its backoff, or its lease expired.
+        let claim_available = format!(
+            "((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
+                        OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))"
+        );
+        // The previous attempt of a taken or exhausted row ends `expired`.
+        let claim_expired = format!(
+            "expired AS (
+                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
+                    FROM claimed AS c
+                    WHERE a.task_id = c.id AND a.finished_at IS NULL
+                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
+                )"
+        );
+        // `rules::accept` for the lease version `v`: the current assignment
+        // with a live lease, or, for a first-valid-answer task, any version
+        // granted so far while the task is not terminal; never a second response.
+        let accept = |v: &str| {
+            format!(
+                "response IS NULL
+                      AND ((version = {v} AND status = 'running' AND lease_until > {s}.store_clock())
+                        OR (acceptance = 'first_valid_answer' AND {v} BETWEEN 1 AND version
+                            AND status IN ('pending', 'running')))"
+            )
+        };
+        let (accept_single, accept_many) = (accept("$2"), accept("req.rversion"));
+        // The answering attempt (lease version `v`) ends `completed` (also if
+        // closed as expired at a takeover); a still-running newer one `overtaken`.
+        let finish = |v: &str| {
+            format!(
+                "finished AS (
+                    UPDATE {s}.attempts AS a
+                    SET finished_at = d.finished_at,
+                        outcome = CASE WHEN a.number = {v} THEN 'completed' ELSE 'overtaken' END
+                    FROM done AS d
+                    WHERE a.task_id = d.id
+                      AND (a.number = {v} OR (a.number = d.version AND a.finished_at IS NULL))
+                )"
+            )
+        };
+        let (finish_single, finish_many) = (finish("$2"), finish("d.rversion"));
         // The batch form: every row of the batch locked first, in id order (so
         // two batches sharing tasks never deadlock), before the write reads any
         // of them; `id = ANY(ARRAY(SELECT id FROM locked_all))` is an InitPlan,
@@ -118,29 +176,12 @@ impl Statements {
                 "WITH {locked},
                 claimed AS (
                     UPDATE {s}.tasks AS t
-                    SET (version, status, lease_until, not_before, finished_at, last_error) = (
-                        SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
-                               CASE WHEN d.take THEN 'running' ELSE 'failed' END,
-                               CASE WHEN d.take THEN d.now + $3 END,
-                               NULL::timestamptz,
-                               CASE WHEN d.take THEN NULL ELSE d.now END,
-                               CASE WHEN d.take THEN t.last_error
-                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
-                        FROM (SELECT c.now, t.version < t.max_attempts
-                                            AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
-                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
-                    )
+                    {claim_set}
                     WHERE t.id = (SELECT id FROM locked)
-                      AND ((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
-                        OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))
+                      AND {claim_available}
                     RETURNING {cols}
                 ),
-                expired AS (
-                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
-                    FROM claimed AS c
-                    WHERE a.task_id = c.id AND a.finished_at IS NULL
-                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
-                ),
+                {claim_expired},
                 started AS (
                     INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
                     SELECT c.id, c.version, $2, $4, c.lease_until - $3, 'running'
@@ -171,20 +212,10 @@ impl Statements {
                     SET status = 'completed', response = $3, lease_until = NULL, not_before = NULL,
                         finished_at = {s}.store_clock()
                     WHERE id = (SELECT id FROM locked)
-                      AND response IS NULL
-                      AND ((version = $2 AND status = 'running' AND lease_until > {s}.store_clock())
-                        OR (acceptance = 'first_valid_answer' AND $2 BETWEEN 1 AND version
-                            AND status IN ('pending', 'running')))
+                      AND {accept_single}
                     RETURNING {cols}
                 ),
-                finished AS (
-                    UPDATE {s}.attempts AS a
-                    SET finished_at = d.finished_at,
-                        outcome = CASE WHEN a.number = $2 THEN 'completed' ELSE 'overtaken' END
-                    FROM done AS d
-                    WHERE a.task_id = d.id
-                      AND (a.number = $2 OR (a.number = d.version AND a.finished_at IS NULL))
-                )
+                {finish_single}
                 SELECT {cols} FROM done"
             ),
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
@@ -309,31 +340,14 @@ impl Statements {
                 req AS (SELECT r.rid, r.rattempt FROM unnest($1::uuid[], $2::uuid[]) AS r(rid, rattempt)),
                 claimed AS (
                     UPDATE {s}.tasks AS t
-                    SET (version, status, lease_until, not_before, finished_at, last_error) = (
-                        SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
-                               CASE WHEN d.take THEN 'running' ELSE 'failed' END,
-                               CASE WHEN d.take THEN d.now + $3 END,
-                               NULL::timestamptz,
-                               CASE WHEN d.take THEN NULL ELSE d.now END,
-                               CASE WHEN d.take THEN t.last_error
-                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
-                        FROM (SELECT c.now, t.version < t.max_attempts
-                                            AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
-                              FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
-                    )
+                    {claim_set}
                     FROM req
                     WHERE t.id = req.rid
                       AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
-                      AND ((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
-                        OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))
+                      AND {claim_available}
                     RETURNING {cols}, req.rattempt
                 ),
-                expired AS (
-                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
-                    FROM claimed AS c
-                    WHERE a.task_id = c.id AND a.finished_at IS NULL
-                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
-                ),
+                {claim_expired},
                 started AS (
                     INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
                     SELECT c.id, c.version, c.rattempt, $4, c.lease_until - $3, 'running'
@@ -357,20 +371,10 @@ impl Statements {
                     FROM req
                     WHERE id = req.rid
                       AND id = ANY(ARRAY(SELECT id FROM locked_all))
-                      AND response IS NULL
-                      AND ((version = req.rversion AND status = 'running' AND lease_until > {s}.store_clock())
-                        OR (acceptance = 'first_valid_answer' AND req.rversion BETWEEN 1 AND version
-                            AND status IN ('pending', 'running')))
+                      AND {accept_many}
                     RETURNING {cols}, req.rversion
                 ),
-                finished AS (
-                    UPDATE {s}.attempts AS a
-                    SET finished_at = d.finished_at,
-                        outcome = CASE WHEN a.number = d.rversion THEN 'completed' ELSE 'overtaken' END
-                    FROM done AS d
-                    WHERE a.task_id = d.id
-                      AND (a.number = d.rversion OR (a.number = d.version AND a.finished_at IS NULL))
-                )
+                {finish_many}
                 SELECT {cols} FROM done"
             ),
             // The rows of a batch and the store clock: what refused writes are classified from.
