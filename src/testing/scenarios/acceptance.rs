@@ -3,7 +3,7 @@
 //! of guarantees 1 and 5 holds unchanged.
 
 use super::*;
-use crate::policy::{AcceptanceRule, Failure, RetryPolicy};
+use crate::policy::{AcceptanceRule, RetryPolicy};
 use crate::store::{AttemptOutcome, Fenced, Rejection};
 use crate::task::{Response, Status};
 use crate::testing::{Fixture, race};
@@ -107,34 +107,10 @@ pub async fn first_valid_answer_saves_paused_worker_after_takeover(f: &dyn Fixtu
 pub async fn first_valid_answer_still_fences_everything_but_completion(f: &dyn Fixture) {
     let store = f.store();
     let t = submit(&*store, first_valid("send-1")).await;
-    let mut old = acquire(&*store, t.id, "old").await;
+    let old = acquire(&*store, t.id, "old").await;
     f.advance(PAST_LEASE).await;
     let _new = acquire(&*store, t.id, "new").await;
-    let superseded = Rejection::Superseded { current_version: 2 };
-    assert_eq!(
-        store.renew(&mut old, LEASE).await.unwrap().rejection(),
-        Some(&superseded),
-        "renew"
-    );
-    assert_eq!(
-        store.record_operation(&old, "op-1").await.unwrap().rejection(),
-        Some(&superseded),
-        "record_operation"
-    );
-    assert_eq!(
-        store
-            .fail(old.clone(), Failure::retryable("x"))
-            .await
-            .unwrap()
-            .rejection(),
-        Some(&superseded),
-        "fail"
-    );
-    assert_eq!(
-        store.release(old).await.unwrap().rejection(),
-        Some(&superseded),
-        "release"
-    );
+    assert_superseded_writes(&*store, &old, 2).await;
     let now = task(&*store, t.id).await;
     assert_eq!(
         (now.status, now.version, now.response),

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use super::*;
-use crate::policy::Failure;
 use crate::store::{AttemptOutcome, Fenced, Rejection};
 use crate::task::{Response, Status};
 use crate::testing::{Fixture, race};
@@ -12,34 +11,11 @@ use crate::testing::{Fixture, race};
 pub async fn superseded_lease_is_rejected_everywhere(f: &dyn Fixture) {
     let store = f.store();
     let t = submit(&*store, new_task("send-1")).await;
-    let mut old = acquire(&*store, t.id, "old").await;
+    let old = acquire(&*store, t.id, "old").await;
     f.advance(PAST_LEASE).await;
     let _new = acquire(&*store, t.id, "new").await;
+    assert_superseded_writes(&*store, &old, 2).await;
     let superseded = Rejection::Superseded { current_version: 2 };
-    assert_eq!(
-        store.renew(&mut old, LEASE).await.unwrap().rejection(),
-        Some(&superseded),
-        "renew"
-    );
-    assert_eq!(
-        store.record_operation(&old, "op-1").await.unwrap().rejection(),
-        Some(&superseded),
-        "record_operation"
-    );
-    assert_eq!(
-        store
-            .fail(old.clone(), Failure::retryable("x"))
-            .await
-            .unwrap()
-            .rejection(),
-        Some(&superseded),
-        "fail"
-    );
-    assert_eq!(
-        store.release(old.clone()).await.unwrap().rejection(),
-        Some(&superseded),
-        "release"
-    );
     assert_eq!(
         store
             .complete(old, Response::from("late"))

@@ -80,3 +80,36 @@ pub(crate) async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str) -> 
 pub(crate) async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
     store.get(id).await.expect("get").expect("task exists")
 }
+
+/// Asserts that renew, record_operation, fail and release of `old` are each
+/// refused with `Superseded { current_version }`.
+pub(crate) async fn assert_superseded_writes(store: &dyn TaskStore, old: &Lease, current_version: u64) {
+    use crate::policy::Failure;
+    use crate::store::Rejection;
+    let superseded = Rejection::Superseded { current_version };
+    let mut renewing = old.clone();
+    assert_eq!(
+        store.renew(&mut renewing, LEASE).await.unwrap().rejection(),
+        Some(&superseded),
+        "renew"
+    );
+    assert_eq!(
+        store.record_operation(old, "op-1").await.unwrap().rejection(),
+        Some(&superseded),
+        "record_operation"
+    );
+    assert_eq!(
+        store
+            .fail(old.clone(), Failure::retryable("x"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&superseded),
+        "fail"
+    );
+    assert_eq!(
+        store.release(old.clone()).await.unwrap().rejection(),
+        Some(&superseded),
+        "release"
+    );
+}
