@@ -130,3 +130,13 @@ impl Intercept for RequestCounter {
         Ok(())
     }
 }
+
+/// A second [`DynamoStore`](taskfence::DynamoStore) on `fixture`'s table, with
+/// its own client (its own connection pool) and `clock`: another replica of
+/// the service, e.g. with a skewed clock.
+pub fn replica(fixture: &DynamoFixture, clock: impl taskfence::Clock + 'static) -> taskfence::DynamoStore {
+    taskfence::DynamoStore::builder(client(), fixture.table())
+        .clock(clock)
+        .build()
+        .expect("the fixture's table name is valid")
+}
