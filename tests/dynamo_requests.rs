@@ -1,0 +1,170 @@
+//! Requests per operation, counted on the wire (an SDK interceptor on the
+//! client, by `X-Amz-Target`) and asserted: what `docs/DYNAMODB.md` states.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use taskfence::testing::{DynamoFixture, Fixture};
+use taskfence::{
+    AcceptanceRule, Claim, ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response,
+    RetryPolicy, TaskStore,
+};
+use taskfence_test_support::dynamo::{self, RequestCounter};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+fn new_task(key: &str) -> NewTask {
+    NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of([key]))
+}
+
+fn requests(counter: &RequestCounter) -> BTreeMap<String, u32> {
+    counter.take()
+}
+
+fn expect(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+async fn acquire(store: &dyn TaskStore, id: taskfence::TaskId) -> taskfence::Lease {
+    match store.claim(id, ClaimRequest::new("w", LEASE)).await.unwrap() {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_happy_path_write_but_claim_and_cancel_is_one_request() {
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.store();
+    let n = requests(&counter); // table creation
+    assert!(n.contains_key("CreateTable"));
+    let tx = |k: u32| ("TransactWriteItems", k);
+
+    let task = store.submit(new_task("send-1")).await.unwrap().into_task();
+    assert_eq!(requests(&counter), expect(&[tx(1)]), "submit");
+    assert!(!store.submit(new_task("send-1")).await.unwrap().is_created());
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1), tx(1)]),
+        "repeated submit: refused, then the task"
+    );
+    let conflict = store
+        .submit(NewTask::new(
+            RequestKey::new("user-1", "chat.reply", "send-1"),
+            InputHash::of(["other"]),
+        ))
+        .await;
+    assert!(matches!(conflict, Err(Error::KeyConflict { .. })));
+    assert_eq!(
+        requests(&counter),
+        expect(&[tx(1)]),
+        "key conflict: read from the refused record"
+    );
+    store.get(task.id).await.unwrap();
+    assert_eq!(requests(&counter), expect(&[("GetItem", 1)]), "get");
+    store.find(&task.key).await.unwrap();
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 2)]),
+        "find: the record, then the task"
+    );
+
+    let mut lease = acquire(&*store, task.id).await;
+    assert_eq!(requests(&counter), expect(&[("GetItem", 1), tx(1)]), "claim");
+    assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
+    assert_eq!(requests(&counter), expect(&[("UpdateItem", 1)]), "renew");
+    assert!(
+        store
+            .record_operation(&lease, "op-1")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(requests(&counter), expect(&[tx(1)]), "record_operation");
+    assert!(
+        store
+            .complete(lease.clone(), Response::from("hi"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(requests(&counter), expect(&[tx(1)]), "complete");
+    assert!(
+        !store
+            .complete(lease, Response::from("again"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        requests(&counter),
+        expect(&[tx(1)]),
+        "refused complete: classified from ALL_OLD, no read"
+    );
+    assert!(matches!(
+        store.claim(task.id, ClaimRequest::new("w", LEASE)).await.unwrap(),
+        Claim::Completed(_)
+    ));
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1)]),
+        "claim of a completed task: read only"
+    );
+
+    let retried = store
+        .submit(new_task("send-2").policy(RetryPolicy::default().jitter(0.0)))
+        .await
+        .unwrap()
+        .into_task();
+    let lease = acquire(&*store, retried.id).await;
+    requests(&counter);
+    assert!(
+        store
+            .fail(lease, Failure::retryable("429"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(requests(&counter), expect(&[tx(1)]), "fail");
+    f.advance(Duration::from_secs(2)).await;
+    let lease = acquire(&*store, retried.id).await;
+    requests(&counter);
+    assert!(store.release(lease).await.unwrap().is_accepted());
+    assert_eq!(requests(&counter), expect(&[tx(1)]), "release");
+    assert!(store.cancel(retried.id, "stop").await.unwrap().is_accepted());
+    assert_eq!(requests(&counter), expect(&[("GetItem", 1), tx(1)]), "cancel");
+    assert_eq!(store.attempts(retried.id).await.unwrap().len(), 2);
+    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "attempts");
+    store.due(100).await.unwrap();
+    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "due");
+
+    // An earlier attempt's answer under FirstValidAnswer: the refused try's
+    // image says what the current attempt is; the second try saves.
+    let first_valid = store
+        .submit(new_task("send-3").acceptance(AcceptanceRule::FirstValidAnswer))
+        .await
+        .unwrap()
+        .into_task();
+    let early = acquire(&*store, first_valid.id).await;
+    f.advance(LEASE + Duration::from_secs(1)).await;
+    let _late = acquire(&*store, first_valid.id).await;
+    requests(&counter);
+    assert!(
+        store
+            .complete(early, Response::from("early"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(requests(&counter), expect(&[tx(2)]), "overtaking completion");
+
+    // Purge: the index, then per task its record, its attempts, their delete, the task.
+    f.advance(NewTask::DEFAULT_RETENTION).await;
+    assert_eq!(store.purge_expired(100).await.unwrap(), 3);
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchWriteItem", 3), ("DeleteItem", 6), ("Query", 4)]),
+        "purge of 3 tasks"
+    );
+}
