@@ -97,6 +97,12 @@ pub struct DynamoStoreBuilder {
 
 impl DynamoStoreBuilder {
     /// The clock this store's writes compare leases with (default [`SystemClock`]).
+    ///
+    /// ```no_run
+    /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::SystemClock).build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -104,6 +110,12 @@ impl DynamoStoreBuilder {
 
     /// Builds the store; a table name DynamoDB would refuse (3–255 of
     /// `a-z A-Z 0-9 _ - .`) is [`InvalidInput`].
+    ///
+    /// ```no_run
+    /// # fn f(client: aws_sdk_dynamodb::Client) {
+    /// assert!(taskfence::DynamoStore::builder(client, "no spaces").build().is_err());
+    /// # }
+    /// ```
     pub fn build(self) -> Result<DynamoStore> {
         let valid = (3..=255).contains(&self.table.len())
             && self

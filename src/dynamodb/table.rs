@@ -14,28 +14,64 @@ use crate::store::Result;
 
 /// Partition key of every item (`S`): `T#<task id>` for a task and its
 /// attempts, `K#…` for a dedup record.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::PARTITION_KEY, "pk");
+/// ```
 pub const PARTITION_KEY: &str = "pk";
 /// Sort key of every item (`S`): `T` (task), `A#<10-digit attempt number>`
 /// (attempt), `K` (dedup record).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::SORT_KEY, "sk");
+/// ```
 pub const SORT_KEY: &str = "sk";
 /// The sparse index `due` reads: only tasks with a running lease or a
 /// scheduled backoff carry its key attributes.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::DUE_INDEX, "due");
+/// ```
 pub const DUE_INDEX: &str = "due";
 /// The sparse index `purge_expired` reads: only terminal tasks carry its key
 /// attributes.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::PURGE_INDEX, "purge");
+/// ```
 pub const PURGE_INDEX: &str = "purge";
 /// Partition key of [`DUE_INDEX`] (`S`, one value: `due`).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::DUE_SHARD, "due_shard");
+/// ```
 pub const DUE_SHARD: &str = "due_shard";
 /// Sort key of [`DUE_INDEX`] (`N`, Unix nanoseconds): the lease expiry or the
 /// end of the backoff.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::DUE_AT, "due_at");
+/// ```
 pub const DUE_AT: &str = "due_at";
 /// Partition key of [`PURGE_INDEX`] (`S`, one value: `purge`).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::PURGE_SHARD, "purge_shard");
+/// ```
 pub const PURGE_SHARD: &str = "purge_shard";
 /// Sort key of [`PURGE_INDEX`] (`N`, Unix nanoseconds): the end of the
 /// retention window.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::PURGE_AT, "purge_at");
+/// ```
 pub const PURGE_AT: &str = "purge_at";
 /// The TTL attribute (`N`, Unix seconds), set on a dedup record once its task
 /// is terminal: DynamoDB's own expiry, a backstop behind `purge_expired`.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::TTL, "ttl");
+/// ```
 pub const TTL: &str = "ttl";
 
 /// Creates a table with the definition [`DynamoStore`](super::DynamoStore)
