@@ -9,16 +9,18 @@ use std::time::Duration;
 use taskfence::{PgStore, TaskId};
 use tokio::sync::watch;
 
-use crate::queue::{BoxError, SqsQueue};
+use crate::queue::{BoxError, MAX_BATCH, SqsQueue};
 
 /// Moves pending handoffs from the outbox to the queue.
 ///
 /// Each round claims up to `batch` handoffs with `FOR UPDATE SKIP LOCKED` (so
-/// several dispatchers share the outbox), sends one message per task, and
-/// marks them published in the same transaction. A send whose answer is lost,
-/// or a crash after sending and before the commit, sends them again next
-/// round: the queue sees duplicates, every copy names the same task, and the
-/// claim makes them harmless.
+/// several dispatchers share the outbox), sends them ten per `SendMessageBatch`
+/// ([`PgStore::dispatch_batches`]), and marks the sent ones published in the
+/// same transaction. A request with any failed entry counts as failed whole:
+/// the round stops there and all ten stay pending, also the ones SQS accepted.
+/// A send whose answer is lost, a partly failed request, or a crash after
+/// sending and before the commit sends them again next round: the queue sees
+/// duplicates, every copy names the same task, and the claim makes them harmless.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     store: PgStore,
@@ -26,6 +28,7 @@ pub struct Dispatcher {
     batch: usize,
     idle: Duration,
     sent: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
 }
 
 impl Dispatcher {
@@ -38,6 +41,7 @@ impl Dispatcher {
             batch,
             idle: Duration::from_secs(1),
             sent: Arc::default(),
+            requests: Arc::default(),
         }
     }
 
@@ -48,9 +52,14 @@ impl Dispatcher {
         self
     }
 
-    /// Messages sent so far (duplicates included).
+    /// Messages that reached the queue so far (duplicates included).
     pub fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
+    }
+
+    /// `SendMessageBatch` requests made so far (failed ones included).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     /// One round; returns the tasks published and marked.
@@ -58,30 +67,43 @@ impl Dispatcher {
         self.round_checked(|_| Ok(())).await
     }
 
-    /// One round that asks `after_send(task)` once each message is sent: an
-    /// `Err` is treated like a failed send (the round stops, the handoff stays
-    /// pending and the next round sends it again). The tests use it to lose the
-    /// acknowledgement of a send that did reach the queue.
+    /// One round that asks `after_send(tasks)` once each `SendMessageBatch`
+    /// got through: an `Err` is treated like a failed request (the round
+    /// stops, those handoffs stay pending and the next round sends them
+    /// again). The tests use it to lose the answer to a request that did
+    /// reach the queue.
     pub async fn round_checked(
         &self,
-        after_send: impl Fn(TaskId) -> Result<(), BoxError> + Send + Sync,
+        after_send: impl Fn(&[TaskId]) -> Result<(), BoxError> + Send + Sync,
     ) -> Result<Vec<TaskId>, BoxError> {
         let after_send = &after_send;
         let round = self
             .store
-            .dispatch(self.batch, |task_id| {
+            .dispatch_batches(self.batch, MAX_BATCH, |tasks| {
                 let queue = self.queue.clone();
-                let sent = Arc::clone(&self.sent);
+                let (sent, requests) = (Arc::clone(&self.sent), Arc::clone(&self.requests));
                 async move {
-                    queue.publish(task_id).await?;
-                    sent.fetch_add(1, Ordering::Relaxed);
-                    after_send(task_id)
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    let batch = queue.publish_batch(&tasks).await?;
+                    sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
+                    if !batch.failed.is_empty() {
+                        // Partly sent: the whole batch stays pending and goes
+                        // again next round (duplicates are harmless).
+                        return Err(format!(
+                            "{} of {} messages refused: {:?}",
+                            batch.failed.len(),
+                            tasks.len(),
+                            batch.failed
+                        )
+                        .into());
+                    }
+                    after_send(&tasks)
                 }
             })
             .await?;
         if let Some((task_id, error)) = round.failed {
-            // That handoff stays pending; the next round sends it again.
-            tracing::debug!(%task_id, %error, "publishing a handoff failed");
+            // That batch stays pending; the next round sends it again.
+            tracing::debug!(%task_id, %error, "publishing a batch of handoffs failed");
         }
         Ok(round.published)
     }

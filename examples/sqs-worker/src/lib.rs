@@ -26,5 +26,5 @@ pub mod worker;
 pub use config::Settings;
 pub use dispatcher::Dispatcher;
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
-pub use queue::{BoxError, Delivery, Depth, SqsQueue};
+pub use queue::{BoxError, Delivery, Depth, SentBatch, SqsQueue};
 pub use worker::{SqsWorker, Stats, WorkerSettings};

@@ -1,6 +1,7 @@
 //! The queue adapter: the SQS client (standard AWS configuration) and a thin
-//! wrapper over the calls the worker needs: publish a task id, long-poll,
-//! delete, change a message's visibility, queue depth.
+//! wrapper over the calls the worker needs: publish task ids (one, or up to
+//! ten per `SendMessageBatch`), long-poll, delete, change a message's
+//! visibility, queue depth.
 
 use std::time::Duration;
 
@@ -8,11 +9,17 @@ use aws_config::BehaviorVersion;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
 use taskfence::TaskId;
 
 /// A boxed error: the example reports SDK errors with their full context.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most messages one `SendMessageBatch` (and one `ReceiveMessage`) takes.
+pub const MAX_BATCH: usize = 10;
 
 /// The longest visibility timeout SQS accepts (12 hours).
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
@@ -62,6 +69,15 @@ impl Delivery {
     pub fn task_id(&self) -> Option<TaskId> {
         self.body.trim().parse().ok()
     }
+}
+
+/// What one `SendMessageBatch` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentBatch {
+    /// Messages that reached the queue.
+    pub sent: usize,
+    /// Entries SQS refused: the task (if SQS named a known entry) and why.
+    pub failed: Vec<(Option<TaskId>, String)>,
 }
 
 /// Messages waiting, in flight and delayed, as SQS approximates them.
@@ -153,6 +169,58 @@ impl SqsQueue {
         Ok(())
     }
 
+    /// Publishes "work on `task`" for every task of `tasks` (at most
+    /// [`MAX_BATCH`]) in one `SendMessageBatch`. SQS answers per entry: an
+    /// `Ok` can still carry failed entries ([`SentBatch::failed`]), and the
+    /// others did reach the queue.
+    pub async fn publish_batch(&self, tasks: &[TaskId]) -> Result<SentBatch, BoxError> {
+        if tasks.is_empty() || tasks.len() > MAX_BATCH {
+            return Err(format!(
+                "a SendMessageBatch takes 1 to {MAX_BATCH} messages, not {}",
+                tasks.len()
+            )
+            .into());
+        }
+        // Entry ids only need to be unique within the request: the position.
+        let entries = tasks
+            .iter()
+            .enumerate()
+            .map(|(i, task)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .message_body(task.to_string())
+                    .build()
+                    .map_err(sdk)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .client
+            .send_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sdk)?;
+        let failed = out
+            .failed()
+            .iter()
+            .map(|entry| {
+                let task = entry
+                    .id()
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| tasks.get(i))
+                    .copied();
+                let why = format!("{}: {}", entry.code(), entry.message().unwrap_or("no message"));
+                (task, why)
+            })
+            .collect();
+        Ok(SentBatch {
+            sent: out.successful().len(),
+            failed,
+        })
+    }
+
     /// Long-polls for up to `max` (1..=10) messages, waiting up to `wait`.
     pub async fn receive(&self, max: i32, wait: Duration) -> Result<Vec<Delivery>, BoxError> {
         let out = self
@@ -209,6 +277,39 @@ impl SqsQueue {
             .await
             .map_err(sdk)?;
         Ok(())
+    }
+
+    /// [`hide_for`](Self::hide_for) for up to [`MAX_BATCH`] messages in one
+    /// `ChangeMessageVisibilityBatch`; returns how many SQS accepted.
+    pub async fn hide_all_for(&self, receipts: &[&str], for_: Duration) -> Result<usize, BoxError> {
+        if receipts.is_empty() || receipts.len() > MAX_BATCH {
+            return Err(format!(
+                "a ChangeMessageVisibilityBatch takes 1 to {MAX_BATCH} messages, not {}",
+                receipts.len()
+            )
+            .into());
+        }
+        let entries = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, receipt)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*receipt)
+                    .visibility_timeout(seconds(for_))
+                    .build()
+                    .map_err(sdk)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.successful().len())
     }
 
     /// How many messages the queue holds.

@@ -23,9 +23,10 @@ use crate::worker::{SqsWorker, Stats, WorkerSettings};
 pub struct Scenario {
     /// Tasks submitted.
     pub tasks: usize,
-    /// Lose the answer to the first `SendMessage` of every handoff (the
-    /// message did reach the queue): the dispatcher sees a failure, leaves the
-    /// handoff pending and sends it again next round, so every handoff is sent twice.
+    /// Lose the answer to the first `SendMessageBatch` that carries a handoff
+    /// (the messages did reach the queue): the dispatcher sees a failure,
+    /// leaves the batch pending and sends it again next round, so every
+    /// handoff is sent twice.
     pub lose_first_send_ack: bool,
     /// Handoffs per dispatcher round.
     pub dispatch_batch: usize,
@@ -197,9 +198,16 @@ pub async fn run(
 
     let dispatcher = Dispatcher::new(pg, queue.clone(), scenario.dispatch_batch);
     let acks_lost = Mutex::new(HashSet::new());
-    let lose_ack = |task_id: TaskId| -> Result<(), BoxError> {
-        if scenario.lose_first_send_ack && acks_lost.lock().unwrap().insert(task_id) {
-            return Err("SendMessage timed out (the message was sent)".into());
+    let lose_ack = |tasks: &[TaskId]| -> Result<(), BoxError> {
+        if scenario.lose_first_send_ack {
+            let mut lost = acks_lost.lock().unwrap();
+            let mut first_send = false;
+            for &task in tasks {
+                first_send |= lost.insert(task);
+            }
+            if first_send {
+                return Err("SendMessageBatch timed out (the messages were sent)".into());
+            }
         }
         Ok(())
     };
