@@ -1,7 +1,7 @@
-//! The SQS worker: long-poll, run each message through taskfence's runtime,
-//! keep the message hidden while the lease is renewed, act on the disposition
-//! (delete only after the durable save), and on shutdown finish or release
-//! what it holds.
+//! The SQS worker: long-poll, run each received batch through taskfence's
+//! runtime (one claim for the whole batch), keep each message hidden while its
+//! lease is renewed, act on each message's disposition (delete only after the
+//! durable save), and on shutdown finish or release what it holds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,11 +220,38 @@ impl SqsWorker {
                     continue;
                 }
             };
+            // One claim round trip for the receive: every message with a task
+            // id not seen yet in this receive joins the batch. A message that
+            // is not a task id, or a second copy of a task in the same receive
+            // (the batch needs distinct ids), is handled on its own, as it
+            // would be if it came in another receive.
+            let (mut batch, mut batch_permits, mut seen) = (Vec::new(), Vec::new(), HashSet::new());
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
                 let (this, release) = (Arc::clone(&this), release_rx.clone());
+                match delivery.task_id() {
+                    Some(task_id) if seen.insert(task_id) => {
+                        batch.push(delivery);
+                        batch_permits.push(permit);
+                    }
+                    Some(_) => {
+                        in_hand.spawn(async move {
+                            this.handle(vec![delivery], release).await;
+                            drop(permit);
+                        });
+                    }
+                    None => {
+                        in_hand.spawn(async move {
+                            this.drop_malformed(delivery).await;
+                            drop(permit);
+                        });
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let (this, release) = (Arc::clone(&this), release_rx.clone());
                 in_hand.spawn(async move {
-                    this.handle(delivery, release).await;
-                    drop(permit);
+                    this.handle(batch, release).await;
+                    drop(batch_permits);
                 });
             }
         }
@@ -255,102 +282,138 @@ impl SqsWorker {
         }
     }
 
-    /// One delivery, start to finish. When `release` turns true while the
-    /// provider call runs, the call is dropped and the task released.
-    async fn handle(&self, delivery: Delivery, release: watch::Receiver<bool>) {
+    /// A message whose body is not a task id: a poison message. With a
+    /// redrive policy, leaving it would move it to the dead-letter queue after
+    /// maxReceiveCount; here we drop it.
+    async fn drop_malformed(&self, delivery: Delivery) {
         self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
         let _in_flight = self.stats.track(&delivery.message_id);
-        let Some(task_id) = delivery.task_id() else {
-            // A poison message. With a redrive policy, leaving it would move it to
-            // the dead-letter queue after maxReceiveCount; here we drop it.
-            tracing::warn!(body = %delivery.body, "message body is not a task id; deleting it");
-            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-            self.act(|q| q.delete(&delivery.receipt), "delete").await;
-            return;
-        };
-        let (held, _) = watch::channel(None);
+        tracing::warn!(body = %delivery.body, "message body is not a task id; deleting it");
+        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        self.act(|q| q.delete(&delivery.receipt), "delete").await;
+    }
+
+    /// A batch of deliveries of distinct tasks, start to finish:
+    /// [`Worker::handle_batch`] claims them in one round trip and runs the
+    /// acquired ones side by side, each message kept hidden by its own lease's
+    /// hooks; then each message is deleted, hidden or left by its own
+    /// disposition. When `release` turns true while provider calls run, those
+    /// calls are dropped and their tasks released.
+    async fn handle(&self, deliveries: Vec<Delivery>, release: watch::Receiver<bool>) {
+        let mut batch = Vec::with_capacity(deliveries.len());
+        let mut _in_flight = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
+            _in_flight.push(self.stats.track(&delivery.message_id));
+            let task_id = delivery.task_id().expect("the caller passes task ids only");
+            batch.push((task_id, delivery));
+        }
+        let task_ids: Vec<TaskId> = batch.iter().map(|(id, _)| *id).collect();
         let hooks = KeepHidden {
             queue: &self.queue,
-            receipt: &delivery.receipt,
+            receipts: batch.iter().map(|(id, d)| (*id, d.receipt.as_str())).collect(),
             hide_for: self.worker.config().lease + self.settings.visibility_slack,
             stats: &self.stats,
-            held: &held,
+            claimed: Mutex::default(),
         };
-        let provider = Arc::clone(&self.provider);
-        let (parked_tx, mut parked) = watch::channel(false);
-        let mut release_asked = release;
-        let handling = self.worker.handle(task_id, &hooks, move |ctx| async move {
-            tokio::select! {
-                result = work(ctx, provider) => result,
-                Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
-                    // Park here, between store writes (never inside a complete
-                    // or fail), so the caller can drop the handling and release.
-                    let _ = parked_tx.send(true);
-                    std::future::pending().await
+        // The tasks given back at shutdown, and whether the store took them back.
+        let released: Mutex<HashMap<TaskId, Released>> = Mutex::default();
+        let handling = self.worker.handle_batch(&task_ids, &hooks, |ctx| {
+            let provider = Arc::clone(&self.provider);
+            let mut release_asked = release.clone();
+            let released = &released;
+            async move {
+                let lease = ctx.lease().clone();
+                tokio::select! {
+                    biased;
+                    result = work(ctx, provider) => result,
+                    Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
+                        // The grace is over: drop the provider call (between
+                        // store writes, never inside a complete or fail) and
+                        // give the task back. The runtime's `fail` for this
+                        // lease is then refused: the task is pending again.
+                        let task_id = lease.task_id();
+                        let outcome = self.release(lease).await;
+                        released.lock().unwrap().insert(task_id, outcome);
+                        Err(Failure::retryable("released at shutdown"))
+                    }
                 }
             }
         });
+        // The batch's dispositions come back together, when its last task is
+        // settled. Until then the messages whose task this worker did not
+        // acquire (done, busy, in backoff: decided by the claim) stay hidden
+        // too, so that they do not come back while their answer waits; the
+        // acquired ones follow their own leases.
         let outcome = tokio::select! {
-            biased;
             outcome = handling => outcome,
-            // The handling (lease renewals included) is dropped by now.
-            Ok(()) = async { parked.wait_for(|p| *p).await.map(drop) } => {
-                let lease = held.borrow().clone();
-                if let Some(lease) = lease {
-                    self.release(lease, &delivery).await;
-                }
-                return;
-            }
+            never = hooks.hide_unclaimed(self.worker.config().renew_every) => match never {},
         };
-        let disposition = match outcome {
-            Ok(d) => d,
+        let released = released.into_inner().unwrap();
+        let dispositions = match outcome {
+            Ok(dispositions) => dispositions.into_iter().map(Some).collect(),
             Err(error) => {
-                // The store failed: leave the message; the next delivery re-reads the task.
-                tracing::warn!(%task_id, %error, "store error; leaving the message");
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                return;
+                // The store failed somewhere in the batch: leave every message
+                // (the released ones aside); each next delivery re-reads its task.
+                tracing::warn!(tasks = task_ids.len(), %error, "store error; leaving the batch's messages");
+                vec![None; batch.len()]
             }
         };
-        tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
-        match &disposition {
-            // The store has durably settled the task (saved or terminal): now,
-            // and only now, the message may go.
-            Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
-            // Not deleted: hidden until the claim can succeed (backoff over, or
-            // the other worker's lease run out).
-            Disposition::RetryAfter { delay, .. } => {
-                self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
-                    .await
+        for ((task_id, delivery), disposition) in batch.iter().zip(dispositions) {
+            if let Some(release) = released.get(task_id) {
+                // Released: visible at once for another worker.
+                if *release == Released::Accepted {
+                    self.act(
+                        |q| q.hide_for(&delivery.receipt, Duration::ZERO),
+                        "change visibility",
+                    )
+                    .await;
+                }
+                continue;
             }
-            // We no longer hold the task; the message's own timer brings it back.
-            Disposition::Leave(_) => {}
+            let Some(disposition) = disposition else {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
+            match &disposition {
+                // The store has durably settled the task (saved or terminal): now,
+                // and only now, the message may go.
+                Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
+                // Not deleted: hidden until the claim can succeed (backoff over, or
+                // the other worker's lease run out).
+                Disposition::RetryAfter { delay, .. } => {
+                    self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
+                        .await
+                }
+                // We no longer hold the task; the message's own timer brings it back.
+                Disposition::Leave(_) => {}
+            }
+            self.stats.count(&disposition, *task_id);
         }
-        self.stats.count(&disposition, task_id);
     }
 
     /// Gives the task back at shutdown: pending again at once (the attempt
-    /// stays counted), and the message visible for the next worker.
-    async fn release(&self, lease: Lease, delivery: &Delivery) {
+    /// stays counted). The caller makes its message visible for the next worker.
+    async fn release(&self, lease: Lease) -> Released {
         let task_id = lease.task_id();
         match self.store.release(lease).await {
             Ok(Fenced::Accepted(())) => {
                 tracing::info!(%task_id, "released at shutdown");
                 self.stats.count_name("release.released");
-                self.act(
-                    |q| q.hide_for(&delivery.receipt, Duration::ZERO),
-                    "change visibility",
-                )
-                .await;
+                Released::Accepted
             }
             Ok(Fenced::Rejected(rejection)) => {
                 // No longer ours (lost to a takeover): its message timer decides.
                 tracing::info!(%task_id, %rejection, "release refused; leaving the message");
                 self.stats.count_name("release.rejected");
+                Released::Refused
             }
             Err(error) => {
                 // The lease expires on its own; the message comes back after it.
                 tracing::warn!(%task_id, %error, "release failed; leaving the message");
                 self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                Released::Failed
             }
         }
     }
@@ -380,21 +443,68 @@ async fn join_all(set: &mut JoinSet<()>) {
     }
 }
 
-/// Keeps the message hidden for as long as the lease lives. The lease is the
-/// right to work on the task (store clock); the visibility timeout only hides
-/// the message from other consumers (SQS clock). Neither stops the other.
+/// What became of a release at shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Released {
+    /// The task is pending again: make its message visible.
+    Accepted,
+    /// The lease was no longer ours: leave the message.
+    Refused,
+    /// The store failed: leave the message; the lease expires on its own.
+    Failed,
+}
+
+/// Keeps each message of a batch hidden for as long as its task's lease lives.
+/// The lease is the right to work on the task (store clock); the visibility
+/// timeout only hides the message from other consumers (SQS clock). Neither
+/// stops the other. The hooks fire per lease: the task id picks the message.
 struct KeepHidden<'a> {
     queue: &'a SqsQueue,
-    receipt: &'a str,
+    receipts: HashMap<TaskId, &'a str>,
     hide_for: Duration,
     stats: &'a Stats,
-    /// The lease as last granted or renewed, for a release at shutdown.
-    held: &'a watch::Sender<Option<Lease>>,
+    /// The tasks this batch acquired: their messages follow their leases.
+    claimed: Mutex<HashSet<TaskId>>,
 }
 
 impl KeepHidden<'_> {
-    async fn extend(&self) {
-        match self.queue.hide_for(self.receipt, self.hide_for).await {
+    /// Every `every`, from now on, hides the messages of the tasks not
+    /// acquired (all of them until the claim answers) for `hide_for`, ten per
+    /// `ChangeMessageVisibilityBatch`. Runs until dropped.
+    async fn hide_unclaimed(&self, every: Duration) -> std::convert::Infallible {
+        loop {
+            let waiting: Vec<&str> = {
+                let claimed = self.claimed.lock().unwrap();
+                self.receipts
+                    .iter()
+                    .filter(|(id, _)| !claimed.contains(id))
+                    .map(|(_, receipt)| *receipt)
+                    .collect()
+            };
+            for chunk in waiting.chunks(crate::queue::MAX_BATCH) {
+                match self.queue.hide_all_for(chunk, self.hide_for).await {
+                    Ok(hidden) => {
+                        self.stats.extensions.fetch_add(hidden as u64, Ordering::Relaxed);
+                        let failed = (chunk.len() - hidden.min(chunk.len())) as u64;
+                        self.stats.extension_errors.fetch_add(failed, Ordering::Relaxed);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "visibility extension failed");
+                        self.stats
+                            .extension_errors
+                            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    async fn extend(&self, lease: &Lease) {
+        let Some(receipt) = self.receipts.get(&lease.task_id()) else {
+            return;
+        };
+        match self.queue.hide_for(receipt, self.hide_for).await {
             Ok(()) => self.stats.extensions.fetch_add(1, Ordering::Relaxed),
             Err(error) => {
                 // Not fatal: at worst the message is delivered again meanwhile and
@@ -409,12 +519,11 @@ impl KeepHidden<'_> {
 #[async_trait]
 impl LeaseHooks for KeepHidden<'_> {
     async fn on_claimed(&self, lease: &Lease) {
-        self.held.send_replace(Some(lease.clone()));
-        self.extend().await;
+        self.claimed.lock().unwrap().insert(lease.task_id());
+        self.extend(lease).await;
     }
     async fn on_renewed(&self, lease: &Lease) {
-        self.held.send_replace(Some(lease.clone()));
-        self.extend().await;
+        self.extend(lease).await;
     }
 }
 

@@ -79,6 +79,19 @@ impl Intercept for Stalls {
         self.wait(id).await;
         inner.claim(id, request).await
     }
+    /// A batch waits out the stall of any of its tasks (the worker is stuck
+    /// in that call), then goes to the real store in one request.
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> Result<Vec<Claim>> {
+        for &id in ids {
+            self.wait(id).await;
+        }
+        inner.claim_many(ids, request).await
+    }
     async fn renew(
         &self,
         inner: &dyn TaskStore,
