@@ -433,14 +433,75 @@ impl Worker {
         F: Fn(WorkContext) -> Fut,
         Fut: Future<Output = std::result::Result<Response, Failure>>,
     {
+        let mut answers: Vec<Option<Result<Disposition>>> = task_ids.iter().map(|_| None).collect();
+        self.handle_batch_each(task_ids, hooks, work, |i, answer| answers[i] = Some(answer))
+            .await?;
+        answers
+            .into_iter()
+            .map(|answer| answer.expect("every delivery of the batch settles"))
+            .collect()
+    }
+
+    /// [`handle_batch`](Self::handle_batch), telling `on_settled` what to do
+    /// with each delivery *as soon as it settles* — `(index in task_ids,
+    /// answer)` — rather than once the whole batch has: a queue adapter can
+    /// delete a finished message while a slow batch-mate still works, and put
+    /// a busy one back at once. An answer is `Err` when the store failed for
+    /// that delivery (treat it as [`Disposition::Leave`]). The call itself
+    /// fails only when the batch could not be claimed; then `on_settled` is
+    /// never called.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// # use std::{sync::Arc, time::Duration};
+    /// use taskfence::runtime::{Worker, WorkerConfig};
+    /// use taskfence::*;
+    /// let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    /// let new = NewTask::new(RequestKey::new("u", "op", "a"), InputHash::of(["a"]));
+    /// let ids = [store.submit(new).await?.into_task().id];
+    /// let worker = Worker::new(store, WorkerConfig::new("w", Duration::from_secs(30)))?;
+    /// let mut settled = Vec::new();
+    /// worker
+    ///     .handle_batch_each(&ids, &(), |_ctx| async { Ok(Response::from("hi")) }, |i, answer| {
+    ///         settled.push((i, answer)); // e.g. delete message `i` now
+    ///     })
+    ///     .await?;
+    /// assert!(settled[0].1.as_ref().is_ok_and(|d| d.is_ack()));
+    /// # Ok(()) }
+    /// ```
+    pub async fn handle_batch_each<H, F, Fut, S>(
+        &self,
+        task_ids: &[TaskId],
+        hooks: &H,
+        work: F,
+        mut on_settled: S,
+    ) -> Result<()>
+    where
+        H: LeaseHooks + ?Sized,
+        F: Fn(WorkContext) -> Fut,
+        Fut: Future<Output = std::result::Result<Response, Failure>>,
+        S: FnMut(usize, Result<Disposition>),
+    {
+        use futures_util::StreamExt as _;
         let claims = self.store.claim_many(task_ids, self.claim_request()).await?;
-        let runs = claims.into_iter().map(|claim| async {
-            match settled(claim, |at, reason| self.retry_at(at, reason)) {
-                Ok(disposition) => Ok(disposition),
-                Err(lease) => self.work_on(lease, hooks, &work).await,
-            }
-        });
-        futures_util::future::join_all(runs).await.into_iter().collect()
+        let mut runs: futures_util::stream::FuturesUnordered<_> = claims
+            .into_iter()
+            .enumerate()
+            .map(|(i, claim)| {
+                let work = &work;
+                async move {
+                    let answer = match settled(claim, |at, reason| self.retry_at(at, reason)) {
+                        Ok(disposition) => Ok(disposition),
+                        Err(lease) => self.work_on(lease, hooks, work).await,
+                    };
+                    (i, answer)
+                }
+            })
+            .collect();
+        while let Some((i, answer)) = runs.next().await {
+            on_settled(i, answer);
+        }
+        Ok(())
     }
 
     fn claim_request(&self) -> ClaimRequest {

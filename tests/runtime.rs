@@ -737,3 +737,47 @@ async fn a_batch_saves_each_answer_as_it_finishes_and_renews_the_slow_ones() {
     assert_eq!(f.task(slow.id).await.response, Some(Response::from("slow")));
     assert_eq!(f.task(slow.id).await.attempts(), 1, "renewed, never taken over");
 }
+
+#[tokio::test(start_paused = true)]
+async fn each_delivery_of_a_batch_is_answered_as_soon_as_it_settles() {
+    let f = Fixture::new();
+    let quick = f.submit(policy()).await;
+    let slow = f.submit(policy()).await;
+    let done = f.submit(policy()).await;
+    f.worker("first").handle(done.id, &(), answer).await.unwrap();
+    let start = Instant::now();
+    let mut settled = Vec::new();
+    f.worker("batch")
+        .handle_batch_each(
+            &[slow.id, quick.id, done.id],
+            &(),
+            |ctx| {
+                let is_slow = ctx.task().id == slow.id;
+                async move {
+                    if is_slow {
+                        tokio::time::sleep(LEASE * 3).await;
+                    }
+                    Ok(Response::from("answer"))
+                }
+            },
+            |i, answer| settled.push((i, answer.unwrap(), Instant::now() - start)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(settled.len(), 3, "every delivery answered once");
+    let (order, waited): (Vec<usize>, Vec<Duration>) = settled.iter().map(|(i, _, t)| (*i, *t)).unzip();
+    assert_eq!(order[2], 0, "the slow delivery settles last: {order:?}");
+    assert!(
+        waited[..2].iter().all(|t| *t < LEASE),
+        "the others are answered before the slow one ends: {waited:?}"
+    );
+    assert!(waited[2] >= LEASE * 3);
+    for (i, d, _) in &settled {
+        let expected = if *i == 2 {
+            Disposition::Ack(AckReason::AlreadyCompleted)
+        } else {
+            Disposition::Ack(AckReason::Completed)
+        };
+        assert_eq!(d, &expected, "delivery {i}");
+    }
+}
