@@ -168,6 +168,7 @@ pub struct Raw {
     submit: String,
     claim: String,
     complete: String,
+    claim_next: String,
 }
 
 impl Raw {
@@ -197,7 +198,28 @@ impl Raw {
                  WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > clock_timestamp()
                  RETURNING id"
             ),
+            // A queue's claim: the oldest pending task, skipping locked rows
+            // (the peers section adds the partial index it needs).
+            claim_next: format!(
+                "UPDATE {r}.tasks SET version = version + 1, status = 'running',
+                     lease_until = clock_timestamp() + $1, not_before = NULL
+                 WHERE id = (SELECT id FROM {r}.tasks WHERE status = 'pending'
+                             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 RETURNING id, version"
+            ),
         }
+    }
+
+    /// The oldest pending task claimed (`FOR UPDATE SKIP LOCKED`), or `None`
+    /// when none is left.
+    pub async fn claim_next(&self, pool: &PgPool) -> Res<Option<(Uuid, i64)>> {
+        let row = sqlx::query(&self.claim_next)
+            .bind(lease_interval())
+            .fetch_optional(pool)
+            .await?;
+        Ok(row
+            .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, r.try_get(1)?)))
+            .transpose()?)
     }
 
     /// Submit, claim and complete one task; errors if a step is refused.
@@ -230,14 +252,9 @@ impl Raw {
 
     /// The claim; `None` when the task is not claimable (no row updated).
     pub async fn try_claim(&self, pool: &PgPool, id: Uuid) -> Res<Option<i64>> {
-        let lease = sqlx::postgres::types::PgInterval {
-            months: 0,
-            days: 0,
-            microseconds: 30_000_000,
-        };
         let row = sqlx::query(&self.claim)
             .bind(id)
-            .bind(lease)
+            .bind(lease_interval())
             .fetch_optional(pool)
             .await?;
         Ok(row.map(|r| r.try_get(0)).transpose()?)
@@ -252,6 +269,15 @@ impl Raw {
             .await?
             .ok_or("raw complete: fenced out")?;
         Ok(())
+    }
+}
+
+/// [`LEASE`] as a PostgreSQL interval.
+fn lease_interval() -> sqlx::postgres::types::PgInterval {
+    sqlx::postgres::types::PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: 30_000_000,
     }
 }
 

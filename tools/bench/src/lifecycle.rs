@@ -11,7 +11,7 @@ use sqlx::postgres::PgPool;
 use taskfence::{Claim, ClaimRequest, NewTask, RequestKey, Response, TaskStore};
 
 use crate::db::{self, BenchSchema, LEASE, PAYLOAD, RESPONSE, Raw};
-use crate::report::{Point, Report};
+use crate::report::Report;
 use crate::stats::{median, ratio};
 use crate::{Config, Res};
 
@@ -167,11 +167,6 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
             format!("{:.0} %", r * 100.0),
             ratio(o, c),
         ]);
-        report.point(Point {
-            workers,
-            ours: o,
-            ceiling: c,
-        });
     }
     report.table(
         &[

@@ -1,5 +1,6 @@
 //! taskfence's benchmark harness: PgStore side by side with the hand-written
-//! SQL it replaces, on a real PostgreSQL server, in one run.
+//! SQL it replaces and with two peers (apalis-postgres, River for Rust), on a
+//! real PostgreSQL server, in one run.
 //!
 //! ```text
 //! cargo run --release -p taskfence-bench -- [--quick | --long] [--out DIR] [--database-url URL]
@@ -21,6 +22,7 @@ mod contention;
 mod db;
 mod lifecycle;
 mod memory;
+mod peers;
 mod report;
 mod scale;
 mod stats;
@@ -66,6 +68,8 @@ pub struct Config {
     pub contention_rounds: usize,
     /// Seconds per MemoryStore measurement.
     pub memory_secs: f64,
+    /// Rounds of the peers section (every system at every worker count).
+    pub peer_rounds: usize,
 }
 
 impl Config {
@@ -94,6 +98,7 @@ impl Config {
             purge_calls: if quick { 1 } else { 8 },
             contention_rounds: if quick { 2 } else { 20 },
             memory_secs: if quick { 0.2 } else { 1.0 },
+            peer_rounds: if quick { 1 } else { 3 },
         }
     }
 
@@ -171,6 +176,8 @@ async fn run() -> Res<()> {
     trips::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] lifecycle throughput, ours vs the raw-SQL ceiling");
     lifecycle::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] peers: taskfence, batched, the ceiling, apalis and River on one workload");
+    peers::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] completion latency, the textbook locking transaction vs ours");
     completion::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] 32 workers racing for one task");

@@ -6,18 +6,19 @@ use std::time::Duration;
 
 use crate::{Config, Mode, Res, db};
 
-/// One point of the throughput chart.
-#[derive(Debug, Clone, Copy)]
-pub struct Point {
-    pub workers: usize,
-    pub ours: f64,
-    pub ceiling: f64,
+/// One line of the throughput chart: tasks per second at each worker count.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub name: &'static str,
+    /// A peer's line (drawn dotted).
+    pub peer: bool,
+    pub points: Vec<(usize, f64)>,
 }
 
 /// Everything one run measured, as Markdown.
 pub struct Report {
     md: String,
-    points: Vec<Point>,
+    series: Vec<Series>,
 }
 
 impl Report {
@@ -37,7 +38,7 @@ impl Report {
         let _ = writeln!(md, "| load average at start (1/5/15 min) | {} |", db::loadavg());
         Self {
             md,
-            points: Vec::new(),
+            series: Vec::new(),
         }
     }
 
@@ -61,8 +62,8 @@ impl Report {
         let _ = writeln!(self.md, "{text}\n");
     }
 
-    pub fn point(&mut self, p: Point) {
-        self.points.push(p);
+    pub fn series(&mut self, s: Series) {
+        self.series.push(s);
     }
 
     pub fn finish(&mut self, elapsed: Duration) {
@@ -84,29 +85,44 @@ impl Report {
         let md = dir.join("bench-results.md");
         let svg = dir.join("throughput.svg");
         std::fs::write(&md, &self.md)?;
-        std::fs::write(&svg, chart(&self.points))?;
+        std::fs::write(&svg, chart(&self.series))?;
         Ok((md, svg))
     }
 }
 
-/// Lifecycles per second against workers, ours and the ceiling: two lines
-/// over evenly spaced worker counts, each point labelled with its value.
-pub fn chart(points: &[Point]) -> String {
-    const W: f64 = 640.0;
-    const H: f64 = 400.0;
+/// The lines' colours and dash patterns, in the order the series come.
+const STYLES: [(&str, &str); 6] = [
+    ("#1f77b4", "none"),
+    ("#2ca02c", "none"),
+    ("#d62728", "6 4"),
+    ("#ff7f0e", "2 3"),
+    ("#9467bd", "2 3"),
+    ("#8c564b", "2 3"),
+];
+
+/// Processing throughput against workers: one line per series over evenly
+/// spaced worker counts (those of the first series), each point labelled.
+pub fn chart(series: &[Series]) -> String {
+    const W: f64 = 720.0;
+    const H: f64 = 440.0;
     const LEFT: f64 = 70.0;
     const RIGHT: f64 = 20.0;
     const TOP: f64 = 50.0;
     const BOTTOM: f64 = 60.0;
-    let top_value = points
+    let workers: Vec<usize> = series
+        .first()
+        .map(|s| s.points.iter().map(|p| p.0).collect())
+        .unwrap_or_default();
+    let top_value = series
         .iter()
-        .flat_map(|p| [p.ours, p.ceiling])
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
         .fold(1.0_f64, f64::max);
     let step = nice_step(top_value / 5.0);
     let y_max = (top_value / step).ceil() * step;
     let plot_w = W - LEFT - RIGHT;
     let plot_h = H - TOP - BOTTOM;
-    let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / points.len().max(1) as f64;
+    let x = |i: usize| LEFT + plot_w * (i as f64 + 0.5) / workers.len().max(1) as f64;
     let y = |v: f64| TOP + plot_h * (1.0 - v / y_max);
 
     let mut s = String::new();
@@ -117,7 +133,7 @@ pub fn chart(points: &[Point]) -> String {
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="24" text-anchor="middle" font-size="15">Lifecycles per second (submit + claim + complete)</text>"#,
+        r#"<text x="{}" y="24" text-anchor="middle" font-size="15">Processing throughput: no-op tasks per second, enqueued beforehand</text>"#,
         W / 2.0
     );
     let mut tick = 0.0;
@@ -132,13 +148,12 @@ pub fn chart(points: &[Point]) -> String {
         );
         tick += step;
     }
-    for (i, p) in points.iter().enumerate() {
+    for (i, w) in workers.iter().enumerate() {
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{w}</text>"#,
             x(i),
-            H - BOTTOM + 18.0,
-            p.workers
+            H - BOTTOM + 18.0
         );
     }
     let _ = writeln!(
@@ -152,44 +167,39 @@ pub fn chart(points: &[Point]) -> String {
         r#"<text transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle">tasks / s</text>"#,
         TOP + plot_h / 2.0
     );
-    for (name, color, dash, value) in [
-        (
-            "raw-SQL ceiling (3 autocommit statements)",
-            "#d62728",
-            "6 4",
-            (|p: &Point| p.ceiling) as fn(&Point) -> f64,
-        ),
-        ("taskfence PgStore", "#1f77b4", "none", |p: &Point| p.ours),
-    ] {
-        let line: Vec<String> = points
+    for (k, line) in series.iter().enumerate() {
+        let (color, dash) = STYLES[k % STYLES.len()];
+        let coords: Vec<String> = line
+            .points
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(value(p))))
+            .map(|(i, p)| format!("{:.1},{:.1}", x(i), y(p.1)))
             .collect();
         let _ = writeln!(
             s,
-            r#"<polyline class="series" data-series="{name}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}" points="{}"/>"#,
-            line.join(" ")
+            r#"<polyline class="series" data-series="{}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}" points="{}"/>"#,
+            line.name,
+            coords.join(" ")
         );
-        for (i, p) in points.iter().enumerate() {
-            let (px, py) = (x(i), y(value(p)));
+        for (i, p) in line.points.iter().enumerate() {
+            let (px, py) = (x(i), y(p.1));
             let _ = writeln!(
                 s,
                 r#"<circle cx="{px:.1}" cy="{py:.1}" r="4" fill="{color}"/><text x="{:.1}" y="{:.1}" fill="{color}">{:.0}</text>"#,
                 px + 7.0,
                 py - 6.0,
-                value(p)
+                p.1
             );
         }
-    }
-    for (i, (name, color)) in [("taskfence PgStore", "#1f77b4"), ("raw-SQL ceiling", "#d62728")]
-        .iter()
-        .enumerate()
-    {
-        let ly = TOP + 6.0 + 18.0 * i as f64;
+        let ly = TOP + 6.0 + 18.0 * k as f64;
+        let label = if line.peer {
+            format!("{} (peer)", line.name)
+        } else {
+            line.name.to_owned()
+        };
         let _ = writeln!(
             s,
-            r#"<rect x="{:.1}" y="{:.1}" width="14" height="3" fill="{color}"/><text x="{:.1}" y="{:.1}">{name}</text>"#,
+            r#"<rect x="{:.1}" y="{:.1}" width="14" height="3" fill="{color}"/><text x="{:.1}" y="{:.1}">{label}</text>"#,
             LEFT + 12.0,
             ly - 4.0,
             LEFT + 32.0,
@@ -224,22 +234,23 @@ mod tests {
 
     #[test]
     fn the_chart_has_one_line_per_series_and_one_marker_per_point() {
-        let points = [
-            Point {
-                workers: 1,
-                ours: 100.0,
-                ceiling: 120.0,
+        let series = [
+            Series {
+                name: "a",
+                peer: false,
+                points: vec![(1, 100.0), (8, 300.0)],
             },
-            Point {
-                workers: 8,
-                ours: 300.0,
-                ceiling: 350.0,
+            Series {
+                name: "b",
+                peer: true,
+                points: vec![(1, 120.0), (8, 350.0)],
             },
         ];
-        let svg = chart(&points);
+        let svg = chart(&series);
         assert!(svg.starts_with("<svg"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert_eq!(svg.matches("<circle").count(), 4);
+        assert!(svg.contains("b (peer)"));
         assert!(svg.trim_end().ends_with("</svg>"));
     }
 }

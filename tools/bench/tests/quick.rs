@@ -4,6 +4,69 @@
 
 use std::process::Command;
 
+/// The peers section's systems, as the report and the chart name them.
+const SYSTEMS: [&str; 5] = [
+    "taskfence",
+    "taskfence batched",
+    "raw-SQL ceiling",
+    "apalis-postgres",
+    "River (riverqueue)",
+];
+
+/// The peers table: a row per system per worker count whose figures parse
+/// (throughputs as numbers, ratios as `1.23×`), and the targets table.
+fn peers_section_has_every_system_and_figures(md: &str) {
+    let section = md
+        .split("## Peers: enqueue and processing throughput")
+        .nth(1)
+        .expect("peers section")
+        .split("\n## ")
+        .next()
+        .unwrap_or_default();
+    for workers in ["1", "8", "32"] {
+        for system in SYSTEMS {
+            let prefix = format!("| {workers} | {system} |");
+            let row = section
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no peers row {prefix} in:\n{section}"));
+            let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+            assert_eq!(cells.len(), 6, "six columns in {row:?}");
+            if system == "apalis-postgres" && !cfg!(feature = "apalis") {
+                assert!(cells[2].starts_with("not built"), "{row:?}");
+                continue;
+            }
+            for rate in [cells[2], cells[4]] {
+                let v: f64 = rate
+                    .parse()
+                    .unwrap_or_else(|_| panic!("throughput {rate:?} in {row:?}"));
+                assert!(v > 0.0, "throughput {rate:?} in {row:?}");
+            }
+            for r in [cells[3], cells[5]] {
+                let v: f64 = r
+                    .strip_suffix('×')
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("ratio {r:?} in {row:?}"));
+                assert!(v > 0.0, "ratio {r:?} in {row:?}");
+            }
+        }
+    }
+    for target in [
+        "| batched processing at 8 workers ≥ 2× the faster peer |",
+        "| single-task processing at 8 workers ≥ the faster peer |",
+        "| enqueue at 8 workers ≥ 1.5× the faster peer |",
+    ] {
+        let row = section
+            .lines()
+            .find(|l| l.starts_with(target))
+            .unwrap_or_else(|| panic!("no target row {target}"));
+        assert!(
+            row.ends_with("| met |") || row.ends_with("| missed |"),
+            "target verdict in {row:?}"
+        );
+    }
+}
+
 #[test]
 fn quick_mode_writes_every_section_and_the_chart() {
     let url = std::env::var("DATABASE_URL")
@@ -29,6 +92,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
     for section in [
         "## Round trips per operation",
         "## Lifecycle throughput: ours vs the raw-SQL ceiling",
+        "## Peers: enqueue and processing throughput",
         "## Completion latency: the textbook locking transaction vs ours",
         "## 32 workers racing for one task",
         "## Latency as the table grows",
@@ -47,6 +111,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
     ] {
         assert!(md.contains(op), "no round-trip row {op}");
     }
+    peers_section_has_every_system_and_figures(&md);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         stdout.contains("# taskfence benchmark results"),
@@ -55,19 +120,29 @@ fn quick_mode_writes_every_section_and_the_chart() {
 
     let svg = std::fs::read_to_string(out.join("throughput.svg")).expect("throughput.svg written");
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let measured: Vec<&str> = SYSTEMS
+        .into_iter()
+        .filter(|s| *s != "apalis-postgres" || cfg!(feature = "apalis"))
+        .collect();
     assert_eq!(
         svg.matches("<polyline").count(),
-        2,
-        "one line for ours, one for the ceiling"
+        measured.len(),
+        "one processing line per measured system"
     );
+    for system in &measured {
+        assert!(
+            svg.contains(&format!("data-series=\"{system}\"")),
+            "no line for {system}"
+        );
+    }
     assert_eq!(
         svg.matches("<circle").count(),
-        6,
+        3 * measured.len(),
         "a marker per worker count per line"
     );
 
     // Every schema the run created (it names them on stderr: the store's and
-    // the ceiling's) is gone.
+    // the ceiling's, River's) is gone, and so is every apalis database.
     let stderr = String::from_utf8_lossy(&run.stderr);
     let created: Vec<String> = stderr
         .lines()
@@ -78,16 +153,33 @@ fn quick_mode_writes_every_section_and_the_chart() {
         created.len() >= 12,
         "each section announces its schema:\n{stderr}"
     );
-    let left = tokio::runtime::Runtime::new().expect("runtime").block_on(async {
+    let databases: Vec<String> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("[bench] created database "))
+        .map(str::to_owned)
+        .collect();
+    let expected = if cfg!(feature = "apalis") { 3 } else { 0 };
+    assert_eq!(
+        databases.len(),
+        expected,
+        "one apalis database per worker count:\n{stderr}"
+    );
+    let (left, dbs_left) = tokio::runtime::Runtime::new().expect("runtime").block_on(async {
         let pool = sqlx::PgPool::connect(&url).await.expect("connect");
         let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = ANY($1)")
             .bind(&created)
             .fetch_one(&pool)
             .await
             .expect("count schemas");
+        let dbs_left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_database WHERE datname = ANY($1)")
+            .bind(&databases)
+            .fetch_one(&pool)
+            .await
+            .expect("count databases");
         pool.close().await;
-        left
+        (left, dbs_left)
     });
     assert_eq!(left, 0, "schemas left behind: {created:?}");
+    assert_eq!(dbs_left, 0, "databases left behind: {databases:?}");
     std::fs::remove_dir_all(&out).expect("remove the output directory");
 }
