@@ -83,6 +83,13 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_DISPATCH_BATCH", default_value_t = 100)]
     pub dispatch_batch: usize,
 
+    /// Records per produce batch of a partition (librdkafka
+    /// `batch.num.messages`; unset: librdkafka's default). Kafka needs no
+    /// limit; `1` is for test brokers that mishandle multi-record batches
+    /// (tansu 0.6.0).
+    #[arg(long, env = "TASKFENCE_KAFKA_PRODUCER_BATCH_RECORDS")]
+    pub producer_batch_records: Option<usize>,
+
     /// Pause after a dispatch round that found nothing to publish.
     #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
     pub dispatch_idle: Duration,

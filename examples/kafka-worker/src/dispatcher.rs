@@ -45,13 +45,31 @@ impl Handoffs {
     /// A producer for `topic` on the brokers at `bootstrap` (`acks=all`:
     /// a handoff counts as published once every in-sync replica has it).
     pub fn new(bootstrap: &str, topic: &str, journal: Arc<dyn Journal>) -> Result<Self, KafkaError> {
-        let producer = ClientConfig::new()
+        Self::with_records_per_batch(bootstrap, topic, journal, None)
+    }
+
+    /// Like [`new`](Self::new), with at most `records` records in one
+    /// produce batch of a partition (librdkafka's `batch.num.messages`;
+    /// `None`: librdkafka's default). Kafka needs no limit. `Some(1)` is for
+    /// brokers that mishandle multi-record batches: tansu 0.6.0, which the
+    /// tests run on, reports a partition's end as the last batch's base
+    /// offset + 1 and returns nothing to a fetch starting inside a batch.
+    pub fn with_records_per_batch(
+        bootstrap: &str,
+        topic: &str,
+        journal: Arc<dyn Journal>,
+        records: Option<usize>,
+    ) -> Result<Self, KafkaError> {
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", bootstrap)
             .set("acks", "all")
-            .set("message.timeout.ms", "30000")
-            .create()?;
+            .set("message.timeout.ms", "30000");
+        if let Some(records) = records {
+            config.set("batch.num.messages", records.max(1).to_string());
+        }
         Ok(Self {
-            producer,
+            producer: config.create()?,
             topic: topic.to_owned(),
             journal,
         })
@@ -74,6 +92,53 @@ impl Handoffs {
         });
         Ok((delivery.partition, delivery.offset))
     }
+
+    /// Publishes one handoff per task, all queued at once, then waits for
+    /// every delivery report; returns where each landed, in order. `Ok` only
+    /// once the broker acknowledged all of them. On an error the reports of
+    /// the records already queued are still awaited (the ones that landed are
+    /// journaled), then the first error is returned: the caller publishes the
+    /// whole batch again, and the extra copies are harmless.
+    pub async fn publish_batch(&self, tasks: &[TaskId]) -> Result<Vec<(i32, i64)>, KafkaError> {
+        let mut queued = Vec::with_capacity(tasks.len());
+        let mut failed = None;
+        for &task in tasks {
+            let id = task.to_string();
+            match self
+                .producer
+                .send_result(FutureRecord::to(&self.topic).key(&id).payload(&id))
+            {
+                Ok(delivery) => queued.push((task, delivery)),
+                Err((error, _record)) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        let mut landed = Vec::with_capacity(queued.len());
+        for (task, delivery) in queued {
+            match delivery.await {
+                Ok(Ok(delivery)) => {
+                    self.journal.record(Event::Produced {
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                        task,
+                    });
+                    landed.push((delivery.partition, delivery.offset));
+                }
+                Ok(Err((error, _message))) => {
+                    failed.get_or_insert(error);
+                }
+                Err(_canceled) => {
+                    failed.get_or_insert(KafkaError::Canceled);
+                }
+            }
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(landed),
+        }
+    }
 }
 
 impl std::fmt::Debug for Handoffs {
@@ -86,41 +151,58 @@ impl std::fmt::Debug for Handoffs {
 
 /// Moves pending handoffs from the outbox to the topic.
 ///
-/// Each round claims up to `batch` handoffs with `FOR UPDATE SKIP LOCKED` (so
-/// several dispatchers share the outbox), publishes one record per task, and
-/// marks them published in the same transaction. A publish whose
-/// acknowledgement is lost, or a crash after publishing and before the commit,
-/// publishes them again next round: every copy names the same task, and the
-/// claim makes them harmless.
+/// Each round claims up to `limit` handoffs with `FOR UPDATE SKIP LOCKED` (so
+/// several dispatchers share the outbox) and publishes them
+/// [`publish_batch`](Self::publish_batch) at a time through
+/// [`PgStore::dispatch_batches`]: every record of a batch is queued at once and
+/// the batch counts only once the broker acknowledged all of them; the
+/// published ones are marked in the same transaction. A failed batch stays
+/// pending whole and ends the round. A publish whose acknowledgement is lost,
+/// or a crash after publishing and before the commit, publishes them again
+/// next round: every copy names the same task, and the claim makes them
+/// harmless.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     store: PgStore,
     handoffs: Arc<Handoffs>,
+    limit: usize,
     batch: usize,
 }
 
 impl Dispatcher {
-    /// A dispatcher from `store`'s outbox to `handoffs`, `batch` per round.
-    pub fn new(store: PgStore, handoffs: Arc<Handoffs>, batch: usize) -> Self {
+    /// Handoffs produced per publish call unless [`publish_batch`](Self::publish_batch) says otherwise.
+    pub const PUBLISH_BATCH: usize = 100;
+
+    /// A dispatcher from `store`'s outbox to `handoffs`, `limit` per round,
+    /// published [`PUBLISH_BATCH`](Self::PUBLISH_BATCH) at a time.
+    pub fn new(store: PgStore, handoffs: Arc<Handoffs>, limit: usize) -> Self {
         Self {
             store,
             handoffs,
-            batch,
+            limit,
+            batch: Self::PUBLISH_BATCH,
         }
     }
 
-    /// One round; returns the tasks published and marked. A failed publish
-    /// ends the round early; that handoff stays pending for the next one.
+    /// Publishes `batch` handoffs per call (at least 1, at most
+    /// [`taskfence::limits::MAX_BATCH`]).
+    pub fn publish_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.clamp(1, taskfence::limits::MAX_BATCH);
+        self
+    }
+
+    /// One round; returns the tasks published and marked. A failed batch
+    /// ends the round early; it stays pending, whole, for the next one.
     pub async fn round(&self) -> taskfence::Result<Vec<TaskId>> {
         let handoffs = &self.handoffs;
         let round = self
             .store
-            .dispatch(self.batch, |task| async move {
-                handoffs.publish(task).await.map(|_| ())
+            .dispatch_batches(self.limit, self.batch, |tasks| async move {
+                handoffs.publish_batch(&tasks).await.map(|_| ())
             })
             .await?;
         if let Some((task, error)) = round.failed {
-            tracing::warn!(%task, %error, "publishing a handoff failed; the next round retries it");
+            tracing::warn!(first = %task, %error, "publishing a batch of handoffs failed; the next round retries it");
         }
         Ok(round.published)
     }

@@ -57,10 +57,11 @@ async fn main() -> Result<(), BoxError> {
 
     let (stop, stopped) = watch::channel(false);
     let dispatcher = if settings.dispatch {
-        let handoffs = Arc::new(Handoffs::new(
+        let handoffs = Arc::new(Handoffs::with_records_per_batch(
             &settings.bootstrap,
             &settings.topic,
             Arc::clone(&journal),
+            settings.producer_batch_records,
         )?);
         let dispatcher = Dispatcher::new(pg.clone(), handoffs, settings.dispatch_batch);
         Some(tokio::spawn(dispatcher.run(stopped, settings.dispatch_idle)))

@@ -135,7 +135,10 @@ async fn scenario(mode: Mode) {
         + first_join;
 
     // Hand off every task (from PostgreSQL's outbox in that mode); every seventh one twice.
-    let handoffs = Arc::new(Handoffs::new(bootstrap, &topic, journal.clone()).expect("producer"));
+    // One record per produce batch: tansu 0.6.0 mishandles multi-record batches.
+    let handoffs = Arc::new(
+        Handoffs::with_records_per_batch(bootstrap, &topic, journal.clone(), Some(1)).expect("producer"),
+    );
     let mut duplicates = 0;
     if let Some((pg, _)) = &pg {
         let dispatcher = Dispatcher::new((**pg).clone(), Arc::clone(&handoffs), TASKS);

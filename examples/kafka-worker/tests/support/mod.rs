@@ -106,6 +106,8 @@ impl ServiceRun {
             "--database-url", self.fixture.url(), "--schema", self.fixture.schema(),
             "--bootstrap", self.broker.bootstrap(), "--topic", &self.topic, "--group", &self.group,
             "--worker-id", worker, "--provider", "simulated", "--dispatch-idle", "200ms",
+            // tansu 0.6.0 mishandles multi-record produce batches.
+            "--producer-batch-records", "1",
         ];
         let process = ChildProcess::spawn(
             worker,
