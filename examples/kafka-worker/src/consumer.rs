@@ -8,6 +8,15 @@
 //! * Several records of one partition run at once (bounded per partition by
 //!   [`ConsumerConfig::per_partition`]), so they finish out of order; the
 //!   tracker keeps the commit behind the oldest unfinished one.
+//! * Records are claimed in batches: after waiting for one record, the poll
+//!   loop takes every record already fetched (any partition) while its
+//!   partition has a free slot, without waiting for more, and claims their
+//!   tasks with one [`TaskStore::claim_many`]. Each record then runs on its
+//!   own exactly as [`Worker::handle`] would (its first claim answered from
+//!   the batch), renews its own lease, saves its own result and is finished
+//!   (and committed past) as soon as *it* settles, not when the batch does.
+//!   A second copy of a task in one batch is left out of the batch claim and
+//!   claims on its own, as before.
 //! * A record is finished when the store says its task is settled: saved by
 //!   this attempt, completed before (a re-read: the provider is not called),
 //!   or terminally failed. Busy or backing off: the consumer keeps the record
@@ -23,19 +32,26 @@
 //!   once, the attempt counted) and their records stay unfinished, so the
 //!   final commit stops before them and the next owner re-reads them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{AckReason, Disposition, LeaseHooks, Worker, WorkerConfig};
-use taskfence::{Fenced, InvalidInput, Lease, OffsetTracker, PgStore, Response, TaskId, TaskStore};
-use tokio::sync::{Semaphore, watch};
+use taskfence::{
+    Claim, ClaimRequest, Fenced, InvalidInput, Lease, OffsetTracker, PgStore, Response, TaskId, TaskStore,
+    limits,
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::dispatcher::task_id;
@@ -515,62 +531,83 @@ async fn poll_loop(
     mut stop: watch::Receiver<bool>,
 ) -> ShutdownReport {
     let mut records = JoinSet::new();
-    let mut limits: HashMap<i32, Arc<Semaphore>> = HashMap::new();
+    let mut slots: HashMap<i32, Arc<Semaphore>> = HashMap::new();
+    let mut slot = |partition: i32| {
+        Arc::clone(
+            slots
+                .entry(partition)
+                .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1)))),
+        )
+    };
+    // A record read while gathering whose partition had no free slot: it
+    // opens the next batch.
+    let mut carried: Option<Incoming> = None;
     loop {
-        let message = tokio::select! {
-            _ = stop.wait_for(|stop| *stop) => break,
-            m = consumer.recv() => m,
-        };
-        let message = match message {
-            Ok(m) => m,
-            Err(error) => {
-                tracing::warn!(%error, "receive failed");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
+        // The first record of a batch: wait for it, then for a slot of its
+        // partition (bounded concurrency per partition).
+        let first = match carried.take() {
+            Some(record) => record,
+            None => {
+                let message = tokio::select! {
+                    _ = stop.wait_for(|stop| *stop) => break,
+                    m = consumer.recv() => m,
+                };
+                match message {
+                    Ok(m) => shared.received(&m),
+                    Err(error) => {
+                        tracing::warn!(%error, "receive failed");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        continue;
+                    }
+                }
             }
         };
-        let (partition, offset) = (message.partition(), message.offset());
-        let task = task_id(message.payload());
-        shared.journal.record(Event::Received {
-            consumer: shared.name.clone(),
-            partition,
-            offset,
-            task,
-        });
-        let Some(owned) = shared.owned(partition) else {
+        // Callbacks only run inside `recv`, so the assignment cannot change
+        // while this waits for a slot.
+        let Some(owned) = shared.owned(first.partition) else {
             continue; // a record of a partition revoked meanwhile
         };
-        // Bounded concurrency per partition: wait for a slot (callbacks only
-        // run inside `recv`, so the assignment cannot change meanwhile).
-        let limit = limits
-            .entry(partition)
-            .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1))));
         let permit = tokio::select! {
             // Every slot held by a long call must not delay the shutdown: this
             // record was not started, so the next owner reads it.
             _ = stop.wait_for(|stop| *stop) => break,
-            permit = Arc::clone(limit).acquire_owned() => permit.expect("semaphore never closed"),
+            permit = slot(first.partition).acquire_owned() => permit.expect("semaphore never closed"),
         };
-        shared
-            .tracker
-            .lock()
-            .expect("tracker lock")
-            .start(partition, offset);
-        let record = Record {
-            partition,
-            offset,
-            task,
-            owned,
-        };
-        records.spawn(process(
-            record,
-            Arc::clone(&consumer),
-            Arc::clone(&shared),
-            worker.clone(),
-            Arc::clone(&provider),
+        let mut batch = vec![shared.start(first, owned, permit)];
+        // Then every record already fetched, from any partition, while its
+        // partition has a free slot: no waiting for more. Each is tracked as
+        // soon as it is taken, so a revoke inside a later `recv` sees it.
+        while batch.len() < limits::MAX_BATCH {
+            let Some(message) = ready_now(consumer.recv()).await else {
+                break; // nothing more fetched right now
+            };
+            let record = match message {
+                Ok(m) => shared.received(&m),
+                Err(error) => {
+                    tracing::warn!(%error, "receive failed");
+                    break;
+                }
+            };
+            let Some(owned) = shared.owned(record.partition) else {
+                continue;
+            };
+            match slot(record.partition).try_acquire_owned() {
+                Ok(permit) => batch.push(shared.start(record, owned, permit)),
+                Err(_) => {
+                    carried = Some(record);
+                    break;
+                }
+            }
+        }
+        launch(
+            batch,
+            &mut records,
+            &consumer,
+            &shared,
+            &worker,
+            &provider,
             config.retry_delay,
-            permit,
-        ));
+        );
         while records.try_join_next().is_some() {}
     }
     // Graceful stop: in-flight records get the grace period to settle and commit.
@@ -632,28 +669,192 @@ pub struct ShutdownReport {
     pub left_unfinished: usize,
 }
 
+/// A record as read, before it is tracked.
+struct Incoming {
+    partition: i32,
+    offset: i64,
+    task: Option<TaskId>,
+}
+
+/// A tracked record: started in the tracker, holding a slot of its partition.
 struct Record {
     partition: i32,
     offset: i64,
     task: Option<TaskId>,
     owned: Arc<AtomicBool>,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Shared {
+    /// Journals a record as received and reads its task id.
+    fn received(&self, message: &BorrowedMessage<'_>) -> Incoming {
+        let record = Incoming {
+            partition: message.partition(),
+            offset: message.offset(),
+            task: task_id(message.payload()),
+        };
+        self.journal.record(Event::Received {
+            consumer: self.name.clone(),
+            partition: record.partition,
+            offset: record.offset,
+            task: record.task,
+        });
+        record
+    }
+
+    /// Starts tracking a record: from now on the commit stays before it until it finishes.
+    fn start(&self, record: Incoming, owned: Arc<AtomicBool>, permit: OwnedSemaphorePermit) -> Record {
+        self.tracker
+            .lock()
+            .expect("tracker lock")
+            .start(record.partition, record.offset);
+        Record {
+            partition: record.partition,
+            offset: record.offset,
+            task: record.task,
+            owned,
+            permit,
+        }
+    }
+}
+
+/// The output of `future` if it is ready at the first poll: takes what is
+/// already fetched without waiting for more.
+async fn ready_now<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = pin!(future);
+    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}
+
+/// Runs a gathered batch: one task per record, and one `claim_many` for the
+/// distinct tasks of the batch (two or more), whose answers the records'
+/// first claims take.
+fn launch(
+    batch: Vec<Record>,
+    records: &mut JoinSet<()>,
+    consumer: &Arc<StreamConsumer<Ctx>>,
+    shared: &Arc<Shared>,
+    worker: &Worker,
+    provider: &Arc<dyn Provider>,
+    retry_delay: Duration,
+) {
+    let mut seen = HashSet::new();
+    let mut waiting = Vec::new();
+    for record in batch {
+        let first_claim = match record.task {
+            // A second copy of a task in this batch claims on its own, as before.
+            Some(id) if seen.insert(id) => {
+                let (answer, first_claim) = oneshot::channel();
+                waiting.push((id, answer));
+                Some(first_claim)
+            }
+            _ => None,
+        };
+        records.spawn(process(
+            record,
+            first_claim,
+            Arc::clone(consumer),
+            Arc::clone(shared),
+            worker.clone(),
+            Arc::clone(provider),
+            retry_delay,
+        ));
+    }
+    if waiting.len() >= 2 {
+        let request = ClaimRequest::new(worker.config().worker_id.clone(), worker.config().lease);
+        tokio::spawn(claim_batch(Arc::clone(shared), request, waiting));
+    }
+    // A batch of one: dropping the sender lets the record claim on its own.
+}
+
+/// One `claim_many` for a batch; hands each answer to its record. On a store
+/// error the records claim on their own (their senders are dropped).
+async fn claim_batch(
+    shared: Arc<Shared>,
+    request: ClaimRequest,
+    waiting: Vec<(TaskId, oneshot::Sender<Claim>)>,
+) {
+    if shared.dead.load(Ordering::SeqCst) {
+        return; // killed before the claim went out: a dead process claims nothing
+    }
+    let ids: Vec<TaskId> = waiting.iter().map(|(id, _)| *id).collect();
+    let claims = match shared.store.claim_many(&ids, request).await {
+        Ok(claims) => claims,
+        Err(error) => {
+            tracing::warn!(%error, tasks = ids.len(), "batch claim failed; each record claims on its own");
+            return;
+        }
+    };
+    tracing::debug!(tasks = ids.len(), "claimed a batch");
+    for ((_, answer), claim) in waiting.into_iter().zip(claims) {
+        // The record's task is gone (stopped or killed) and the claim took a
+        // lease: give it back, unless this process is "dead".
+        if let Err(Claim::Acquired(lease)) = answer.send(claim)
+            && !shared.dead.load(Ordering::SeqCst)
+        {
+            release_unused(&shared, lease).await;
+        }
+    }
+}
+
+/// Gives back a lease the batch claim took for a record that will not work on it.
+async fn release_unused(shared: &Shared, lease: Lease) {
+    let task = lease.task_id();
+    if let Err(error) = shared.store.release(lease).await {
+        tracing::warn!(%task, %error, "releasing an unused lease failed; it expires by itself");
+    }
+}
+
+/// Answers one claim of `task` with the batch's answer, once; everything
+/// else passes through. A record's first [`Worker::handle`] runs on it, so
+/// the batch's claim is decided exactly as that `handle` would decide it.
+struct Answered {
+    task: TaskId,
+    claim: Mutex<Option<Claim>>,
+}
+
+#[async_trait]
+impl Intercept for Answered {
+    async fn claim(
+        &self,
+        inner: &dyn TaskStore,
+        id: TaskId,
+        request: ClaimRequest,
+    ) -> taskfence::Result<Claim> {
+        if id == self.task
+            && let Some(claim) = self.claim.lock().expect("answered lock").take()
+        {
+            return Ok(claim);
+        }
+        inner.claim(id, request).await
+    }
 }
 
 async fn process(
     record: Record,
+    first_claim: Option<oneshot::Receiver<Claim>>,
     consumer: Arc<StreamConsumer<Ctx>>,
     shared: Arc<Shared>,
     worker: Worker,
     provider: Arc<dyn Provider>,
     retry_delay: Duration,
-    _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let Record {
         partition,
         offset,
         task,
         owned,
+        permit: _permit,
     } = record;
+    // The batch's answer for this record's task, if it was in a batch claim
+    // (`None`: claim on its own).
+    let mut first_claim = match first_claim {
+        Some(answer) => answer.await.ok(),
+        None => None,
+    };
     let handled = match task {
         None => {
             tracing::warn!(partition, offset, "handoff without a task id; skipped");
@@ -661,6 +862,9 @@ async fn process(
         }
         Some(id) => loop {
             if !owned.load(Ordering::SeqCst) {
+                if let Some(Claim::Acquired(lease)) = first_claim.take() {
+                    release_unused(&shared, lease).await;
+                }
                 shared.journal.record(Event::Abandoned {
                     consumer: shared.name.clone(),
                     partition,
@@ -680,6 +884,18 @@ async fn process(
                 Arc::clone(&shared.journal),
                 shared.name.clone(),
             );
+            // The first attempt takes the batch's claim; later ones claim again.
+            let worker = match first_claim.take() {
+                Some(claim) => {
+                    let answered = Answered {
+                        task: id,
+                        claim: Mutex::new(Some(claim)),
+                    };
+                    let store = Intercepted::new(Arc::clone(&shared.store), answered);
+                    Worker::new(Arc::new(store), worker.config().clone()).expect("validated at spawn")
+                }
+                None => worker.clone(),
+            };
             let outcome = worker
                 .handle(id, &hold, |ctx| async move {
                     let request = ProviderRequest::for_attempt(&ctx);

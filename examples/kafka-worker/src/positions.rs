@@ -32,7 +32,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::intercept::{Intercept, Intercepted};
-use taskfence::{Error, Fenced, Lease, OffsetTracker, PgStore, Response, Result, Task, TaskId, TaskStore};
+use taskfence::{
+    Claim, ClaimRequest, Error, Fenced, Lease, OffsetTracker, PgStore, Response, Result, Task, TaskId,
+    TaskStore,
+};
 
 use crate::journal::{Event, Journal};
 
@@ -194,6 +197,17 @@ impl PositionedStore {
 
 #[async_trait]
 impl Intercept for PositionedStore {
+    /// The batch claim goes to `PgStore`'s own `claim_many` (one statement);
+    /// `Intercept`'s default would claim one by one.
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> Result<Vec<Claim>> {
+        inner.claim_many(ids, request).await
+    }
+
     async fn complete(
         &self,
         inner: &dyn TaskStore,
@@ -262,7 +276,7 @@ mod tests {
     use crate::sim::MemoryJournal;
     use std::time::Duration;
     use taskfence::testing::PgFixture;
-    use taskfence::{Claim, ClaimRequest, InputHash, NewTask, Rejection, RequestKey, Status};
+    use taskfence::{InputHash, NewTask, Rejection, RequestKey, Status};
     use taskfence_test_support::fixture;
 
     struct Setup {
