@@ -9,10 +9,7 @@ use aws_config::BehaviorVersion;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
-    SendMessageBatchRequestEntry,
-};
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry};
 use taskfence::TaskId;
 
 /// A boxed error: the example reports SDK errors with their full context.
@@ -277,39 +274,6 @@ impl SqsQueue {
             .await
             .map_err(sdk)?;
         Ok(())
-    }
-
-    /// [`hide_for`](Self::hide_for) for up to [`MAX_BATCH`] messages in one
-    /// `ChangeMessageVisibilityBatch`; returns how many SQS accepted.
-    pub async fn hide_all_for(&self, receipts: &[&str], for_: Duration) -> Result<usize, BoxError> {
-        if receipts.is_empty() || receipts.len() > MAX_BATCH {
-            return Err(format!(
-                "a ChangeMessageVisibilityBatch takes 1 to {MAX_BATCH} messages, not {}",
-                receipts.len()
-            )
-            .into());
-        }
-        let entries = receipts
-            .iter()
-            .enumerate()
-            .map(|(i, receipt)| {
-                ChangeMessageVisibilityBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .receipt_handle(*receipt)
-                    .visibility_timeout(seconds(for_))
-                    .build()
-                    .map_err(sdk)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out = self
-            .client
-            .change_message_visibility_batch()
-            .queue_url(&self.url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(sdk)?;
-        Ok(out.successful().len())
     }
 
     /// How many messages the queue holds.

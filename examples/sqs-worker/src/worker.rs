@@ -1,7 +1,8 @@
 //! The SQS worker: long-poll, run each received batch through taskfence's
 //! runtime (one claim for the whole batch), keep each message hidden while its
-//! lease is renewed, act on each message's disposition (delete only after the
-//! durable save), and on shutdown finish or release what it holds.
+//! lease is renewed, act on each message's disposition as soon as its task
+//! settles (delete only after the durable save), and on shutdown finish or
+//! release what it holds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskfence::runtime::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker};
 use taskfence::{Failure, Fenced, Lease, Response, TaskId, TaskStore};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::provider::{Provider, ProviderError, ProviderRequest};
@@ -225,19 +226,13 @@ impl SqsWorker {
             // is not a task id, or a second copy of a task in the same receive
             // (the batch needs distinct ids), is handled on its own, as it
             // would be if it came in another receive.
-            let (mut batch, mut batch_permits, mut seen) = (Vec::new(), Vec::new(), HashSet::new());
+            let (mut batch, mut seen) = (Vec::new(), HashSet::new());
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
                 let (this, release) = (Arc::clone(&this), release_rx.clone());
                 match delivery.task_id() {
-                    Some(task_id) if seen.insert(task_id) => {
-                        batch.push(delivery);
-                        batch_permits.push(permit);
-                    }
+                    Some(task_id) if seen.insert(task_id) => batch.push((delivery, permit)),
                     Some(_) => {
-                        in_hand.spawn(async move {
-                            this.handle(vec![delivery], release).await;
-                            drop(permit);
-                        });
+                        in_hand.spawn(async move { this.handle(vec![(delivery, permit)], release).await });
                     }
                     None => {
                         in_hand.spawn(async move {
@@ -249,10 +244,7 @@ impl SqsWorker {
             }
             if !batch.is_empty() {
                 let (this, release) = (Arc::clone(&this), release_rx.clone());
-                in_hand.spawn(async move {
-                    this.handle(batch, release).await;
-                    drop(batch_permits);
-                });
+                in_hand.spawn(async move { this.handle(batch, release).await });
             }
         }
         let grace = this.settings.shutdown_grace;
@@ -294,17 +286,25 @@ impl SqsWorker {
     }
 
     /// A batch of deliveries of distinct tasks, start to finish:
-    /// [`Worker::handle_batch`] claims them in one round trip and runs the
+    /// [`Worker::handle_batch_each`] claims them in one round trip and runs the
     /// acquired ones side by side, each message kept hidden by its own lease's
-    /// hooks; then each message is deleted, hidden or left by its own
-    /// disposition. When `release` turns true while provider calls run, those
-    /// calls are dropped and their tasks released.
-    async fn handle(&self, deliveries: Vec<Delivery>, release: watch::Receiver<bool>) {
+    /// hooks. Each message is deleted, hidden or left by its own disposition
+    /// *as soon as its task settles*, and its slot (`permit`) is free for the
+    /// next receive from then on, while its batch-mates still work. When
+    /// `release` turns true while provider calls run, those calls are dropped
+    /// and their tasks released.
+    async fn handle(
+        &self,
+        deliveries: Vec<(Delivery, OwnedSemaphorePermit)>,
+        release: watch::Receiver<bool>,
+    ) {
         let mut batch = Vec::with_capacity(deliveries.len());
-        let mut _in_flight = Vec::with_capacity(deliveries.len());
-        for delivery in deliveries {
+        // What each delivery holds until its answer is acted on: its slot and
+        // its in-flight mark.
+        let mut held = Vec::with_capacity(deliveries.len());
+        for (delivery, permit) in deliveries {
             self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
-            _in_flight.push(self.stats.track(&delivery.message_id));
+            held.push(Some((self.stats.track(&delivery.message_id), permit)));
             let task_id = delivery.task_id().expect("the caller passes task ids only");
             batch.push((task_id, delivery));
         }
@@ -314,83 +314,106 @@ impl SqsWorker {
             receipts: batch.iter().map(|(id, d)| (*id, d.receipt.as_str())).collect(),
             hide_for: self.worker.config().lease + self.settings.visibility_slack,
             stats: &self.stats,
-            claimed: Mutex::default(),
         };
         // The tasks given back at shutdown, and whether the store took them back.
         let released: Mutex<HashMap<TaskId, Released>> = Mutex::default();
-        let handling = self.worker.handle_batch(&task_ids, &hooks, |ctx| {
-            let provider = Arc::clone(&self.provider);
-            let mut release_asked = release.clone();
-            let released = &released;
-            async move {
-                let lease = ctx.lease().clone();
-                tokio::select! {
-                    biased;
-                    result = work(ctx, provider) => result,
-                    Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
-                        // The grace is over: drop the provider call (between
-                        // store writes, never inside a complete or fail) and
-                        // give the task back. The runtime's `fail` for this
-                        // lease is then refused: the task is pending again.
-                        let task_id = lease.task_id();
-                        let outcome = self.release(lease).await;
-                        released.lock().unwrap().insert(task_id, outcome);
-                        Err(Failure::retryable("released at shutdown"))
+        // Each answer goes into the channel the moment its delivery settles
+        // (`on_settled` cannot wait on SQS); `answer` below acts on them in
+        // that order while the rest of the batch still works.
+        let (settled_tx, mut settled_rx) = mpsc::unbounded_channel();
+        let handling = self.worker.handle_batch_each(
+            &task_ids,
+            &hooks,
+            |ctx| {
+                let provider = Arc::clone(&self.provider);
+                let mut release_asked = release.clone();
+                let released = &released;
+                async move {
+                    let lease = ctx.lease().clone();
+                    tokio::select! {
+                        biased;
+                        result = work(ctx, provider) => result,
+                        Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
+                            // The grace is over: drop the provider call (between
+                            // store writes, never inside a complete or fail) and
+                            // give the task back. The runtime's `fail` for this
+                            // lease is then refused: the task is pending again.
+                            let task_id = lease.task_id();
+                            let outcome = self.release(lease).await;
+                            released.lock().unwrap().insert(task_id, outcome);
+                            Err(Failure::retryable("released at shutdown"))
+                        }
                     }
                 }
-            }
-        });
-        // The batch's dispositions come back together, when its last task is
-        // settled. Until then the messages whose task this worker did not
-        // acquire (done, busy, in backoff: decided by the claim) stay hidden
-        // too, so that they do not come back while their answer waits; the
-        // acquired ones follow their own leases.
-        let outcome = tokio::select! {
-            outcome = handling => outcome,
-            never = hooks.hide_unclaimed(self.worker.config().renew_every) => match never {},
-        };
-        let released = released.into_inner().unwrap();
-        let dispositions = match outcome {
-            Ok(dispositions) => dispositions.into_iter().map(Some).collect(),
-            Err(error) => {
-                // The store failed somewhere in the batch: leave every message
-                // (the released ones aside); each next delivery re-reads its task.
-                tracing::warn!(tasks = task_ids.len(), %error, "store error; leaving the batch's messages");
-                vec![None; batch.len()]
+            },
+            // Dropped with the handling future, which ends the loop below.
+            move |i, answer| {
+                let _ = settled_tx.send((i, answer));
+            },
+        );
+        let answer = async {
+            while let Some((i, answer)) = settled_rx.recv().await {
+                let (task_id, delivery) = &batch[i];
+                let release = released.lock().unwrap().get(task_id).copied();
+                self.answer(*task_id, delivery, release, answer).await;
+                held[i] = None;
             }
         };
-        for ((task_id, delivery), disposition) in batch.iter().zip(dispositions) {
-            if let Some(release) = released.get(task_id) {
-                // Released: visible at once for another worker.
-                if *release == Released::Accepted {
-                    self.act(
-                        |q| q.hide_for(&delivery.receipt, Duration::ZERO),
-                        "change visibility",
-                    )
-                    .await;
-                }
-                continue;
-            }
-            let Some(disposition) = disposition else {
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
-            match &disposition {
-                // The store has durably settled the task (saved or terminal): now,
-                // and only now, the message may go.
-                Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
-                // Not deleted: hidden until the claim can succeed (backoff over, or
-                // the other worker's lease run out).
-                Disposition::RetryAfter { delay, .. } => {
-                    self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
-                        .await
-                }
-                // We no longer hold the task; the message's own timer brings it back.
-                Disposition::Leave(_) => {}
-            }
-            self.stats.count(&disposition, *task_id);
+        let (outcome, ()) = tokio::join!(handling, answer);
+        if let Err(error) = outcome {
+            // The claim itself failed: no delivery settled. Leave every
+            // message; each next delivery re-reads its task.
+            tracing::warn!(tasks = task_ids.len(), %error, "store error; leaving the batch's messages");
+            self.stats
+                .store_errors
+                .fetch_add(task_ids.len() as u64, Ordering::Relaxed);
         }
+    }
+
+    /// Acts on one delivery's answer: delete, hide or leave its message.
+    async fn answer(
+        &self,
+        task_id: TaskId,
+        delivery: &Delivery,
+        release: Option<Released>,
+        answer: taskfence::Result<Disposition>,
+    ) {
+        if let Some(release) = release {
+            // Released at shutdown: visible at once for another worker.
+            if release == Released::Accepted {
+                self.act(
+                    |q| q.hide_for(&delivery.receipt, Duration::ZERO),
+                    "change visibility",
+                )
+                .await;
+            }
+            return;
+        }
+        let disposition = match answer {
+            Ok(disposition) => disposition,
+            Err(error) => {
+                // The store failed for this delivery: leave the message; its
+                // next delivery reads the durable task.
+                tracing::warn!(%task_id, %error, "store error; leaving the message");
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
+        match &disposition {
+            // The store has durably settled the task (saved or terminal): now,
+            // and only now, the message may go.
+            Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
+            // Not deleted: hidden until the claim can succeed (backoff over, or
+            // the other worker's lease run out).
+            Disposition::RetryAfter { delay, .. } => {
+                self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
+                    .await
+            }
+            // We no longer hold the task; the message's own timer brings it back.
+            Disposition::Leave(_) => {}
+        }
+        self.stats.count(&disposition, task_id);
     }
 
     /// Gives the task back at shutdown: pending again at once (the attempt
@@ -458,48 +481,16 @@ enum Released {
 /// The lease is the right to work on the task (store clock); the visibility
 /// timeout only hides the message from other consumers (SQS clock). Neither
 /// stops the other. The hooks fire per lease: the task id picks the message.
+/// (The messages of tasks not acquired need nothing: their answer is acted on
+/// as soon as the claim returns.)
 struct KeepHidden<'a> {
     queue: &'a SqsQueue,
     receipts: HashMap<TaskId, &'a str>,
     hide_for: Duration,
     stats: &'a Stats,
-    /// The tasks this batch acquired: their messages follow their leases.
-    claimed: Mutex<HashSet<TaskId>>,
 }
 
 impl KeepHidden<'_> {
-    /// Every `every`, from now on, hides the messages of the tasks not
-    /// acquired (all of them until the claim answers) for `hide_for`, ten per
-    /// `ChangeMessageVisibilityBatch`. Runs until dropped.
-    async fn hide_unclaimed(&self, every: Duration) -> std::convert::Infallible {
-        loop {
-            let waiting: Vec<&str> = {
-                let claimed = self.claimed.lock().unwrap();
-                self.receipts
-                    .iter()
-                    .filter(|(id, _)| !claimed.contains(id))
-                    .map(|(_, receipt)| *receipt)
-                    .collect()
-            };
-            for chunk in waiting.chunks(crate::queue::MAX_BATCH) {
-                match self.queue.hide_all_for(chunk, self.hide_for).await {
-                    Ok(hidden) => {
-                        self.stats.extensions.fetch_add(hidden as u64, Ordering::Relaxed);
-                        let failed = (chunk.len() - hidden.min(chunk.len())) as u64;
-                        self.stats.extension_errors.fetch_add(failed, Ordering::Relaxed);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "visibility extension failed");
-                        self.stats
-                            .extension_errors
-                            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                    }
-                }
-            }
-            tokio::time::sleep(every).await;
-        }
-    }
-
     async fn extend(&self, lease: &Lease) {
         let Some(receipt) = self.receipts.get(&lease.task_id()) else {
             return;
@@ -519,7 +510,6 @@ impl KeepHidden<'_> {
 #[async_trait]
 impl LeaseHooks for KeepHidden<'_> {
     async fn on_claimed(&self, lease: &Lease) {
-        self.claimed.lock().unwrap().insert(lease.task_id());
         self.extend(lease).await;
     }
     async fn on_renewed(&self, lease: &Lease) {
