@@ -48,12 +48,23 @@ pub fn counted_client(counter: &RequestCounter) -> Client {
     client_with(Some(counter.clone()))
 }
 
+/// [`client`] on `endpoint` rather than [`endpoint`]'s: a DynamoDB API the
+/// test found or started itself (e.g. the moto it also uses for SQS). Its
+/// requests join the same one-at-a-time queue.
+pub fn client_at(endpoint: &str) -> Client {
+    client_on(endpoint.to_owned(), None)
+}
+
 fn client_with(counter: Option<RequestCounter>) -> Client {
+    client_on(endpoint(), counter)
+}
+
+fn client_on(endpoint: String, counter: Option<RequestCounter>) -> Client {
     let mut config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "taskfence-tests"))
-        .endpoint_url(endpoint())
+        .endpoint_url(endpoint)
         .http_client(one_at_a_time(aws_smithy_http_client::Builder::new().build_http()));
     if let Some(counter) = counter {
         config = config.interceptor(counter);

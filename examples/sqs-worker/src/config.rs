@@ -3,8 +3,9 @@
 //! `sqs-worker --help` lists them.
 //!
 //! AWS itself is configured the standard way, not here: credentials from the
-//! default chain, `AWS_REGION`, and `AWS_ENDPOINT_URL_SQS` for a local
-//! endpoint (see [`crate::queue::sqs_client`]).
+//! default chain, `AWS_REGION`, and `AWS_ENDPOINT_URL_SQS` (and
+//! `AWS_ENDPOINT_URL_DYNAMODB`) for a local endpoint (see
+//! [`crate::queue::aws_config()`]).
 
 use std::time::Duration;
 
@@ -12,6 +13,16 @@ use clap::{Parser, ValueEnum};
 use taskfence::runtime::WorkerConfig;
 
 use crate::worker::WorkerSettings;
+
+/// Where the tasks (and the outbox of handoffs) are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    /// PostgreSQL (`PgStore`, `--database-url`), with its built-in outbox.
+    Postgres,
+    /// DynamoDB (`DynamoStore`, `--dynamodb-table`), with the template's
+    /// outbox in the same table: an all-AWS stack.
+    Dynamodb,
+}
 
 /// Which model provider the service calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -34,13 +45,29 @@ pub enum ProviderKind {
         tasks still running (their messages become visible again) and exits 0.\n\n\
         AWS: credentials from the default chain (environment, profile, SSO, web identity, \
         ECS task role, instance role), the region from AWS_REGION or the profile, and \
-        AWS_ENDPOINT_URL_SQS for a local endpoint such as moto."
+        AWS_ENDPOINT_URL_SQS (AWS_ENDPOINT_URL_DYNAMODB with --store dynamodb) for a local \
+        endpoint such as moto."
 )]
 pub struct Settings {
-    /// PostgreSQL URL. For TLS add `?sslmode=require`, or
-    /// `?sslmode=verify-full&sslrootcert=/path/ca.pem` (RDS).
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    /// Where tasks are stored: PostgreSQL (needs --database-url) or DynamoDB
+    /// (needs --dynamodb-table).
+    #[arg(long, env = "TASKFENCE_STORE", value_enum, default_value_t = StoreKind::Postgres)]
+    pub store: StoreKind,
+
+    /// PostgreSQL URL (with --store postgres). For TLS add
+    /// `?sslmode=require`, or `?sslmode=verify-full&sslrootcert=/path/ca.pem` (RDS).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        hide_env_values = true,
+        required_if_eq("store", "postgres")
+    )]
+    pub database_url: Option<String>,
+
+    /// The DynamoDB table of tasks and handoffs (with --store dynamodb). The
+    /// service does not create it (see docs/DYNAMODB.md).
+    #[arg(long, env = "TASKFENCE_DYNAMODB_TABLE", required_if_eq("store", "dynamodb"))]
+    pub dynamodb_table: Option<String>,
 
     /// The schema holding taskfence's tables.
     #[arg(long, env = "TASKFENCE_SCHEMA", default_value = "taskfence")]
@@ -89,8 +116,9 @@ pub struct Settings {
     pub shutdown_grace: Duration,
 
     /// Also publish the transactional outbox to the queue from this process
-    /// (`--dispatch true`; several processes may: they share the outbox
-    /// safely). Off by default: it needs `sqs:SendMessage` too.
+    /// (`--dispatch true`; several processes may: on PostgreSQL they share
+    /// the outbox, on DynamoDB they may send a handoff twice, which is
+    /// harmless). Off by default: it needs `sqs:SendMessage` too.
     #[arg(long, env = "TASKFENCE_DISPATCH", default_value_t = false, action = clap::ArgAction::Set)]
     pub dispatch: bool,
 

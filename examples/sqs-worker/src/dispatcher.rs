@@ -1,19 +1,29 @@
-//! The dispatcher: publishes the handoffs that `submit` wrote to PostgreSQL's
-//! outbox in the same transaction as the task, so an accepted request can
-//! never be lost between the database and the queue.
+//! The dispatcher: publishes the handoffs that `submit` wrote to the outbox
+//! in the same transaction as the task (PostgreSQL's built-in one, or the
+//! template's [`DynamoOutbox`] on DynamoDB), so an accepted request can never
+//! be lost between the database and the queue.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use taskfence::{PgStore, TaskId};
+
+use crate::dynamo::DynamoOutbox;
 use tokio::sync::watch;
 
 use crate::queue::{BoxError, MAX_BATCH, SqsQueue};
 
+/// Where the handoffs wait.
+#[derive(Debug, Clone)]
+enum Outbox {
+    Postgres(PgStore),
+    Dynamo(DynamoOutbox),
+}
+
 /// Moves pending handoffs from the outbox to the queue.
 ///
-/// Each round claims up to `batch` handoffs with `FOR UPDATE SKIP LOCKED` (so
+/// On PostgreSQL ([`new`](Self::new)) each round claims up to `batch` handoffs with `FOR UPDATE SKIP LOCKED` (so
 /// several dispatchers share the outbox), sends them ten per `SendMessageBatch`
 /// ([`PgStore::dispatch_batches`]), and marks the sent ones published in the
 /// same transaction. A request with any failed entry counts as failed whole:
@@ -21,9 +31,16 @@ use crate::queue::{BoxError, MAX_BATCH, SqsQueue};
 /// A send whose answer is lost, a partly failed request, or a crash after
 /// sending and before the commit sends them again next round: the queue sees
 /// duplicates, every copy names the same task, and the claim makes them harmless.
+///
+/// On DynamoDB ([`dynamodb`](Self::dynamodb)) each round queries up to
+/// `batch` pending handoff items (oldest first), finds each one's task id
+/// by its request key, sends them ten per `SendMessageBatch` and deletes the
+/// sent ones; a request with any failed entry stops the round and its ten
+/// stay pending. There is no row lock to skip: two dispatchers on one outbox
+/// may both send a handoff, a duplicate like any other.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
-    store: PgStore,
+    outbox: Outbox,
     queue: SqsQueue,
     batch: usize,
     idle: Duration,
@@ -35,8 +52,18 @@ impl Dispatcher {
     /// A dispatcher from `store`'s outbox to `queue`, `batch` handoffs per
     /// round, waiting a second after a round that found nothing.
     pub fn new(store: PgStore, queue: SqsQueue, batch: usize) -> Self {
+        Self::on(Outbox::Postgres(store), queue, batch)
+    }
+
+    /// A dispatcher from the DynamoDB `outbox` to `queue`, `batch` handoffs
+    /// per round, waiting a second after a round that found nothing.
+    pub fn dynamodb(outbox: DynamoOutbox, queue: SqsQueue, batch: usize) -> Self {
+        Self::on(Outbox::Dynamo(outbox), queue, batch)
+    }
+
+    fn on(outbox: Outbox, queue: SqsQueue, batch: usize) -> Self {
         Self {
-            store,
+            outbox,
             queue,
             batch,
             idle: Duration::from_secs(1),
@@ -76,9 +103,12 @@ impl Dispatcher {
         &self,
         after_send: impl Fn(&[TaskId]) -> Result<(), BoxError> + Send + Sync,
     ) -> Result<Vec<TaskId>, BoxError> {
+        let store = match &self.outbox {
+            Outbox::Postgres(store) => store,
+            Outbox::Dynamo(outbox) => return self.dynamo_round(outbox, after_send).await,
+        };
         let after_send = &after_send;
-        let round = self
-            .store
+        let round = store
             .dispatch_batches(self.batch, MAX_BATCH, |tasks| {
                 let queue = self.queue.clone();
                 let (sent, requests) = (Arc::clone(&self.sent), Arc::clone(&self.requests));
@@ -106,6 +136,55 @@ impl Dispatcher {
             tracing::debug!(%task_id, %error, "publishing a batch of handoffs failed");
         }
         Ok(round.published)
+    }
+
+    /// One round on the DynamoDB outbox: query, resolve, send ten at a time,
+    /// delete what was sent; stop at the first failed request.
+    async fn dynamo_round(
+        &self,
+        outbox: &DynamoOutbox,
+        after_send: impl Fn(&[TaskId]) -> Result<(), BoxError>,
+    ) -> Result<Vec<TaskId>, BoxError> {
+        let mut ready = Vec::new();
+        for handoff in outbox.pending(self.batch).await? {
+            match outbox.task_of(&handoff).await? {
+                Some(task_id) => ready.push((handoff, task_id)),
+                None => {
+                    // The task is gone (purged after its retention): nothing to publish.
+                    tracing::warn!(key = ?handoff.key, "handoff of a task that no longer exists; dropping it");
+                    outbox.remove(&[&handoff]).await?;
+                }
+            }
+        }
+        let mut published = Vec::with_capacity(ready.len());
+        for chunk in ready.chunks(MAX_BATCH) {
+            let tasks: Vec<TaskId> = chunk.iter().map(|(_, task_id)| *task_id).collect();
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let sent = async {
+                let batch = self.queue.publish_batch(&tasks).await?;
+                self.sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
+                if !batch.failed.is_empty() {
+                    return Err(format!(
+                        "{} of {} messages refused: {:?}",
+                        batch.failed.len(),
+                        tasks.len(),
+                        batch.failed
+                    )
+                    .into());
+                }
+                after_send(&tasks)
+            };
+            if let Err(error) = sent.await {
+                // These handoffs stay pending; the next round sends them again.
+                tracing::debug!(task_id = %tasks[0], %error, "publishing a batch of handoffs failed");
+                break;
+            }
+            // A failed delete leaves them pending: sent again next round.
+            let sent: Vec<_> = chunk.iter().map(|(handoff, _)| handoff).collect();
+            outbox.remove(&sent).await?;
+            published.extend(tasks);
+        }
+        Ok(published)
     }
 
     /// Runs rounds until `shutdown` turns true; a round in progress finishes

@@ -7,6 +7,7 @@
 //! The template (copy these):
 //! - [`config`]: the service's settings (command line and environment).
 //! - [`store`]: the PostgreSQL pool and the task store.
+//! - [`dynamo`]: the DynamoDB store and its transactional outbox (`--store dynamodb`).
 //! - [`queue`]: the SQS client and the few SQS calls.
 //! - [`dispatcher`]: the outbox → queue publisher.
 //! - [`worker`]: the consumer loop, the message dispositions, graceful shutdown.
@@ -17,6 +18,7 @@
 
 pub mod config;
 pub mod dispatcher;
+pub mod dynamo;
 pub mod provider;
 pub mod queue;
 pub mod sim;
@@ -25,6 +27,7 @@ pub mod worker;
 
 pub use config::Settings;
 pub use dispatcher::Dispatcher;
+pub use dynamo::{DynamoOutbox, Handoff};
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
 pub use queue::{BoxError, Delivery, Depth, SentBatch, SqsQueue};
 pub use worker::{SqsWorker, Stats, WorkerSettings};

@@ -6,6 +6,9 @@
 //! ```sh
 //! DATABASE_URL=postgres://… TASKFENCE_SQS_QUEUE_URL=https://sqs.…/queue \
 //!     sqs-worker --provider-url https://api.example.com/v1/generate
+//! # all AWS: tasks and handoffs in a DynamoDB table
+//! TASKFENCE_STORE=dynamodb TASKFENCE_DYNAMODB_TABLE=taskfence TASKFENCE_SQS_QUEUE_URL=… \
+//!     sqs-worker --provider-url https://api.example.com/v1/generate
 //! sqs-worker --help     # every option and its environment variable
 //! ```
 
@@ -14,11 +17,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use clap::Parser;
-use sqs_worker::config::{ProviderKind, Settings};
+use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
-use sqs_worker::{BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, queue, store};
-use taskfence::TaskStore;
+use sqs_worker::{
+    BoxError, Dispatcher, DynamoOutbox, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue,
+    store,
+};
 use taskfence::runtime::Worker;
+use taskfence::{DynamoStore, TaskStore};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
@@ -64,25 +70,46 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             ..SimulatedConfig::default()
         })),
     };
-    let pg = store::connect(
-        &settings.database_url,
-        &settings.schema,
-        settings.db_max_connections,
-    )
-    .await?;
-    if !settings.skip_migrations {
-        // Idempotent and serialized by an advisory lock: every replica may run them.
-        pg.migrate().await?;
-    }
-    let queue = SqsQueue::new(queue::sqs_client().await, &settings.queue_url);
+    // One AWS configuration for every AWS client.
+    let aws = queue::aws_config().await;
+    let queue = SqsQueue::new(queue::sqs_client_of(&aws), &settings.queue_url);
     // Fail at start-up, not on the first message, when credentials, region or
     // queue URL are wrong.
     queue
         .depth()
         .await
         .map_err(|e| format!("queue {}: {e}", settings.queue_url))?;
+    let (store, dispatcher): (Arc<dyn TaskStore>, Dispatcher) = match settings.store {
+        StoreKind::Postgres => {
+            let url = settings
+                .database_url
+                .as_deref()
+                .ok_or("--database-url (DATABASE_URL) is required with --store postgres")?;
+            let pg = store::connect(url, &settings.schema, settings.db_max_connections).await?;
+            if !settings.skip_migrations {
+                // Idempotent and serialized by an advisory lock: every replica may run them.
+                pg.migrate().await?;
+            }
+            let dispatcher = Dispatcher::new(pg.clone(), queue.clone(), settings.dispatch_batch);
+            (Arc::new(pg), dispatcher)
+        }
+        StoreKind::Dynamodb => {
+            let table = settings
+                .dynamodb_table
+                .as_deref()
+                .ok_or("--dynamodb-table (TASKFENCE_DYNAMODB_TABLE) is required with --store dynamodb")?;
+            let client = dynamo::dynamodb_client(&aws);
+            dynamo::check_table(&client, table).await?;
+            let store = DynamoStore::new(client, table)?;
+            let dispatcher = Dispatcher::dynamodb(
+                DynamoOutbox::new(store.clone()),
+                queue.clone(),
+                settings.dispatch_batch,
+            );
+            (Arc::new(store), dispatcher)
+        }
+    };
 
-    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
     let worker = Worker::new(Arc::clone(&store), settings.worker_config())?;
     let worker_id = worker.config().worker_id.clone();
     let stats = Arc::new(Stats::default());
@@ -98,14 +125,10 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         )
         .run(stopped.clone()),
     );
-    let dispatcher = settings.dispatch.then(|| {
-        tokio::spawn(
-            Dispatcher::new(pg, queue, settings.dispatch_batch)
-                .idle(settings.dispatch_idle)
-                .run(stopped),
-        )
-    });
-    tracing::info!(%worker_id, queue = %settings.queue_url, dispatch = settings.dispatch, "consuming");
+    let dispatcher = settings
+        .dispatch
+        .then(|| tokio::spawn(dispatcher.idle(settings.dispatch_idle).run(stopped)));
+    tracing::info!(%worker_id, queue = %settings.queue_url, store = ?settings.store, dispatch = settings.dispatch, "consuming");
 
     let signal = tokio::select! {
         _ = terminate.recv() => "SIGTERM",

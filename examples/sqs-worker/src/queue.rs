@@ -9,7 +9,10 @@ use aws_config::BehaviorVersion;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
-use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    SendMessageBatchRequestEntry,
+};
 use taskfence::TaskId;
 
 /// A boxed error: the example reports SDK errors with their full context.
@@ -39,7 +42,23 @@ pub fn http_client() -> SharedHttpClient {
 /// `AWS_REGION` or the profile. `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`)
 /// points the client at a local endpoint such as moto.
 pub async fn sqs_client() -> Client {
-    sqs_client_from(aws_config::defaults(BehaviorVersion::latest())).await
+    Client::new(&aws_config().await)
+}
+
+/// The SQS client on a loaded [`aws_config()`].
+pub fn sqs_client_of(config: &aws_config::SdkConfig) -> Client {
+    Client::new(config)
+}
+
+/// The standard AWS configuration on [`http_client`]: one load for the SQS
+/// client and, with `--store dynamodb`, the DynamoDB client
+/// ([`crate::dynamo::dynamodb_client`]; `AWS_ENDPOINT_URL_DYNAMODB` for a
+/// local endpoint).
+pub async fn aws_config() -> aws_config::SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client())
+        .load()
+        .await
 }
 
 /// [`sqs_client`] from a loader you adjusted (an endpoint, a region, a
@@ -274,6 +293,39 @@ impl SqsQueue {
             .await
             .map_err(sdk)?;
         Ok(())
+    }
+
+    /// [`hide_for`](Self::hide_for) for up to [`MAX_BATCH`] messages in one
+    /// `ChangeMessageVisibilityBatch`; returns how many SQS accepted.
+    pub async fn hide_all_for(&self, receipts: &[&str], for_: Duration) -> Result<usize, BoxError> {
+        if receipts.is_empty() || receipts.len() > MAX_BATCH {
+            return Err(format!(
+                "a ChangeMessageVisibilityBatch takes 1 to {MAX_BATCH} messages, not {}",
+                receipts.len()
+            )
+            .into());
+        }
+        let entries = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, receipt)| {
+                ChangeMessageVisibilityBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*receipt)
+                    .visibility_timeout(seconds(for_))
+                    .build()
+                    .map_err(sdk)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .client
+            .change_message_visibility_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.successful().len())
     }
 
     /// How many messages the queue holds.

@@ -5,7 +5,7 @@
 //! release what it holds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -314,6 +314,7 @@ impl SqsWorker {
             receipts: batch.iter().map(|(id, d)| (*id, d.receipt.as_str())).collect(),
             hide_for: self.worker.config().lease + self.settings.visibility_slack,
             stats: &self.stats,
+            answered: AtomicBool::new(false),
         };
         // The tasks given back at shutdown, and whether the store took them back.
         let released: Mutex<HashMap<TaskId, Released>> = Mutex::default();
@@ -352,11 +353,37 @@ impl SqsWorker {
             },
         );
         let answer = async {
-            while let Some((i, answer)) = settled_rx.recv().await {
-                let (task_id, delivery) = &batch[i];
-                let release = released.lock().unwrap().get(task_id).copied();
-                self.answer(*task_id, delivery, release, answer).await;
-                held[i] = None;
+            // Until the claim answers, the messages are hidden only by the
+            // queue's visibility timeout. A claim slower than `CLAIM_GUARD` (a
+            // store in trouble, a pool waiting for a connection) gets them
+            // hidden for `lease + slack` once, so they do not come back while
+            // it is pending. A fast claim costs nothing.
+            let guard = tokio::time::sleep(CLAIM_GUARD);
+            tokio::pin!(guard);
+            let mut guarded = false;
+            loop {
+                tokio::select! {
+                    next = settled_rx.recv() => {
+                        let Some((i, answer)) = next else { break };
+                        hooks.answered.store(true, Ordering::Relaxed);
+                        let (task_id, delivery) = &batch[i];
+                        let release = released.lock().unwrap().get(task_id).copied();
+                        self.answer(*task_id, delivery, release, answer).await;
+                        held[i] = None;
+                    }
+                    () = &mut guard, if !guarded => {
+                        guarded = true;
+                        if !hooks.answered.load(Ordering::Relaxed) {
+                            let waiting: Vec<&str> = batch
+                                .iter()
+                                .zip(&held)
+                                .filter(|(_, held)| held.is_some())
+                                .map(|((_, delivery), _)| delivery.receipt.as_str())
+                                .collect();
+                            hooks.hide_all(&waiting).await;
+                        }
+                    }
+                }
             }
         };
         let (outcome, ()) = tokio::join!(handling, answer);
@@ -454,6 +481,10 @@ impl SqsWorker {
     }
 }
 
+/// How long a claim may take before the messages waiting for it are hidden
+/// for `lease + slack` (once per receive).
+const CLAIM_GUARD: Duration = Duration::from_secs(1);
+
 /// How long the releases at the end of a shutdown may take.
 const RELEASE_WITHIN: Duration = Duration::from_secs(10);
 
@@ -488,9 +519,30 @@ struct KeepHidden<'a> {
     receipts: HashMap<TaskId, &'a str>,
     hide_for: Duration,
     stats: &'a Stats,
+    /// Set once the claim has answered (a lease granted or a delivery settled).
+    answered: AtomicBool,
 }
 
 impl KeepHidden<'_> {
+    /// Hides `receipts` for `hide_for`, ten per `ChangeMessageVisibilityBatch`.
+    async fn hide_all(&self, receipts: &[&str]) {
+        for chunk in receipts.chunks(crate::queue::MAX_BATCH) {
+            match self.queue.hide_all_for(chunk, self.hide_for).await {
+                Ok(hidden) => {
+                    self.stats.extensions.fetch_add(hidden as u64, Ordering::Relaxed);
+                    let failed = (chunk.len() - hidden.min(chunk.len())) as u64;
+                    self.stats.extension_errors.fetch_add(failed, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "visibility extension failed");
+                    self.stats
+                        .extension_errors
+                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
     async fn extend(&self, lease: &Lease) {
         let Some(receipt) = self.receipts.get(&lease.task_id()) else {
             return;
@@ -510,6 +562,7 @@ impl KeepHidden<'_> {
 #[async_trait]
 impl LeaseHooks for KeepHidden<'_> {
     async fn on_claimed(&self, lease: &Lease) {
+        self.answered.store(true, Ordering::Relaxed);
         self.extend(lease).await;
     }
     async fn on_renewed(&self, lease: &Lease) {

@@ -9,14 +9,55 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use taskfence::runtime::{Worker, WorkerConfig};
-use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore};
+use taskfence::{
+    DynamoStore, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore,
+};
 
 use crate::dispatcher::Dispatcher;
+use crate::dynamo::DynamoOutbox;
 use crate::queue::{BoxError, SqsQueue};
 use crate::sim::chaos::{StallingStore, Stalls};
 use crate::sim::fleet::Fleet;
 use crate::sim::llm::{CallOutcome, SimulatedConfig, SimulatedLlm};
 use crate::worker::{SqsWorker, Stats, WorkerSettings};
+
+/// The store a run uses, with its outbox.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// PostgreSQL: `submit` writes the handoff row.
+    Postgres(PgStore),
+    /// DynamoDB: the handoff item goes into `submit_with`'s transaction.
+    Dynamo(DynamoOutbox),
+}
+
+impl Backend {
+    /// The DynamoDB backend on `store`'s table.
+    pub fn dynamo(store: DynamoStore) -> Self {
+        Self::Dynamo(DynamoOutbox::new(store))
+    }
+
+    /// The task store.
+    pub fn store(&self) -> Arc<dyn TaskStore> {
+        match self {
+            Self::Postgres(pg) => Arc::new(pg.clone()),
+            Self::Dynamo(outbox) => Arc::new(outbox.store().clone()),
+        }
+    }
+
+    async fn submit(&self, task: NewTask) -> taskfence::Result<taskfence::Submitted> {
+        match self {
+            Self::Postgres(pg) => pg.submit(task).await,
+            Self::Dynamo(outbox) => outbox.submit(task).await,
+        }
+    }
+
+    fn dispatcher(&self, queue: SqsQueue, batch: usize) -> Dispatcher {
+        match self {
+            Self::Postgres(pg) => Dispatcher::new(pg.clone(), queue, batch),
+            Self::Dynamo(outbox) => Dispatcher::dynamodb(outbox.clone(), queue, batch),
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -148,15 +189,15 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// Submits `scenario.tasks` tasks to `pg` (each with its handoff), starts the
-/// fleet, dispatches the handoffs to `queue`, waits until every task is
-/// terminal and the queue is empty (or the deadline passes), and stops.
+/// Submits `scenario.tasks` tasks to `backend` (each with its handoff),
+/// starts the fleet, dispatches the handoffs to `queue`, waits until every
+/// task is terminal and the queue is empty (or the deadline passes), and stops.
 pub async fn run(
     scenario: &Scenario,
-    pg: PgStore,
+    backend: Backend,
     queue: SqsQueue,
 ) -> Result<(Report, SimulatedLlm), BoxError> {
-    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
+    let store = backend.store();
     let llm = SimulatedLlm::new(scenario.provider.clone());
     let stats = Arc::new(Stats::default());
     let run_id = TaskId::new();
@@ -171,7 +212,7 @@ pub async fn run(
         )
         .payload(format!("question #{i}"))
         .policy(scenario.policy);
-        task_ids.push(store.submit(task).await?.into_task().id);
+        task_ids.push(backend.submit(task).await?.into_task().id);
     }
 
     let started = Instant::now();
@@ -196,7 +237,7 @@ pub async fn run(
         })
     };
 
-    let dispatcher = Dispatcher::new(pg, queue.clone(), scenario.dispatch_batch);
+    let dispatcher = backend.dispatcher(queue.clone(), scenario.dispatch_batch);
     let acks_lost = Mutex::new(HashSet::new());
     let lose_ack = |tasks: &[TaskId]| -> Result<(), BoxError> {
         if scenario.lose_first_send_ack {

@@ -4,6 +4,8 @@
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
+pub mod e2e;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -69,6 +71,37 @@ pub fn start_service(
         .env("TASKFENCE_SQS_QUEUE_URL", queue_url)
         .env("RUST_LOG", "warn,sqs_worker=info")
         .args(["--schema", schema, "--worker-id", worker_id])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    ChildProcess::spawn(worker_id, &mut command)
+}
+
+/// [`start_service`] with `--store dynamodb` on `table` (DynamoDB at
+/// `dynamodb_endpoint` through `AWS_ENDPOINT_URL_DYNAMODB`): no PostgreSQL.
+pub fn start_service_dynamodb(
+    worker_id: &str,
+    moto: &Moto,
+    dynamodb_endpoint: &str,
+    table: &str,
+    queue_url: &str,
+    args: &[&str],
+) -> ChildProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sqs-worker"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_ENDPOINT_URL_SQS", &moto.endpoint)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("TASKFENCE_STORE", "dynamodb")
+        .env("TASKFENCE_DYNAMODB_TABLE", table)
+        .env("TASKFENCE_SQS_QUEUE_URL", queue_url)
+        .env("RUST_LOG", "warn,sqs_worker=info")
+        .args(["--worker-id", worker_id])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null());

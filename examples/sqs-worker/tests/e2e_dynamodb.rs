@@ -1,0 +1,57 @@
+//! The end-to-end scenario of `tests/e2e.rs` on the all-AWS stack: tasks in
+//! DynamoDB (`DynamoStore`), handoffs in the template's outbox in the same
+//! table (`DynamoOutbox`, written by `submit_with` in the task's
+//! transaction), SQS for the messages; moto serves both. Then the table is
+//! read back: one task item per submitted task, one attempt item per claim,
+//! no handoff left.
+
+mod support;
+
+use std::sync::Arc;
+
+use sqs_worker::DynamoOutbox;
+use sqs_worker::sim::scenario::Backend;
+use taskfence::testing::DynamoFixture;
+use taskfence::{SystemClock, TaskStore};
+use taskfence_test_support::dynamo;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failure() {
+    let moto = support::Moto::start_or_env();
+    let endpoint = std::env::var("TASKFENCE_DYNAMODB_ENDPOINT").unwrap_or_else(|_| moto.endpoint.clone());
+    // A fresh table (deleted with the fixture). The fixture's own store runs
+    // on a manual clock; the workers need real time: a store of their own on
+    // the system clock, on the same table.
+    let fixture = DynamoFixture::new(dynamo::client_at(&endpoint)).await;
+    let store = taskfence::DynamoStore::builder(dynamo::client_at(&endpoint), fixture.table())
+        .clock(SystemClock)
+        .build()
+        .expect("a valid table name");
+    let outbox = DynamoOutbox::new(store.clone());
+    let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
+    let report = support::e2e::run_and_check(
+        &moto,
+        "taskfence-e2e-dynamodb",
+        Backend::Dynamo(outbox.clone()),
+        shared,
+    )
+    .await;
+
+    // From the table itself: nothing lost, nothing extra.
+    let tasks = report.task_ids.len() as u64;
+    assert_eq!(
+        fixture.count("T").await,
+        tasks,
+        "one task item per submitted task"
+    );
+    assert_eq!(
+        fixture.count("A#").await,
+        report.attempts,
+        "one attempt item per claim"
+    );
+    assert_eq!(fixture.count("K").await, tasks, "one dedup record per task");
+    assert!(
+        outbox.pending(1000).await.expect("query the outbox").is_empty(),
+        "every handoff was published and deleted"
+    );
+}
