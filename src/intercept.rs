@@ -49,8 +49,8 @@ use async_trait::async_trait;
 
 use crate::policy::Failure;
 use crate::store::{
-    Attempt, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore, claim_one_by_one,
-    complete_one_by_one,
+    Attempt, Claim, ClaimRequest, Fenced, Lease, Result, Retry, RetryRequest, Submitted, TaskStore,
+    claim_one_by_one, complete_one_by_one,
 };
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
@@ -115,6 +115,9 @@ pub trait Intercept: Send + Sync {
     }
     async fn attempts(&self, inner: &dyn TaskStore, id: TaskId) -> Result<Vec<Attempt>> {
         inner.attempts(id).await
+    }
+    async fn retry(&self, inner: &dyn TaskStore, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        inner.retry(id, request).await
     }
     async fn due(&self, inner: &dyn TaskStore, limit: usize) -> Result<Vec<TaskId>> {
         inner.due(limit).await
@@ -249,6 +252,9 @@ impl<I: Intercept> TaskStore for Intercepted<I> {
     }
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
         self.interceptor.attempts(&*self.inner, id).await
+    }
+    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        self.interceptor.retry(&*self.inner, id, request).await
     }
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
         self.interceptor.due(&*self.inner, limit).await

@@ -8,6 +8,7 @@
 //! | [`policy`] | [`RetryPolicy`], backoff and jitter, [`Failure`] |
 //! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
 //! | [`rules`] | the decisions every backend makes, as pure functions |
+//! | [`inspect`] | [`Inspect`](inspect::Inspect): list, count and trace tasks; find stranded ones |
 //! | [`intercept`] | wrap a store: forward every call except the ones you change |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
@@ -23,6 +24,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod inspect;
 pub mod intercept;
 pub mod limits;
 pub mod memory;
@@ -56,6 +58,7 @@ pub mod runtime;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
+pub use inspect::Inspect;
 pub use memory::MemoryStore;
 pub use offsets::OffsetTracker;
 pub use policy::{
@@ -68,7 +71,7 @@ pub use runtime::{
     AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
 };
 pub use store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
-    TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Reopening, Result, Retry,
+    RetryRequest, Submitted, TaskStore,
 };
 pub use task::{AttemptId, InputHash, NewTask, RequestKey, Response, Status, Task, TaskId, UnknownStatus};

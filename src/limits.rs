@@ -123,6 +123,29 @@ pub fn check_scan_limit(limit: usize) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Largest page of [`Inspect::list`](crate::inspect::Inspect::list) and
+/// [`Inspect::stranded`](crate::inspect::Inspect::stranded): an operator's
+/// page, not an export (follow the cursor for more).
+pub const MAX_PAGE: usize = 1000;
+
+/// Checks a page size: `1..=MAX_PAGE`.
+///
+/// ```
+/// assert!(taskfence::limits::check_page(50).is_ok());
+/// assert!(taskfence::limits::check_page(0).is_err());
+/// ```
+pub fn check_page(limit: usize) -> Result<(), InvalidInput> {
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(InvalidInput::OutOfRange {
+            field: "limit",
+            value: limit.to_string(),
+            min: "1".into(),
+            max: MAX_PAGE.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Most tasks in one batch (`claim_many`, `complete_many`).
 pub const MAX_BATCH: usize = 1000;
 

@@ -10,11 +10,13 @@ use time::OffsetDateTime;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
+use crate::inspect::{Counts, Inspect, Order, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::Failure;
-use crate::rules::{self, CancelRule, ClaimRule};
+use crate::rules::{self, CancelRule, ClaimRule, ReopenRule};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Reopening, Result, Retry, RetryRequest,
+    Submitted, TaskStore,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
@@ -57,6 +59,7 @@ struct State {
     tasks: HashMap<TaskId, Task>,
     keys: HashMap<RequestKey, TaskId>,
     attempts: HashMap<TaskId, Vec<Attempt>>,
+    reopenings: HashMap<TaskId, Vec<Reopening>>,
 }
 
 impl Default for MemoryStore {
@@ -81,14 +84,16 @@ impl MemoryStore {
         }
     }
 
-    /// Number of records held (tasks plus attempts): what "nothing was written" is checked against.
+    /// Number of records held (tasks, attempts and reopenings): what "nothing was written" is checked against.
     ///
     /// ```
     /// assert_eq!(taskfence::MemoryStore::new().record_count(), 0);
     /// ```
     pub fn record_count(&self) -> u64 {
         let state = self.lock();
-        (state.tasks.len() + state.attempts.values().map(Vec::len).sum::<usize>()) as u64
+        let attempts: usize = state.attempts.values().map(Vec::len).sum();
+        let reopenings: usize = state.reopenings.values().map(Vec::len).sum();
+        (state.tasks.len() + attempts + reopenings) as u64
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -206,6 +211,8 @@ impl TaskStore for MemoryStore {
             status: Status::Pending,
             version: 0,
             policy: new.policy,
+            budget_base: 0,
+            budget_started_at: now,
             acceptance: new.acceptance,
             lease_until: None,
             not_before: None,
@@ -405,6 +412,31 @@ impl TaskStore for MemoryStore {
         Ok(self.lock().attempts.get(&id).cloned().unwrap_or_default())
     }
 
+    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        let _span = trace::op("retry", Some(id), None, None).entered();
+        request.validate()?;
+        let mut state = self.lock();
+        let now = self.now();
+        let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
+        if let ReopenRule::Answer(rejection) = rules::reopen(task) {
+            return Ok(Fenced::Rejected(rejection));
+        }
+        let (from, version) = (task.status, task.version);
+        let reopenings = state.reopenings.entry(id).or_default();
+        reopenings.push(Reopening {
+            task_id: id,
+            number: reopenings.len() as u32 + 1,
+            at: now,
+            by: request.by,
+            reason: request.reason,
+            from,
+            version,
+        });
+        let task = state.task_mut(id);
+        rules::reopened(task, now, request.policy);
+        Ok(Fenced::Accepted(task.clone()))
+    }
+
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
         let _span = trace::op("due", None, None, None).entered();
         limits::check_scan_limit(limit)?;
@@ -442,7 +474,68 @@ impl TaskStore for MemoryStore {
             state.keys.remove(key);
             state.tasks.remove(id);
             state.attempts.remove(id);
+            state.reopenings.remove(id);
         }
         Ok(expired.len() as u64)
+    }
+}
+
+#[async_trait]
+impl Inspect for MemoryStore {
+    async fn list(&self, query: &TaskQuery) -> Result<Page> {
+        let _span = trace::op("list", None, None, None).entered();
+        query.validate()?;
+        let state = self.lock();
+        let mut tasks: Vec<&Task> = state
+            .tasks
+            .values()
+            .filter(|t| query.matches(t) && query.is_after_cursor(t.id))
+            .collect();
+        tasks.sort_unstable_by_key(|t| t.id);
+        if query.order == Order::NewestFirst {
+            tasks.reverse();
+        }
+        let tasks = tasks.into_iter().take(query.limit + 1).cloned().collect();
+        Ok(Page::from_overfetch(tasks, query.limit))
+    }
+
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
+        let _span = trace::op("counts", None, None, None).entered();
+        if let Some(scope) = scope {
+            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+        }
+        let mut counts = Counts::default();
+        for task in self.lock().tasks.values() {
+            if scope.is_none_or(|s| task.key.scope == s) {
+                counts.add(task.status, 1);
+            }
+        }
+        Ok(counts)
+    }
+
+    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
+        let _span = trace::op("story", Some(id), None, None).entered();
+        let state = self.lock();
+        Ok(state.tasks.get(&id).map(|task| Story {
+            task: task.clone(),
+            attempts: state.attempts.get(&id).cloned().unwrap_or_default(),
+            reopenings: state.reopenings.get(&id).cloned().unwrap_or_default(),
+            handoffs: Vec::new(),
+        }))
+    }
+
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+        let _span = trace::op("stranded", None, None, None).entered();
+        limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
+        limits::check_page(limit)?;
+        let state = self.lock();
+        let cutoff = self.now() - older_than;
+        let mut stranded: Vec<&Task> = state
+            .tasks
+            .values()
+            .filter(|t| t.status == Status::Pending && t.version == 0 && t.created_at < cutoff)
+            .collect();
+        stranded.sort_unstable_by_key(|t| (t.created_at, t.id));
+        Ok(stranded.into_iter().take(limit).cloned().collect())
     }
 }

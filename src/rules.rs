@@ -9,7 +9,7 @@
 
 use time::OffsetDateTime;
 
-use crate::policy::{AcceptanceRule, FailureKind, Plan, StopReason, jitter_unit};
+use crate::policy::{AcceptanceRule, FailureKind, Plan, RetryPolicy, StopReason, jitter_unit};
 use crate::store::{Claim, Fenced, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
@@ -55,7 +55,7 @@ pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
             }
         }
     }
-    if task.attempts() >= task.policy.max_attempts {
+    if task.attempts_in_budget() >= task.policy.max_attempts {
         return ClaimRule::Exhaust(StopReason::AttemptsExhausted);
     }
     if task.deadline_at().is_some_and(|deadline| deadline <= now) {
@@ -109,7 +109,8 @@ pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejec
 /// [`AcceptanceRule`]: [`fence`] under
 /// [`CurrentAssignment`](AcceptanceRule::CurrentAssignment); under
 /// [`FirstValidAnswer`](AcceptanceRule::FirstValidAnswer), any attempt that
-/// held a lease (version 1 up to the current one) while no response is saved
+/// held a lease in the current budget (after the
+/// [`budget_base`](Task::budget_base), up to the current version) while no response is saved
 /// and the task is not terminal — its own lease may have expired or been
 /// taken over.
 ///
@@ -128,8 +129,9 @@ pub fn accept(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Reje
             if task.status == Status::Completed {
                 return Err(Rejection::AlreadyCompleted(Box::new(task.clone())));
             }
-            if version == 0 || version > task.version {
-                // Not an assignment the store ever granted.
+            if version <= task.budget_base || version > task.version {
+                // Not an assignment the store ever granted, or one from
+                // before an operator's retry: an old lease never saves.
                 return Err(Rejection::Superseded {
                     current_version: task.version,
                 });
@@ -158,7 +160,10 @@ pub fn after_failure(
     kind: FailureKind,
     now: OffsetDateTime,
 ) -> Result<OffsetDateTime, StopReason> {
-    match task.policy.plan(kind, task.attempts(), jitter_unit(attempt)) {
+    match task
+        .policy
+        .plan(kind, task.attempts_in_budget(), jitter_unit(attempt))
+    {
         Plan::Stop(reason) => Err(reason),
         Plan::RetryAfter(delay) => {
             let not_before = now + delay;
@@ -201,5 +206,60 @@ pub fn cancel(task: &Task) -> CancelRule {
             task.clone(),
         )))),
         Status::Failed => CancelRule::Answer(Fenced::Rejected(Rejection::NotRunning(Status::Failed))),
+    }
+}
+
+/// What an operator's [`retry`](crate::TaskStore::retry) of `task` must do.
+///
+/// ```
+/// use taskfence::rules::{reopen, ReopenRule};
+/// # fn f(task: &taskfence::Task) {
+/// match reopen(task) {
+///     ReopenRule::Reopen => { /* fresh budget from the current version, pending now, record who and why */ }
+///     ReopenRule::Answer(rejection) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub enum ReopenRule {
+    /// The task failed or was cancelled: reopen it with a fresh budget.
+    Reopen,
+    /// Write nothing and refuse: a saved response stands, a live task needs no retry.
+    Answer(Rejection),
+}
+
+/// Decides a retry: only a terminally failed or cancelled task is reopened.
+/// A completed one keeps its response ([`Rejection::AlreadyCompleted`]); a
+/// pending or running one is still being worked on ([`Rejection::NotTerminal`]).
+pub fn reopen(task: &Task) -> ReopenRule {
+    match task.status {
+        Status::Failed | Status::Cancelled => ReopenRule::Reopen,
+        Status::Completed => ReopenRule::Answer(Rejection::AlreadyCompleted(Box::new(task.clone()))),
+        Status::Pending | Status::Running => ReopenRule::Answer(Rejection::NotTerminal(task.status)),
+    }
+}
+
+/// The task as a [`reopen`] leaves it at `now`: pending and due at once (so
+/// [`due`](crate::TaskStore::due) lists it for re-dispatch), a fresh budget
+/// from the current version and instant under `policy`, and its retention
+/// window restarted. The version, the attempts and the last error stay.
+///
+/// ```
+/// # fn f(task: &mut taskfence::Task) {
+/// taskfence::rules::reopened(task, time::OffsetDateTime::now_utc(), None);
+/// assert_eq!(task.status, taskfence::Status::Pending);
+/// # }
+/// ```
+pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: Option<RetryPolicy>) {
+    let retention = task.expires_at - task.created_at;
+    task.status = Status::Pending;
+    task.lease_until = None;
+    task.not_before = Some(now);
+    task.finished_at = None;
+    task.budget_base = task.version;
+    task.budget_started_at = now;
+    task.expires_at = now + retention;
+    if let Some(policy) = policy {
+        task.policy = policy;
     }
 }

@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 
 use crate::error::{Error, InvalidInput};
 use crate::limits;
-use crate::policy::{Failure, FailureKind};
+use crate::policy::{Failure, FailureKind, RetryPolicy};
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 
 /// `Result` with this crate's [`Error`].
@@ -89,6 +89,39 @@ pub trait TaskStore: Send + Sync {
 
     /// Every attempt of the task, oldest first.
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+
+    /// Reopens a terminally failed or cancelled task with a fresh retry
+    /// budget: an operator's decision after fixing what made it fail.
+    ///
+    /// The task becomes pending and due at once ([`due`](Self::due) lists it,
+    /// so a re-dispatch loop publishes it again); its budget restarts from the
+    /// current assignment version and instant under the request's policy (or
+    /// the stored one). The version never goes back, so a lease from before
+    /// can never save; the attempt journal keeps every earlier attempt; the
+    /// reopening is recorded with who asked, why and when
+    /// ([`Inspect::story`](crate::inspect::Inspect::story)).
+    ///
+    /// A completed task is refused with [`Rejection::AlreadyCompleted`], a
+    /// live one with [`Rejection::NotTerminal`]; an unknown id is
+    /// [`Error::NotFound`]. Bad input is a typed error and writes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// let once = RetryPolicy::default().max_attempts(1);
+    /// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])).policy(once)).await?.into_task();
+    /// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { unreachable!() };
+    /// store.fail(lease, Failure::retryable("provider down")).await?;
+    ///
+    /// let reopened = store.retry(task.id, RetryRequest::new("alice", "provider fixed")).await?;
+    /// let reopened = reopened.accepted().expect("a failed task can be retried");
+    /// assert_eq!((reopened.status, reopened.attempts_left()), (Status::Pending, 1));
+    /// assert!(store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await?.is_acquired());
+    /// # Ok(()) }
+    /// ```
+    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>>;
 
     /// Up to `limit` tasks to re-dispatch: a backoff that has passed, or a
     /// lease that has expired. Reading only; publishing twice is harmless.
@@ -276,6 +309,77 @@ impl ClaimRequest {
     }
 }
 
+/// Who reopens a task with [`TaskStore::retry`], why, and the budget it gets.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::{RetryPolicy, RetryRequest};
+/// let request = RetryRequest::new("alice@ops", "quota raised")
+///     .policy(RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(3600)));
+/// assert!(request.validate().is_ok());
+/// assert!(RetryRequest::new("", "why").validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryRequest {
+    /// Who asked (an operator, a tool): recorded with the reopening.
+    pub by: String,
+    /// Why: recorded with the reopening.
+    pub reason: String,
+    /// The policy of the fresh budget; `None` keeps the task's stored policy.
+    pub policy: Option<RetryPolicy>,
+}
+
+impl RetryRequest {
+    /// A retry by `by` for `reason`, under the task's stored policy.
+    pub fn new(by: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            by: by.into(),
+            reason: reason.into(),
+            policy: None,
+        }
+    }
+
+    /// Gives the fresh budget this policy instead of the stored one.
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Checks who, why and the policy against [`limits`].
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        limits::check_text("by", &self.by, limits::MAX_WORKER_LEN)?;
+        limits::check_reason(&self.reason)?;
+        self.policy.as_ref().map_or(Ok(()), RetryPolicy::validate)
+    }
+}
+
+/// One [`TaskStore::retry`] of a task, as its story records it.
+///
+/// ```
+/// # fn f(r: taskfence::Reopening) {
+/// println!("reopened #{} by {} at version {}: {}", r.number, r.by, r.version, r.reason);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Reopening {
+    /// The task.
+    pub task_id: TaskId,
+    /// 1-based: the task's first, second… reopening.
+    pub number: u32,
+    /// When (store clock).
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
+    pub at: OffsetDateTime,
+    /// Who asked.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// The status it was reopened from (failed or cancelled).
+    pub from: Status,
+    /// The assignment version then: the new budget's base.
+    pub version: u64,
+}
+
 /// The answer to [`TaskStore::claim`].
 ///
 /// ```
@@ -398,6 +502,7 @@ impl Lease {
 /// assert_eq!(Rejection::NotRunning(Status::Cancelled).to_string(), "task is cancelled, not running");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Rejection {
     /// The task already has its saved response (here it is).
     #[error("task already completed")]
@@ -414,6 +519,10 @@ pub enum Rejection {
     /// The task is not running (cancelled, failed, released or retrying).
     #[error("task is {0}, not running")]
     NotRunning(Status),
+    /// A [retry](TaskStore::retry) of a task that is still pending or
+    /// running: only a failed or cancelled task can be reopened.
+    #[error("task is {0}: only a failed or cancelled task can be retried")]
+    NotTerminal(Status),
 }
 
 /// The outcome of a fenced write: accepted, or rejected with the reason.

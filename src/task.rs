@@ -435,6 +435,15 @@ pub struct Task {
     pub version: u64,
     /// Retry budget and backoff.
     pub policy: RetryPolicy,
+    /// The assignment version at which the current retry budget began: 0, or
+    /// the version when an operator last [retried](crate::TaskStore::retry)
+    /// the task. `version - budget_base` attempts count against the policy;
+    /// the version itself never goes back, so an old lease can never save.
+    pub budget_base: u64,
+    /// When the current retry budget began: `created_at`, or the instant of
+    /// the last [retry](crate::TaskStore::retry). The policy's deadline counts from here.
+    #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
+    pub budget_started_at: OffsetDateTime,
     /// Which attempts may save the response (chosen at submission, never changed).
     pub acceptance: AcceptanceRule,
     /// Lease expiry of the current assignment (set while `Running`).
@@ -464,13 +473,20 @@ impl Task {
         u32::try_from(self.version).unwrap_or(u32::MAX)
     }
 
-    /// Attempts still allowed by the policy's `max_attempts`.
-    pub fn attempts_left(&self) -> u32 {
-        self.policy.max_attempts.saturating_sub(self.attempts())
+    /// Attempts made in the current retry budget: all of them, unless an
+    /// operator [retried](crate::TaskStore::retry) the task with a fresh budget.
+    pub fn attempts_in_budget(&self) -> u32 {
+        u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX)
     }
 
-    /// The elapsed-time deadline, if the policy has one: `created_at + deadline`.
+    /// Attempts still allowed by the policy's `max_attempts` in the current budget.
+    pub fn attempts_left(&self) -> u32 {
+        self.policy.max_attempts.saturating_sub(self.attempts_in_budget())
+    }
+
+    /// The elapsed-time deadline, if the policy has one: `budget_started_at + deadline`
+    /// (`created_at + deadline` until the task is retried).
     pub fn deadline_at(&self) -> Option<OffsetDateTime> {
-        self.policy.deadline.map(|d| self.created_at + d)
+        self.policy.deadline.map(|d| self.budget_started_at + d)
     }
 }

@@ -265,6 +265,9 @@ pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
             deadline: r.duration(DEADLINE)?,
             on_ambiguous,
         },
+        // Placeholder until the budget attributes land: every task's first budget.
+        budget_base: 0,
+        budget_started_at: r.at(CREATED_AT)?,
         acceptance: AcceptanceRule::parse(r.s(ACCEPTANCE)?).ok_or_else(|| Reader::missing(ACCEPTANCE))?,
         lease_until: r.opt_at(LEASE_UNTIL)?,
         not_before: r.opt_at(NOT_BEFORE)?,
@@ -334,6 +337,8 @@ mod tests {
                 .multiplier(1.1)
                 .jitter(0.3)
                 .deadline(Duration::from_secs(7)),
+            budget_base: 0,
+            budget_started_at: now,
             acceptance: AcceptanceRule::FirstValidAnswer,
             lease_until: None,
             not_before: None,

@@ -26,7 +26,8 @@ use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
 use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, Submitted, TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, RetryRequest, Submitted,
+    TaskStore,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
@@ -469,6 +470,8 @@ impl DynamoStore {
             status: Status::Pending,
             version: 0,
             policy: new.policy,
+            budget_base: 0,
+            budget_started_at: now,
             acceptance: new.acceptance,
             lease_until: None,
             not_before: None,
@@ -1199,6 +1202,11 @@ impl TaskStore for DynamoStore {
         }
         .instrument(span)
         .await
+    }
+
+    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        let _ = (id, request);
+        todo!("DynamoStore::retry")
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {

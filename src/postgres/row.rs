@@ -90,6 +90,9 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         status: status.parse::<Status>().map_err(|e| corrupt("status", e))?,
         version: u64::try_from(version).map_err(|_| corrupt("version", version))?,
         policy,
+        // Placeholder until the budget columns land: every task's first budget.
+        budget_base: 0,
+        budget_started_at: row.try_get("created_at")?,
         acceptance: AcceptanceRule::parse(&acceptance).ok_or_else(|| corrupt("acceptance", &acceptance))?,
         lease_until: row.try_get("lease_until")?,
         not_before: row.try_get("not_before")?,

@@ -17,8 +17,8 @@ use crate::limits;
 use crate::policy::{Failure, Plan, StopReason, jitter_unit};
 use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, Submitted,
-    TaskStore, check_completions,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, RetryRequest,
+    Submitted, TaskStore, check_completions,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
@@ -424,8 +424,11 @@ impl PgStore {
         // The policy's decision is pure (reused from `RetryPolicy::plan`); only
         // the deadline comparison needs the store clock and happens in SQL.
         let policy = &lease.task().policy;
-        let (stop, delay) = match policy.plan(failure.kind, lease.attempt(), jitter_unit(lease.attempt_id()))
-        {
+        let (stop, delay) = match policy.plan(
+            failure.kind,
+            lease.task().attempts_in_budget(),
+            jitter_unit(lease.attempt_id()),
+        ) {
             Plan::Stop(reason) => (Some(reason.message(&failure.message)), Duration::ZERO),
             Plan::RetryAfter(delay) => (None, delay),
         };
@@ -719,6 +722,11 @@ impl TaskStore for PgStore {
         }
         .instrument(span)
         .await
+    }
+
+    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        let _ = (id, request);
+        todo!("PgStore::retry")
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {

@@ -22,6 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::ManualClock;
+use crate::inspect::Inspect;
 use crate::memory::MemoryStore;
 use crate::store::TaskStore;
 
@@ -154,6 +155,11 @@ macro_rules! conformance_suite {
             complete_many_fences_each_lease_on_its_own,
             racing_batches_claim_and_complete_each_task_once,
             bad_batches_are_refused_and_write_nothing,
+            retry_reopens_failed_task_with_fresh_budget,
+            retry_gives_new_policy_and_fresh_deadline,
+            retry_refuses_completed_live_and_unknown_tasks,
+            retry_reopens_cancelled_task_and_old_leases_never_save,
+            bad_retry_requests_are_refused_and_write_nothing,
         );
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {
@@ -164,6 +170,46 @@ macro_rules! conformance_suite {
                 $crate::testing::scenarios::$name(&fixture).await;
             }
         )*
+    };
+}
+
+/// A [`Fixture`] whose store also answers [`Inspect`]: what the
+/// [`inspection_suite!`](crate::inspection_suite) needs.
+///
+/// ```
+/// use taskfence::testing::{InspectFixture, MemoryFixture};
+/// let _inspector = MemoryFixture::new().inspector();
+/// ```
+pub trait InspectFixture: Fixture {
+    /// The same store as [`Fixture::store`], as an [`Inspect`].
+    fn inspector(&self) -> Arc<dyn Inspect>;
+}
+
+impl InspectFixture for MemoryFixture {
+    fn inspector(&self) -> Arc<dyn Inspect> {
+        Arc::new(self.store.clone())
+    }
+}
+
+/// Generates one `#[tokio::test]` per [`Inspect`] scenario (listings,
+/// counts, stories, stranded tasks); the argument is a future yielding a
+/// fresh [`InspectFixture`], evaluated once per test.
+///
+/// ```
+/// taskfence::inspection_suite!(async { taskfence::testing::MemoryFixture::new() });
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! inspection_suite {
+    ($fixture:expr) => {
+        $crate::conformance_suite!(@tests $fixture;
+            list_filters_orders_and_pages,
+            list_filters_by_age,
+            counts_by_status_and_scope,
+            story_tells_attempts_and_reopenings,
+            stranded_lists_unclaimed_pending_tasks,
+            bad_queries_are_refused,
+        );
     };
 }
 

@@ -135,6 +135,7 @@ enum Refusal {
     AlreadyCompleted,
     Superseded(u64),
     NotRunning(Status),
+    NotTerminal(Status),
     LeaseExpired,
 }
 
@@ -145,6 +146,7 @@ impl From<&Rejection> for Refusal {
             Rejection::Superseded { current_version } => Refusal::Superseded(*current_version),
             Rejection::NotRunning(status) => Refusal::NotRunning(*status),
             Rejection::LeaseExpired => Refusal::LeaseExpired,
+            Rejection::NotTerminal(status) => Refusal::NotTerminal(*status),
         }
     }
 }

@@ -116,7 +116,8 @@ impl Summary {
             Rejection::Superseded { .. } => self.stale_superseded += 1,
             Rejection::AlreadyCompleted(_) => self.stale_already_completed += 1,
             Rejection::LeaseExpired => self.stale_lease_expired += 1,
-            Rejection::NotRunning(_) => self.stale_not_running += 1,
+            // A completion is only ever refused for the reasons above; any other counts as not running.
+            _ => self.stale_not_running += 1,
         }
     }
 

@@ -921,5 +921,6 @@ pub fn describe(rejection: &Rejection) -> String {
         }
         Rejection::LeaseExpired => "LeaseExpired".to_owned(),
         Rejection::NotRunning(status) => format!("NotRunning({status})"),
+        other => other.to_string(),
     }
 }

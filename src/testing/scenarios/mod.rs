@@ -14,6 +14,8 @@
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
 //! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
 //! | [`batch`] | Batches decide each task as the single operation would. |
+//! | [`retry`] | An operator's retry: a fresh budget, old leases still fenced. |
+//! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::inspection_suite)). |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -34,8 +36,10 @@ pub mod budget;
 pub mod claim;
 pub mod dedup;
 pub mod fencing;
+pub mod inspection;
 pub mod lifecycle;
 pub mod maintenance;
+pub mod retry;
 
 pub use acceptance::*;
 pub use bad_input::*;
@@ -44,8 +48,10 @@ pub use budget::*;
 pub use claim::*;
 pub use dedup::*;
 pub use fencing::*;
+pub use inspection::*;
 pub use lifecycle::*;
 pub use maintenance::*;
+pub use retry::*;
 
 /// The lease the scenarios claim with.
 pub(crate) const LEASE: Duration = Duration::from_secs(30);

@@ -245,5 +245,6 @@ fn kind(r: &Rejection) -> &'static str {
         Rejection::Superseded { .. } => "superseded",
         Rejection::LeaseExpired => "lease expired",
         Rejection::NotRunning(_) => "not running",
+        _ => "other",
     }
 }

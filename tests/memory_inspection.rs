@@ -1,0 +1,3 @@
+//! The inspection suite (listings, counts, stories, stranded tasks) against `MemoryStore`.
+
+taskfence::inspection_suite!(async { taskfence::testing::MemoryFixture::new() });
