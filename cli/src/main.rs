@@ -1,0 +1,3 @@
+//! The `taskfence` command-line tool (being written).
+
+fn main() {}
