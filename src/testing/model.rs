@@ -97,6 +97,11 @@ pub enum Op {
     },
     /// Purge expired dedup records.
     Purge,
+    /// An operator retries task number `task` with a fresh budget.
+    Retry {
+        /// Which task.
+        task: u8,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -109,7 +114,18 @@ struct ModelTask {
     not_before: Option<u64>,
     response: Option<Response>,
     created: u64,
+    /// The version when the current budget began (0 until a retry).
+    budget_base: u64,
+    /// When the retention window last started (submission, or a retry).
+    retained_from: u64,
     purged: bool,
+}
+
+impl ModelTask {
+    /// Attempts made in the current budget.
+    fn spent(&self) -> u64 {
+        self.version - self.budget_base
+    }
 }
 
 /// The model: tasks by submission order, times in whole seconds since the start.
@@ -208,6 +224,7 @@ impl Runner<'_> {
             Op::Cancel { task } => self.cancel(task, ctx).await,
             Op::Advance { secs } => self.advance(secs).await,
             Op::Purge => self.purge(ctx).await,
+            Op::Retry { task } => self.retry(task, ctx).await,
         }
     }
 
@@ -241,6 +258,8 @@ impl Runner<'_> {
                     not_before: None,
                     response: None,
                     created: m.now,
+                    budget_base: 0,
+                    retained_from: m.now,
                     purged: false,
                 });
             }
@@ -276,7 +295,7 @@ impl Runner<'_> {
                 let exhausted = !t.status.is_terminal()
                     && !live_lease
                     && !backing_off
-                    && t.version >= u64::from(MAX_ATTEMPTS);
+                    && t.spent() >= u64::from(MAX_ATTEMPTS);
                 assert!(
                     t.status == Status::Failed || exhausted,
                     "{ctx}: failed only when terminal or spent"
@@ -290,7 +309,7 @@ impl Runner<'_> {
                     !t.status.is_terminal()
                         && !live_lease
                         && !backing_off
-                        && t.version < u64::from(MAX_ATTEMPTS),
+                        && t.spent() < u64::from(MAX_ATTEMPTS),
                     "{ctx}: acquired a task that was {:?} v{}",
                     t.status,
                     t.version
@@ -395,16 +414,16 @@ impl Runner<'_> {
         match &got {
             Fenced::Accepted(Retry::Scheduled { .. }) => {
                 assert!(
-                    !permanent && t.version < u64::from(MAX_ATTEMPTS),
+                    !permanent && t.spent() < u64::from(MAX_ATTEMPTS),
                     "{ctx}: retry beyond the budget"
                 );
                 t.status = Status::Pending;
                 t.lease_until = None;
-                t.not_before = Some(now + delay_after(t.version));
+                t.not_before = Some(now + delay_after(t.spent()));
             }
             Fenced::Accepted(Retry::Exhausted(_)) => {
                 assert!(
-                    permanent || t.version >= u64::from(MAX_ATTEMPTS),
+                    permanent || t.spent() >= u64::from(MAX_ATTEMPTS),
                     "{ctx}: stopped within budget"
                 );
                 (t.status, t.lease_until) = (Status::Failed, None);
@@ -440,6 +459,41 @@ impl Runner<'_> {
         }
     }
 
+    /// An operator's retry: only failed and cancelled tasks reopen, with a
+    /// fresh budget from the current version, due at once.
+    async fn retry(&mut self, task: u8, ctx: &str) {
+        if self.m.tasks.is_empty() {
+            return;
+        }
+        let i = task as usize % self.m.tasks.len();
+        let now = self.m.now;
+        let t = &mut self.m.tasks[i];
+        let got = self
+            .store
+            .retry(t.id, crate::store::RetryRequest::new("model", "retry"))
+            .await;
+        if t.purged {
+            assert!(matches!(got, Err(Error::NotFound(_))), "{ctx}: {got:?}");
+            return;
+        }
+        let got = got.expect(ctx);
+        match t.status {
+            Status::Failed | Status::Cancelled => {
+                assert!(got.is_accepted(), "{ctx}: {got:?}");
+                t.status = Status::Pending;
+                (t.lease_until, t.not_before) = (None, Some(now));
+                (t.budget_base, t.retained_from) = (t.version, now);
+            }
+            Status::Completed => {
+                assert!(
+                    matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))),
+                    "{ctx}: {got:?}"
+                )
+            }
+            live => assert_eq!(got.rejection(), Some(&Rejection::NotTerminal(live)), "{ctx}"),
+        }
+    }
+
     async fn advance(&mut self, secs: u8) {
         self.fixture.advance(Duration::from_secs(u64::from(secs))).await;
         self.m.now += u64::from(secs);
@@ -450,7 +504,7 @@ impl Runner<'_> {
         let now = self.m.now;
         let mut expected = 0;
         for t in self.m.tasks.iter_mut().filter(|t| !t.purged) {
-            if t.status.is_terminal() && t.created + RETENTION.as_secs() <= now {
+            if t.status.is_terminal() && t.retained_from + RETENTION.as_secs() <= now {
                 t.purged = true;
                 expected += 1;
             }
@@ -474,7 +528,11 @@ async fn check_state(store: &dyn crate::TaskStore, m: &Model, ctx: &str) {
         assert_eq!(got.status, t.status, "{ctx}: status of {}", t.id);
         assert_eq!(got.version, t.version, "{ctx}: version of {}", t.id);
         assert_eq!(got.response, t.response, "{ctx}: response of {}", t.id);
-        assert!(got.attempts() <= MAX_ATTEMPTS, "{ctx}: attempts over budget");
+        assert_eq!(got.budget_base, t.budget_base, "{ctx}: budget base of {}", t.id);
+        assert!(
+            got.attempts_in_budget() <= MAX_ATTEMPTS,
+            "{ctx}: attempts over budget"
+        );
         assert_eq!(
             got.lease_until.is_some(),
             t.lease_until.is_some(),

@@ -18,6 +18,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(|task| Op::Cancel { task }),
         3 => (1u8..15).prop_map(|secs| Op::Advance { secs }),
         1 => Just(Op::Purge),
+        1 => any::<u8>().prop_map(|task| Op::Retry { task }),
     ]
 }
 
