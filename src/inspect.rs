@@ -48,7 +48,7 @@ use crate::task::{Status, Task, TaskId};
 /// use taskfence::inspect::TaskQuery;
 /// let failed = store.list(&TaskQuery::new().status(taskfence::Status::Failed).scope("tenant-7")).await?;
 /// for task in &failed.tasks {
-///     println!("{} {} {:?}", task.id, task.key, task.last_error);
+///     println!("{} {}/{} {:?}", task.id, task.key.operation, task.key.key, task.last_error);
 /// }
 /// # Ok(()) }
 /// ```
