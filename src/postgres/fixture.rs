@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 
+use crate::inspect::Inspect;
 use crate::postgres::PgStore;
 use crate::store::TaskStore;
-use crate::testing::Fixture;
+use crate::testing::{Fixture, InspectFixture};
 
 /// Schemas created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -161,7 +162,7 @@ impl PgFixture {
         self.schema.url()
     }
 
-    /// Rows in one of the fixture's tables (`tasks`, `attempts`, `handoffs`).
+    /// Rows in one of the fixture's tables (`tasks`, `attempts`, `handoffs`, `reopenings`).
     ///
     /// ```no_run
     /// # async fn f(fixture: taskfence::testing::PgFixture) {
@@ -170,7 +171,7 @@ impl PgFixture {
     /// ```
     pub async fn count(&self, table: &str) -> i64 {
         assert!(
-            matches!(table, "tasks" | "attempts" | "handoffs"),
+            matches!(table, "tasks" | "attempts" | "handoffs" | "reopenings"),
             "not a taskfence table: {table}"
         );
         sqlx::query(&format!("SELECT count(*) FROM \"{}\".{table}", self.schema()))
@@ -208,13 +209,19 @@ impl Fixture for PgFixture {
         let s = self.schema();
         let n: i64 = sqlx::query(&format!(
             "SELECT (SELECT count(*) FROM \"{s}\".tasks) + (SELECT count(*) FROM \"{s}\".attempts)
-                  + (SELECT count(*) FROM \"{s}\".handoffs)"
+                  + (SELECT count(*) FROM \"{s}\".handoffs) + (SELECT count(*) FROM \"{s}\".reopenings)"
         ))
         .fetch_one(self.store.pool())
         .await
         .expect("count rows")
         .get(0);
         u64::try_from(n).expect("a count is not negative")
+    }
+}
+
+impl InspectFixture for PgFixture {
+    fn inspector(&self) -> Arc<dyn Inspect> {
+        Arc::new(self.store.clone())
     }
 }
 

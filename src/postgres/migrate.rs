@@ -30,6 +30,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "acceptance rule",
         sql: include_str!("../../migrations/0002_acceptance_rule.sql"),
     },
+    Migration {
+        version: 3,
+        description: "retry budgets, reopenings, operator query indexes",
+        sql: include_str!("../../migrations/0003_operations.sql"),
+    },
 ];
 
 /// The history table, inside the crate's schema.

@@ -6,8 +6,9 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
 
+use crate::inspect::{Handoff, Story};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
-use crate::store::{Attempt, AttemptOutcome};
+use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
 
 /// A stored value that does not decode into the domain type (a hand-edited row).
@@ -61,6 +62,7 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         .map_err(|h: Vec<u8>| corrupt("input_hash", format!("{} bytes", h.len())))?;
     let status: String = row.try_get("status")?;
     let version: i64 = row.try_get("version")?;
+    let budget_base: i64 = row.try_get("budget_base")?;
     let max_attempts: i32 = row.try_get("max_attempts")?;
     let on_ambiguous: String = row.try_get("on_ambiguous")?;
     let deadline: Option<i64> = row.try_get("deadline_ns")?;
@@ -90,9 +92,8 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         status: status.parse::<Status>().map_err(|e| corrupt("status", e))?,
         version: u64::try_from(version).map_err(|_| corrupt("version", version))?,
         policy,
-        // Placeholder until the budget columns land: every task's first budget.
-        budget_base: 0,
-        budget_started_at: row.try_get("created_at")?,
+        budget_base: u64::try_from(budget_base).map_err(|_| corrupt("budget_base", budget_base))?,
+        budget_started_at: row.try_get("budget_started_at")?,
         acceptance: AcceptanceRule::parse(&acceptance).ok_or_else(|| corrupt("acceptance", &acceptance))?,
         lease_until: row.try_get("lease_until")?,
         not_before: row.try_get("not_before")?,
@@ -118,5 +119,79 @@ pub(crate) fn attempt(row: &PgRow) -> Result<Attempt, sqlx::Error> {
         outcome: AttemptOutcome::parse(&outcome).ok_or_else(|| corrupt("outcome", &outcome))?,
         operation_id: row.try_get("operation_id")?,
         error: row.try_get("error")?,
+    })
+}
+
+/// An array column of the story statement: `NULL` (no rows) is empty.
+fn array<T>(row: &PgRow, column: &'static str) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + sqlx::postgres::PgHasArrayType,
+{
+    Ok(row.try_get::<Option<Vec<T>>, _>(column)?.unwrap_or_default())
+}
+
+/// Decodes the story statement's row: the task, then its children from
+/// parallel arrays (one array per column, in the same order).
+pub(crate) fn story(row: &PgRow) -> Result<Story, sqlx::Error> {
+    let task = task(row)?;
+    let a_id: Vec<uuid::Uuid> = array(row, "a_id")?;
+    let a_number: Vec<i32> = array(row, "a_number")?;
+    let a_worker: Vec<String> = array(row, "a_worker")?;
+    let a_started_at: Vec<time::OffsetDateTime> = array(row, "a_started_at")?;
+    let a_finished_at: Vec<Option<time::OffsetDateTime>> = array(row, "a_finished_at")?;
+    let a_outcome: Vec<String> = array(row, "a_outcome")?;
+    let a_operation_id: Vec<Option<String>> = array(row, "a_operation_id")?;
+    let a_error: Vec<Option<String>> = array(row, "a_error")?;
+    let mut attempts = Vec::with_capacity(a_id.len());
+    for i in 0..a_id.len() {
+        let (number, outcome) = (a_number[i], &a_outcome[i]);
+        attempts.push(Attempt {
+            id: AttemptId::from_uuid(a_id[i]),
+            task_id: task.id,
+            number: u32::try_from(number).map_err(|_| corrupt("number", number))?,
+            worker: a_worker[i].clone(),
+            started_at: a_started_at[i],
+            finished_at: a_finished_at[i],
+            outcome: AttemptOutcome::parse(outcome).ok_or_else(|| corrupt("outcome", outcome))?,
+            operation_id: a_operation_id[i].clone(),
+            error: a_error[i].clone(),
+        });
+    }
+    let r_number: Vec<i32> = array(row, "r_number")?;
+    let r_at: Vec<time::OffsetDateTime> = array(row, "r_at")?;
+    let r_by: Vec<String> = array(row, "r_by")?;
+    let r_reason: Vec<String> = array(row, "r_reason")?;
+    let r_from: Vec<String> = array(row, "r_from")?;
+    let r_version: Vec<i64> = array(row, "r_version")?;
+    let mut reopenings = Vec::with_capacity(r_number.len());
+    for i in 0..r_number.len() {
+        let (number, version) = (r_number[i], r_version[i]);
+        reopenings.push(Reopening {
+            task_id: task.id,
+            number: u32::try_from(number).map_err(|_| corrupt("reopenings.number", number))?,
+            at: r_at[i],
+            by: r_by[i].clone(),
+            reason: r_reason[i].clone(),
+            from: r_from[i]
+                .parse::<Status>()
+                .map_err(|e| corrupt("from_status", e))?,
+            version: u64::try_from(version).map_err(|_| corrupt("reopenings.version", version))?,
+        });
+    }
+    let h_created_at: Vec<time::OffsetDateTime> = array(row, "h_created_at")?;
+    let h_published_at: Vec<Option<time::OffsetDateTime>> = array(row, "h_published_at")?;
+    let handoffs = h_created_at
+        .into_iter()
+        .zip(h_published_at)
+        .map(|(created_at, published_at)| Handoff {
+            created_at,
+            published_at,
+        })
+        .collect();
+    Ok(Story {
+        task,
+        attempts,
+        reopenings,
+        handoffs,
     })
 }

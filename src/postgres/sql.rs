@@ -9,7 +9,8 @@
 /// The task columns, in the order [`super::row::task`] reads them by name.
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
-     acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at";
+     acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at, \
+     budget_base, budget_started_at";
 
 /// The statements of one store, for one schema.
 #[derive(Debug)]
@@ -33,6 +34,93 @@ pub(crate) struct Statements {
     pub(crate) claim_many: String,
     pub(crate) complete_many: String,
     pub(crate) read_many: String,
+    pub(crate) retry: String,
+    pub(crate) redispatch: String,
+    /// [`list_sql`] for every [`ListShape`], by [`ListShape::index`].
+    pub(crate) list: Vec<String>,
+    pub(crate) counts: String,
+    pub(crate) counts_scope: String,
+    pub(crate) story: String,
+    pub(crate) stranded: String,
+}
+
+/// Which filters a listing has and its order: each combination is its own
+/// statement, so every plan (also a generic one) knows which index drives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ListShape {
+    pub(crate) status: bool,
+    pub(crate) scope: bool,
+    pub(crate) operation: bool,
+    pub(crate) created_after: bool,
+    pub(crate) created_before: bool,
+    pub(crate) oldest_first: bool,
+}
+
+impl ListShape {
+    const COUNT: usize = 64;
+
+    /// The shape's position in [`Statements::list`].
+    pub(crate) fn index(self) -> usize {
+        [
+            self.status,
+            self.scope,
+            self.operation,
+            self.created_after,
+            self.created_before,
+            self.oldest_first,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(bit, &on)| usize::from(on) << bit)
+        .sum()
+    }
+
+    fn from_index(i: usize) -> Self {
+        let on = |bit: usize| i & (1 << bit) != 0;
+        Self {
+            status: on(0),
+            scope: on(1),
+            operation: on(2),
+            created_after: on(3),
+            created_before: on(4),
+            oldest_first: on(5),
+        }
+    }
+}
+
+/// One listing: the present filters' parameters numbered in the order
+/// status, scope, operation, created_after, created_before, then the cursor
+/// (always bound: the id bound that precedes every task when there is none)
+/// and the page size plus one. Keyset pagination on the primary key's order.
+fn list_sql(s: &str, shape: ListShape) -> String {
+    let mut conditions = Vec::new();
+    let mut n = 0;
+    let mut param = || {
+        n += 1;
+        format!("${n}")
+    };
+    for (on, condition) in [
+        (shape.status, "status ="),
+        (shape.scope, "scope ="),
+        (shape.operation, "operation ="),
+        (shape.created_after, "created_at >="),
+        (shape.created_before, "created_at <"),
+    ] {
+        if on {
+            conditions.push(format!("{condition} {}", param()));
+        }
+    }
+    let (after, order) = if shape.oldest_first {
+        (">", "ASC")
+    } else {
+        ("<", "DESC")
+    };
+    conditions.push(format!("id {after} {}", param()));
+    let limit = param();
+    format!(
+        "SELECT {TASK_COLUMNS} FROM {s}.tasks WHERE {} ORDER BY id {order} LIMIT {limit}",
+        conditions.join(" AND ")
+    )
 }
 
 impl Statements {
@@ -58,7 +146,63 @@ impl Statements {
             ("claim_many", &self.claim_many),
             ("complete_many", &self.complete_many),
             ("read_many", &self.read_many),
+            ("retry", &self.retry),
+            ("redispatch", &self.redispatch),
+            ("list", self.list_of(ListShape::default())),
+            (
+                "list_oldest",
+                self.list_of(ListShape {
+                    oldest_first: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
+                "list_status",
+                self.list_of(ListShape {
+                    status: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
+                "list_scope",
+                self.list_of(ListShape {
+                    scope: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
+                "list_operation",
+                self.list_of(ListShape {
+                    operation: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
+                "list_created",
+                self.list_of(ListShape {
+                    created_after: true,
+                    created_before: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
+                "list_status_scope",
+                self.list_of(ListShape {
+                    status: true,
+                    scope: true,
+                    ..ListShape::default()
+                }),
+            ),
+            ("counts", &self.counts),
+            ("counts_scope", &self.counts_scope),
+            ("story", &self.story),
+            ("stranded", &self.stranded),
         ]
+    }
+
+    /// The listing statement of `shape`.
+    pub(crate) fn list_of(&self, shape: ListShape) -> &str {
+        &self.list[shape.index()]
     }
 
     /// Renders every statement for the quoted schema name `s`.
@@ -81,8 +225,8 @@ impl Statements {
                                NULL::timestamptz,
                                CASE WHEN d.take THEN NULL ELSE d.now END,
                                CASE WHEN d.take THEN t.last_error
-                                    WHEN t.version >= t.max_attempts THEN $5 ELSE $6 END
-                        FROM (SELECT c.now, t.version < t.max_attempts
+                                    WHEN t.version - t.budget_base >= t.max_attempts THEN $5 ELSE $6 END
+                        FROM (SELECT c.now, t.version - t.budget_base < t.max_attempts
                                             AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
                               FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
                     )"
@@ -108,7 +252,7 @@ impl Statements {
             format!(
                 "response IS NULL
                       AND ((version = {v} AND status = 'running' AND lease_until > {s}.store_clock())
-                        OR (acceptance = 'first_valid_answer' AND {v} BETWEEN 1 AND version
+                        OR (acceptance = 'first_valid_answer' AND {v} BETWEEN budget_base + 1 AND version
                             AND status IN ('pending', 'running')))"
             )
         };
@@ -145,9 +289,10 @@ impl Statements {
                 "WITH created AS (
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
-                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance)
+                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
+                        budget_started_at)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
-                           c.now + $14, c.now, c.now + $15, $16
+                           c.now + $14, c.now, c.now + $15, $16, c.now
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
                     RETURNING {cols}
@@ -309,18 +454,23 @@ impl Statements {
                  ORDER BY due_at, id LIMIT $1"
             ),
             // $1 limit. Attempts and handoffs go with their task (ON DELETE CASCADE).
+            // Reopenings are deleted by the statement itself (and by their
+            // foreign key's cascade, which then finds nothing left).
             purge_expired: format!(
                 // `id = ANY(ARRAY(…))`, not a join: the batch is an InitPlan
                 // that drives primary-key lookups even in a generic plan,
                 // where `LIMIT $1` is only estimated (a join then hashed the
                 // whole table).
-                "DELETE FROM {s}.tasks
-                 WHERE id = ANY (ARRAY(
+                "WITH expired AS MATERIALIZED (
                      SELECT id FROM {s}.tasks
                      WHERE status IN ('completed', 'failed', 'cancelled')
                        AND expires_at <= (SELECT {s}.store_clock())
                      ORDER BY expires_at LIMIT $1
-                     FOR UPDATE SKIP LOCKED))"
+                     FOR UPDATE SKIP LOCKED),
+                 purged_reopenings AS (
+                     DELETE FROM {s}.reopenings WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
+                 DELETE FROM {s}.tasks
+                 WHERE id = ANY (ARRAY(SELECT id FROM expired))"
             ),
             // $1 limit.
             claim_handoffs: format!(
@@ -379,6 +529,109 @@ impl Statements {
             ),
             // The rows of a batch and the store clock: what refused writes are classified from.
             read_many: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)"),
+            // $1 id, $2 by, $3 reason, $4 whether $5..$11 are a new policy
+            // (max_attempts, initial_backoff_ns, max_backoff_ns, multiplier,
+            // jitter, deadline_ns, on_ambiguous) or the stored one stays.
+            // `rules::reopen` and `rules::reopened` in one statement: the row
+            // locked first (its status then is the reopening's `from`), the
+            // guard on the newest row, one clock reading for the new budget,
+            // the deadline and the retention; the reopening record and a fresh
+            // handoff (so the dispatcher publishes the task again) written by
+            // the same statement. Intervals are whole microseconds (no days
+            // part, so no time zone's daylight saving moves them).
+            retry: format!(
+                "WITH locked AS MATERIALIZED (SELECT id, status FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE),
+                reopened AS (
+                    UPDATE {s}.tasks AS t
+                    SET (status, lease_until, not_before, finished_at, budget_base, budget_started_at,
+                         expires_at, reopen_count, max_attempts, initial_backoff_ns, max_backoff_ns,
+                         multiplier, jitter, deadline_ns, on_ambiguous, deadline_at) = (
+                        SELECT 'pending', NULL::timestamptz, c.now, NULL::timestamptz, t.version, c.now,
+                               c.now + interval '1 microsecond'
+                                   * ((extract(epoch FROM t.expires_at) - extract(epoch FROM t.created_at))
+                                      * 1000000)::float8,
+                               t.reopen_count + 1,
+                               p.max_attempts, p.initial_backoff_ns, p.max_backoff_ns, p.multiplier, p.jitter,
+                               p.deadline_ns, p.on_ambiguous,
+                               c.now + interval '1 microsecond' * (p.deadline_ns / 1000)::float8
+                        FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c,
+                             (SELECT CASE WHEN $4 THEN $5 ELSE t.max_attempts END AS max_attempts,
+                                     CASE WHEN $4 THEN $6 ELSE t.initial_backoff_ns END AS initial_backoff_ns,
+                                     CASE WHEN $4 THEN $7 ELSE t.max_backoff_ns END AS max_backoff_ns,
+                                     CASE WHEN $4 THEN $8 ELSE t.multiplier END AS multiplier,
+                                     CASE WHEN $4 THEN $9 ELSE t.jitter END AS jitter,
+                                     CASE WHEN $4 THEN $10 ELSE t.deadline_ns END AS deadline_ns,
+                                     CASE WHEN $4 THEN $11 ELSE t.on_ambiguous END AS on_ambiguous) AS p
+                    )
+                    WHERE t.id = (SELECT id FROM locked) AND t.status IN ('failed', 'cancelled')
+                    RETURNING {cols}, t.reopen_count
+                ),
+                recorded AS (
+                    INSERT INTO {s}.reopenings (task_id, number, at, by, reason, from_status, version)
+                    SELECT r.id, r.reopen_count, r.budget_started_at, $2, $3, (SELECT status FROM locked), r.version
+                    FROM reopened AS r
+                ),
+                handoff AS (
+                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT id, budget_started_at FROM reopened
+                )
+                SELECT {cols} FROM reopened"
+            ),
+            // $1 ids. A fresh unpublished handoff for each task still pending.
+            redispatch: format!(
+                "INSERT INTO {s}.handoffs (task_id, created_at)
+                 SELECT id, {s}.store_clock() FROM {s}.tasks WHERE id = ANY($1) AND status = 'pending'"
+            ),
+            list: (0..ListShape::COUNT)
+                .map(|i| list_sql(s, ListShape::from_index(i)))
+                .collect(),
+            // Every task is counted: an index-only scan of `tasks_status_id`.
+            counts: format!("SELECT status, count(*) AS n FROM {s}.tasks GROUP BY status"),
+            // $1 scope: an index-only scan of that scope in `tasks_scope_id`.
+            counts_scope: format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status"),
+            // $1 id. The task and its attempts, reopenings and handoffs in one
+            // row (one snapshot): each child table as arrays, oldest first.
+            story: format!(
+                "SELECT {cols}, a.*, r.*, h.*
+                 FROM {s}.tasks AS t
+                 CROSS JOIN LATERAL (
+                     SELECT array_agg(x.id ORDER BY x.number) AS a_id,
+                            array_agg(x.number ORDER BY x.number) AS a_number,
+                            array_agg(x.worker ORDER BY x.number) AS a_worker,
+                            array_agg(x.started_at ORDER BY x.number) AS a_started_at,
+                            array_agg(x.finished_at ORDER BY x.number) AS a_finished_at,
+                            array_agg(x.outcome ORDER BY x.number) AS a_outcome,
+                            array_agg(x.operation_id ORDER BY x.number) AS a_operation_id,
+                            array_agg(x.error ORDER BY x.number) AS a_error
+                     FROM {s}.attempts AS x WHERE x.task_id = t.id) AS a
+                 CROSS JOIN LATERAL (
+                     SELECT array_agg(x.number ORDER BY x.number) AS r_number,
+                            array_agg(x.at ORDER BY x.number) AS r_at,
+                            array_agg(x.by ORDER BY x.number) AS r_by,
+                            array_agg(x.reason ORDER BY x.number) AS r_reason,
+                            array_agg(x.from_status ORDER BY x.number) AS r_from,
+                            array_agg(x.version ORDER BY x.number) AS r_version
+                     FROM {s}.reopenings AS x WHERE x.task_id = t.id) AS r
+                 CROSS JOIN LATERAL (
+                     SELECT array_agg(x.created_at ORDER BY x.id) AS h_created_at,
+                            array_agg(x.published_at ORDER BY x.id) AS h_published_at
+                     FROM {s}.handoffs AS x WHERE x.task_id = t.id) AS h
+                 WHERE t.id = $1"
+            ),
+            // $1 older than (interval), $2 limit. Never-claimed pending tasks
+            // from the partial index `tasks_unclaimed`, oldest first, whose
+            // last publication (or submission, when never published) is older
+            // than the cutoff; the clock is read once (an InitPlan). A handoff
+            // is never published before its task was created, so `created_at
+            // < cutoff` bounds the index range.
+            stranded: format!(
+                "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() - $1 AS cutoff)
+                 SELECT {cols} FROM {s}.tasks AS t
+                 WHERE t.status = 'pending' AND t.version = 0
+                   AND t.created_at < (SELECT cutoff FROM clock)
+                   AND coalesce((SELECT max(h.published_at) FROM {s}.handoffs AS h WHERE h.task_id = t.id),
+                                t.created_at) < (SELECT cutoff FROM clock)
+                 ORDER BY t.created_at, t.id LIMIT $2"
+            ),
         }
     }
 }

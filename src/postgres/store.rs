@@ -13,9 +13,10 @@ use time::OffsetDateTime;
 use tracing::Instrument;
 
 use crate::error::Error;
+use crate::inspect::{Counts, Inspect, Order, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::{Failure, Plan, StopReason, jitter_unit};
-use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
+use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, RetryRequest,
     Submitted, TaskStore, check_completions,
@@ -25,7 +26,7 @@ use crate::trace;
 
 use super::row::{self, interval, nanos};
 use super::schema::{DEFAULT_SCHEMA, Schema};
-use super::sql::Statements;
+use super::sql::{ListShape, Statements};
 use super::{db, migrate};
 
 /// How often a write that was refused, then found acceptable on the re-read,
@@ -304,6 +305,64 @@ impl PgStore {
         self.cancel_on(conn, id, reason).await
     }
 
+    /// [`TaskStore::retry`] on the caller's connection or transaction (e.g.
+    /// together with the operator's own audit record). The row lock is held
+    /// until the caller commits.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, id: taskfence::TaskId) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// let reopened = store.retry_in(&mut tx, id, taskfence::RetryRequest::new("alice", "quota raised")).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn retry_in(
+        &self,
+        conn: &mut PgConnection,
+        id: TaskId,
+        request: RetryRequest,
+    ) -> Result<Fenced<Task>> {
+        request.validate()?;
+        self.retry_on(conn, id, request).await
+    }
+
+    /// Writes a fresh, unpublished handoff for each of `ids` that is still
+    /// pending, so the running dispatcher ([`dispatch`](Self::dispatch))
+    /// publishes it again: what an operator does with the tasks
+    /// [`stranded`](Inspect::stranded) lists, whose queue message was lost.
+    /// Returns how many handoffs were written; unknown and no longer pending
+    /// tasks are skipped (a task claimed meanwhile needs no message). A
+    /// duplicate message is harmless: claims decide who works.
+    ///
+    /// Ids must be distinct and at most [`limits::MAX_BATCH`]; bad input is a
+    /// typed error and writes nothing.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::inspect::Inspect;
+    /// let lost: Vec<_> = store.stranded(Duration::from_secs(3600), 100).await?.iter().map(|t| t.id).collect();
+    /// let written = store.redispatch(&lost).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn redispatch(&self, ids: &[TaskId]) -> Result<u64> {
+        limits::check_batch(ids.iter().copied())?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let span = trace::op("redispatch", None, None, None);
+        async move {
+            let done = sqlx::query(&self.sql.redispatch)
+                .bind(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
+                .execute(&self.pool)
+                .await
+                .map_err(db)?;
+            Ok(done.rows_affected())
+        }
+        .instrument(span)
+        .await
+    }
+
     // The operations themselves, on a connection, input already validated:
     // the `_in` variants and the `TaskStore` methods both validate first and
     // then call these, so every operation validates exactly once.
@@ -474,6 +533,46 @@ impl PgStore {
             }
         }
         Err(Error::storage(Raced("cancel")))
+    }
+
+    async fn retry_on(
+        &self,
+        conn: &mut PgConnection,
+        id: TaskId,
+        request: RetryRequest,
+    ) -> Result<Fenced<Task>> {
+        // Without a new policy the flag is false and the stored one stays;
+        // the bound values are then ignored.
+        let policy = request.policy.unwrap_or_default();
+        for _ in 0..RACE_RETRIES {
+            let row = sqlx::query(&self.sql.retry)
+                .bind(id.as_uuid())
+                .bind(&request.by)
+                .bind(&request.reason)
+                .bind(request.policy.is_some())
+                .bind(i32::try_from(policy.max_attempts).unwrap_or(i32::MAX))
+                .bind(nanos(policy.initial_backoff))
+                .bind(nanos(policy.max_backoff))
+                .bind(policy.multiplier)
+                .bind(policy.jitter)
+                .bind(policy.deadline.map(nanos))
+                .bind(row::on_ambiguous_name(policy.on_ambiguous))
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db)?;
+            if let Some(row) = row {
+                return Ok(Fenced::Accepted(row::task(&row).map_err(db)?));
+            }
+            let (task, _) = self.read_on(conn, id).await?.ok_or(Error::NotFound(id))?;
+            match rules::reopen(&task) {
+                ReopenRule::Answer(rejection) => {
+                    tracing::debug!(%rejection, "retry rejected");
+                    return Ok(Fenced::Rejected(rejection));
+                }
+                ReopenRule::Reopen => continue, // it became terminal between write and read
+            }
+        }
+        Err(Error::storage(Raced("retry")))
     }
 
     /// Runs a fenced write of `lease`: `query` builds the statement (again
@@ -725,8 +824,11 @@ impl TaskStore for PgStore {
     }
 
     async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
-        let _ = (id, request);
-        todo!("PgStore::retry")
+        request.validate()?;
+        let span = trace::op("retry", Some(id), None, None);
+        async move { self.retry_on(&mut *self.acquire().await?, id, request).await }
+            .instrument(span)
+            .await
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
@@ -884,6 +986,130 @@ impl TaskStore for PgStore {
                 });
             }
             Ok(out)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// The bound that precedes (newest first) or follows (oldest first) every
+/// task id: the cursor of a first page. UUID v7 ids never take either value.
+fn open_cursor(order: Order) -> uuid::Uuid {
+    match order {
+        Order::NewestFirst => uuid::Uuid::max(),
+        Order::OldestFirst => uuid::Uuid::nil(),
+    }
+}
+
+/// Tasks of the rows of a statement that returns the task columns.
+fn tasks(rows: &[PgRow]) -> Result<Vec<Task>> {
+    rows.iter().map(|row| row::task(row).map_err(db)).collect()
+}
+
+/// Read-only, index-driven statements (plans at 10⁶ rows in
+/// `docs/POSTGRES.md`): listings are keyset pages on the primary key's order,
+/// one statement per combination of filters; counting one scope reads that
+/// scope's index entries, counting all reads every entry of one index.
+#[async_trait]
+impl Inspect for PgStore {
+    async fn list(&self, query: &TaskQuery) -> Result<Page> {
+        query.validate()?;
+        let span = trace::op("list", None, None, None);
+        async move {
+            let shape = ListShape {
+                status: query.status.is_some(),
+                scope: query.scope.is_some(),
+                operation: query.operation.is_some(),
+                created_after: query.created_after.is_some(),
+                created_before: query.created_before.is_some(),
+                oldest_first: query.order == Order::OldestFirst,
+            };
+            let mut q = sqlx::query(self.sql.list_of(shape));
+            if let Some(status) = query.status {
+                q = q.bind(status.as_str());
+            }
+            if let Some(scope) = &query.scope {
+                q = q.bind(scope);
+            }
+            if let Some(operation) = &query.operation {
+                q = q.bind(operation);
+            }
+            if let Some(at) = query.created_after {
+                q = q.bind(at);
+            }
+            if let Some(at) = query.created_before {
+                q = q.bind(at);
+            }
+            let cursor = query
+                .after
+                .map_or_else(|| open_cursor(query.order), |c| c.task_id().as_uuid());
+            let rows = q
+                .bind(cursor)
+                .bind(i64::try_from(query.limit + 1).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+            Ok(Page::from_overfetch(tasks(&rows)?, query.limit))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
+        if let Some(scope) = scope {
+            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+        }
+        let span = trace::op("counts", None, None, None);
+        async move {
+            let rows = match scope {
+                Some(scope) => sqlx::query(&self.sql.counts_scope).bind(scope),
+                None => sqlx::query(&self.sql.counts),
+            }
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db)?;
+            let mut counts = Counts::default();
+            for row in rows {
+                let status: String = row.try_get("status").map_err(db)?;
+                let n: i64 = row.try_get("n").map_err(db)?;
+                let status = status
+                    .parse::<Status>()
+                    .map_err(|e| Error::storage(sqlx::Error::Decode(Box::new(e))))?;
+                counts.add(status, u64::try_from(n).unwrap_or_default());
+            }
+            Ok(counts)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
+        let span = trace::op("story", Some(id), None, None);
+        async move {
+            sqlx::query(&self.sql.story)
+                .bind(id.as_uuid())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db)?
+                .map(|row| row::story(&row).map_err(db))
+                .transpose()
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+        limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
+        limits::check_page(limit)?;
+        let span = trace::op("stranded", None, None, None);
+        async move {
+            let rows = sqlx::query(&self.sql.stranded)
+                .bind(interval(older_than))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db)?;
+            tasks(&rows)
         }
         .instrument(span)
         .await
