@@ -1,3 +1,73 @@
-//! The `taskfence` command-line tool (being written).
+//! The `taskfence` command-line tool: inspect and repair tasks on
+//! PostgreSQL or DynamoDB. See the README for every command and the exit
+//! codes.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | `cli` | the command line: flags, environment variables, value parsing |
+//! | `backend` | choosing and connecting to the store |
+//! | `commands` | what each command does, as a `Report` |
+//! | `output` | reports as tables or JSON |
+//! | `error` | failures as one line and an exit code |
+#![forbid(unsafe_code)]
 
-fn main() {}
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+
+mod backend;
+mod cli;
+mod commands;
+mod error;
+mod output;
+
+use backend::{Target, Typed};
+use cli::Cli;
+use error::CliError;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("taskfence: error: {e}");
+            e.code()
+        }
+    }
+}
+
+fn run() -> Result<(), CliError> {
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        // --help and --version are "errors" that print to stdout and exit 0.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return Ok(());
+        }
+        Err(e) => return Err(CliError::from_clap(&e)),
+    };
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| CliError::from_clap(&e))?;
+    let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    let target = Target::choose(
+        &cli.store,
+        Typed {
+            database_url: typed("database_url"),
+            dynamodb_table: typed("dynamodb_table"),
+        },
+    )?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Operational(format!("cannot start the async runtime: {e}")))?;
+    let report = runtime.block_on(commands::run(cli.command, &target))?;
+    let text = report.render(cli.json, time::OffsetDateTime::now_utc());
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        // `taskfence list | head`: the reader left; not an error.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::Operational(format!("cannot write the output: {e}")))
+        }
+        _ => Ok(()),
+    }
+}

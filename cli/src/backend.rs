@@ -1,0 +1,248 @@
+//! Which store to talk to, and connecting to it.
+//!
+//! Both backends end up behind one `Arc<dyn Inspect>` so every command is
+//! written once; the concrete store is kept beside it for the two things
+//! only one backend has (PostgreSQL's migrations and re-dispatch, DynamoDB's
+//! table creation).
+//!
+//! Connecting checks what it can before a command runs, so a wrong URL,
+//! password, schema name, region or table fails at once with one line,
+//! instead of a pool's retries until a timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use taskfence::inspect::Inspect;
+use taskfence::{DynamoStore, PgStore};
+
+use crate::cli::StoreArgs;
+use crate::error::{CliError, chain, storage_message};
+
+/// How long connecting may take before the tool gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The store named on the command line, not yet connected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// PostgreSQL at `url`, tables in `schema`.
+    Postgres {
+        /// The connection URL.
+        url: String,
+        /// The schema.
+        schema: String,
+    },
+    /// DynamoDB `table`, on `endpoint` or AWS's.
+    DynamoDb {
+        /// The table.
+        table: String,
+        /// A local endpoint (moto, DynamoDB Local).
+        endpoint: Option<String>,
+    },
+}
+
+/// Whether each store flag was typed on the command line (rather than read
+/// from the environment): a typed flag wins over the other's variable.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Typed {
+    /// `--database-url` was typed.
+    pub database_url: bool,
+    /// `--dynamodb-table` was typed.
+    pub dynamodb_table: bool,
+}
+
+impl Target {
+    /// Picks the backend: the one given; when both are, the one typed on the
+    /// command line (`DATABASE_URL` is often set for an application, and
+    /// `--dynamodb-table` then still works); both typed or neither given is a
+    /// usage error.
+    pub fn choose(args: &StoreArgs, typed: Typed) -> Result<Self, CliError> {
+        let pg = || Target::Postgres {
+            url: args.database_url.clone().unwrap_or_default(),
+            schema: args.schema.clone(),
+        };
+        let dynamo = || Target::DynamoDb {
+            table: args.dynamodb_table.clone().unwrap_or_default(),
+            endpoint: args.dynamodb_endpoint.clone(),
+        };
+        match (&args.database_url, &args.dynamodb_table) {
+            (Some(_), None) => Ok(pg()),
+            (None, Some(_)) => Ok(dynamo()),
+            (Some(_), Some(_)) => match (typed.database_url, typed.dynamodb_table) {
+                (true, false) => Ok(pg()),
+                (false, true) => Ok(dynamo()),
+                _ => Err(CliError::Usage(
+                    "both a PostgreSQL URL and a DynamoDB table are given: choose one (--database-url / DATABASE_URL or --dynamodb-table / TASKFENCE_DYNAMODB_TABLE)".into(),
+                )),
+            },
+            (None, None) => Err(CliError::Usage(
+                "no store: give --database-url (or DATABASE_URL) or --dynamodb-table (or TASKFENCE_DYNAMODB_TABLE)".into(),
+            )),
+        }
+    }
+}
+
+/// The concrete store, for what only one backend has.
+#[derive(Clone)]
+pub enum Backend {
+    /// PostgreSQL.
+    Postgres(Arc<PgStore>),
+    /// DynamoDB.
+    DynamoDb(Arc<DynamoStore>),
+}
+
+/// A connected store.
+#[derive(Clone)]
+pub struct Store {
+    /// Every command's view of it.
+    pub inspect: Arc<dyn Inspect>,
+    /// The same store, concretely.
+    pub backend: Backend,
+}
+
+impl Store {
+    /// Connects to `target`. With `table_may_be_missing` (the `migrate`
+    /// command), a missing DynamoDB table is not an error.
+    pub async fn connect(target: &Target, table_may_be_missing: bool) -> Result<Self, CliError> {
+        match target {
+            Target::Postgres { url, schema } => postgres(url, schema).await,
+            Target::DynamoDb { table, endpoint } => {
+                dynamodb(table, endpoint.as_deref(), table_may_be_missing).await
+            }
+        }
+    }
+}
+
+async fn postgres(url: &str, schema: &str) -> Result<Store, CliError> {
+    let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+        CliError::Usage(format!("--database-url is not a PostgreSQL URL: {}", chain(&e)))
+    })?;
+    let options = options
+        .application_name("taskfence-cli")
+        .disable_statement_logging();
+    // The pool connects lazily: building the store first checks the schema
+    // name without touching the network.
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_lazy_with(options.clone());
+    let store = Arc::new(PgStore::builder(pool).schema(schema).build()?);
+    // One plain connection: a refused port or a wrong password fails here
+    // with the server's words (the pool would retry until its timeout).
+    let server = format!("{}:{}", options.get_host(), options.get_port());
+    let conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+        .await
+        .map_err(|_| {
+            CliError::Operational(format!(
+                "cannot connect to PostgreSQL at {server}: no answer within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| {
+            CliError::Operational(format!("cannot connect to PostgreSQL at {server}: {}", chain(&e)))
+        })?;
+    conn.close().await.ok();
+    Ok(Store {
+        inspect: store.clone(),
+        backend: Backend::Postgres(store),
+    })
+}
+
+async fn dynamodb(
+    table: &str,
+    endpoint: Option<&str>,
+    table_may_be_missing: bool,
+) -> Result<Store, CliError> {
+    let sdk = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http_client())
+        .load()
+        .await;
+    if sdk.region().is_none() {
+        return Err(CliError::Usage(
+            "no AWS region: set AWS_REGION (or the profile's region)".into(),
+        ));
+    }
+    let mut config = aws_sdk_dynamodb::config::Builder::from(&sdk);
+    if let Some(endpoint) = endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    let client = aws_sdk_dynamodb::Client::from_conf(config.build());
+    let store = Arc::new(DynamoStore::new(client.clone(), table)?);
+    if !table_may_be_missing && !table_exists(&client, table).await? {
+        return Err(CliError::Operational(format!(
+            "DynamoDB table {table} does not exist (create it with `taskfence migrate`)"
+        )));
+    }
+    // PENDING(DynamoStore: Inspect): until it lands.
+    let _ = store;
+    Err(CliError::Operational(
+        "DynamoDB inspection is not available yet".into(),
+    ))
+}
+
+/// Whether `table` exists (`DescribeTable`); other failures (credentials,
+/// endpoint) are operational errors.
+pub async fn table_exists(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<bool, CliError> {
+    match client.describe_table().table_name(table).send().await {
+        Ok(_) => Ok(true),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(CliError::Operational(format!(
+            "DynamoDB table {table}: {}",
+            storage_message(&e)
+        ))),
+    }
+}
+
+/// hyper with rustls on ring; also plain HTTP for local endpoints.
+fn http_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::{Builder, tls};
+    Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .build_https()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: Option<&str>, table: Option<&str>) -> StoreArgs {
+        StoreArgs {
+            database_url: url.map(Into::into),
+            schema: "taskfence".into(),
+            dynamodb_table: table.map(Into::into),
+            dynamodb_endpoint: None,
+        }
+    }
+
+    #[test]
+    fn the_typed_flag_wins() {
+        let both = args(Some("postgres://x"), Some("t"));
+        let typed_table = Typed {
+            dynamodb_table: true,
+            ..Typed::default()
+        };
+        assert!(matches!(
+            Target::choose(&both, typed_table),
+            Ok(Target::DynamoDb { .. })
+        ));
+        assert!(matches!(
+            Target::choose(&both, Typed::default()),
+            Err(CliError::Usage(_))
+        ));
+        assert!(matches!(
+            Target::choose(&args(None, None), Typed::default()),
+            Err(CliError::Usage(_))
+        ));
+        assert!(matches!(
+            Target::choose(&args(Some("postgres://x"), None), Typed::default()),
+            Ok(Target::Postgres { .. })
+        ));
+    }
+}

@@ -1,0 +1,321 @@
+//! The command line: every flag, its environment variable and how its value
+//! is parsed. Values are checked here, before anything connects, so bad input
+//! is a usage error (exit 2) that never reaches a store.
+
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use taskfence::limits::{MAX_ATTEMPTS, MAX_DEADLINE, MAX_PAGE, MAX_SCAN_LIMIT};
+use taskfence::postgres::DEFAULT_SCHEMA;
+use taskfence::{RequestKey, Status, TaskId};
+
+/// Printed under `taskfence --help`: what scripts may rely on.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  operational error (store unreachable, query failed)
+  2  usage or bad input (unknown flag, malformed id, key or duration)
+  3  not found (no task with this id or key)
+  4  refused (e.g. retry of a completed or live task)";
+
+/// Inspect and repair taskfence tasks on PostgreSQL or DynamoDB.
+#[derive(Debug, Parser)]
+#[command(name = "taskfence", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Where the tasks are.
+    #[command(flatten)]
+    pub store: StoreArgs,
+
+    /// Print JSON (the library's types, serde) instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The store to connect to: PostgreSQL or DynamoDB, one of them.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// PostgreSQL connection URL (postgres://user:password@host:5432/db).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub database_url: Option<String>,
+
+    /// PostgreSQL schema holding taskfence's tables.
+    #[arg(long, env = "TASKFENCE_SCHEMA", global = true, default_value = DEFAULT_SCHEMA)]
+    pub schema: String,
+
+    /// DynamoDB table (AWS configuration from the environment, profile or role).
+    #[arg(long, env = "TASKFENCE_DYNAMODB_TABLE", global = true, value_name = "TABLE")]
+    pub dynamodb_table: Option<String>,
+
+    /// DynamoDB endpoint, for moto or DynamoDB Local (http://127.0.0.1:8000).
+    #[arg(long, env = "AWS_ENDPOINT_URL_DYNAMODB", global = true, value_name = "URL")]
+    pub dynamodb_endpoint: Option<String>,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create or upgrade the store (PostgreSQL: migrations; DynamoDB: create the table if missing).
+    Migrate,
+    /// Count tasks by status.
+    Stats(StatsArgs),
+    /// List tasks, newest first, one page at a time (prints the next page's cursor).
+    List(ListArgs),
+    /// Show one task and everything that happened to it.
+    Show(ShowArgs),
+    /// Reopen a failed or cancelled task with a fresh retry budget.
+    Retry(RetryArgs),
+    /// Cancel a pending or running task.
+    Cancel(CancelArgs),
+    /// Remove terminal tasks whose retention has passed.
+    Purge(PurgeArgs),
+    /// List pending tasks that no worker ever claimed: their message was likely lost.
+    Stranded(StrandedArgs),
+    /// Print the ids of tasks to publish again, one per line (pipe them to a publisher).
+    DispatchDue(DispatchDueArgs),
+}
+
+/// `taskfence stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Only this scope.
+    #[arg(long)]
+    pub scope: Option<String>,
+}
+
+/// `taskfence list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only tasks in this status.
+    #[arg(long)]
+    pub status: Option<StatusArg>,
+    /// Only tasks of this scope.
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Only tasks of this operation.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only tasks submitted longer ago than this (e.g. 1h, 30m, 2d).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub older_than: Option<Duration>,
+    /// Only tasks submitted within this (e.g. 10m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub newer_than: Option<Duration>,
+    /// Oldest first instead of newest first.
+    #[arg(long)]
+    pub oldest_first: bool,
+    /// Tasks per page.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=MAX_PAGE as u64))]
+    pub limit: u64,
+    /// Continue after this cursor (printed by the previous page).
+    #[arg(long, value_parser = parse_cursor, value_name = "CURSOR")]
+    pub after: Option<taskfence::inspect::Cursor>,
+}
+
+/// `taskfence show`: by id or by request key, exactly one.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["id", "key"])))]
+pub struct ShowArgs {
+    /// The task's id.
+    #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
+    pub id: Option<TaskId>,
+    /// The task's request key instead: scope/operation/key (the key may contain '/').
+    #[arg(long, value_parser = parse_key, value_name = "SCOPE/OPERATION/KEY")]
+    pub key: Option<RequestKey>,
+}
+
+/// `taskfence retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The task's id.
+    #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
+    pub id: TaskId,
+    /// Why (recorded with the reopening).
+    #[arg(long, value_parser = parse_reason)]
+    pub reason: String,
+    /// Who (recorded with the reopening); default: $USER@hostname.
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+    /// Attempts of the fresh budget (default: the task's policy).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_ATTEMPTS)))]
+    pub max_attempts: Option<u32>,
+    /// Deadline of the fresh budget, counted from now (default: the task's policy).
+    #[arg(long, value_parser = parse_deadline, value_name = "DURATION")]
+    pub deadline: Option<Duration>,
+}
+
+/// `taskfence cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The task's id.
+    #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
+    pub id: TaskId,
+    /// Why (saved as the task's last error).
+    #[arg(long, value_parser = parse_reason)]
+    pub reason: String,
+}
+
+/// `taskfence purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Tasks removed per call to the store.
+    #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_SCAN_LIMIT as u64))]
+    pub batch: u64,
+    /// Stop after removing this many (default: until none is left).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: Option<u64>,
+}
+
+/// `taskfence stranded`.
+#[derive(Debug, Args)]
+pub struct StrandedArgs {
+    /// Handed off longer ago than this (e.g. 15m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub older_than: Duration,
+    /// At most this many, oldest first.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=MAX_PAGE as u64))]
+    pub limit: u64,
+    /// Hand them off again (PostgreSQL: new outbox rows for the dispatcher).
+    #[arg(long)]
+    pub redispatch: bool,
+}
+
+/// `taskfence dispatch-due`.
+#[derive(Debug, Args)]
+pub struct DispatchDueArgs {
+    /// Print the ids (the only mode: publishing is the pipe's job).
+    #[arg(long, required = true)]
+    pub print: bool,
+    /// At most this many due tasks.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_SCAN_LIMIT as u64))]
+    pub limit: u64,
+    /// Also the stranded tasks handed off longer ago than this (at most 1000).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub stranded_older_than: Option<Duration>,
+}
+
+/// A status on the command line (clap lists the choices in `--help`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArg {
+    /// Waiting for a claim.
+    Pending,
+    /// Held by a worker.
+    Running,
+    /// Saved a response.
+    Completed,
+    /// Failed terminally.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl From<StatusArg> for Status {
+    fn from(s: StatusArg) -> Self {
+        match s {
+            StatusArg::Pending => Status::Pending,
+            StatusArg::Running => Status::Running,
+            StatusArg::Completed => Status::Completed,
+            StatusArg::Failed => Status::Failed,
+            StatusArg::Cancelled => Status::Cancelled,
+        }
+    }
+}
+
+/// A positive duration: `90s`, `15m`, `1h30m`, `2d`, `1h 5m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|_| "not a duration: expected e.g. 90s, 15m, 1h30m or 2d".to_string())?;
+    if d.is_zero() {
+        return Err("must be a positive duration".into());
+    }
+    Ok(d)
+}
+
+/// [`parse_duration`] within the policy's deadline limit.
+fn parse_deadline(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_DEADLINE {
+        return Err(format!(
+            "more than the limit of {}",
+            humantime::format_duration(MAX_DEADLINE)
+        ));
+    }
+    Ok(d)
+}
+
+/// A reason an operator gives: not blank (it is the audit trail), within
+/// the library's limits.
+fn parse_reason(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("must not be blank: say why".into());
+    }
+    taskfence::limits::check_reason(s).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+/// A task id (a UUID).
+pub fn parse_task_id(s: &str) -> Result<TaskId, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| "not a task id: expected a UUID such as 0190b6a2-5c1e-7d3f-9a4b-1c2d3e4f5a6b".into())
+}
+
+fn parse_cursor(s: &str) -> Result<taskfence::inspect::Cursor, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| "not a cursor: pass the value a previous page printed".into())
+}
+
+/// `scope/operation/key`: the first two `/` separate the parts, so the key
+/// (the client's idempotency key, often a path or URL) may contain `/`.
+pub fn parse_key(s: &str) -> Result<RequestKey, String> {
+    let mut parts = s.splitn(3, '/');
+    let (Some(scope), Some(operation), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("expected scope/operation/key".into());
+    };
+    let key = RequestKey::new(scope, operation, key);
+    key.validate()
+        .map_err(|e| format!("{e} (expected scope/operation/key)"))?;
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("10").is_err());
+    }
+
+    #[test]
+    fn keys() {
+        let key = parse_key("tenant-7/chat.reply/https://x/y").unwrap();
+        assert_eq!(
+            (key.scope.as_str(), key.operation.as_str(), key.key.as_str()),
+            ("tenant-7", "chat.reply", "https://x/y")
+        );
+        assert!(parse_key("tenant-7/chat.reply").is_err());
+        assert!(parse_key("tenant-7//k").is_err());
+        assert!(parse_key("/op/k").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

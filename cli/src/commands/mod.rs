@@ -1,0 +1,34 @@
+//! The commands: each takes its arguments and a connected [`Store`] and
+//! returns a [`Report`] (what it found or did); printing is `output`'s job.
+//!
+//! | module | commands |
+//! | --- | --- |
+//! | `read` | `stats`, `list`, `show`: reading only |
+//! | `repair` | `retry`, `cancel`: one task, one fenced change |
+//! | `maintain` | `migrate`, `purge`, `stranded`, `dispatch-due`: the store as a whole |
+
+use crate::backend::{Store, Target};
+use crate::cli::Command;
+use crate::error::CliError;
+use crate::output::Report;
+
+mod maintain;
+mod read;
+mod repair;
+
+/// Connects to `target` and runs `command` on it.
+pub async fn run(command: Command, target: &Target) -> Result<Report, CliError> {
+    let migrating = matches!(command, Command::Migrate);
+    let store = Store::connect(target, migrating).await?;
+    match command {
+        Command::Migrate => maintain::migrate(&store).await,
+        Command::Stats(args) => read::stats(&store, args).await,
+        Command::List(args) => read::list(&store, args).await,
+        Command::Show(args) => read::show(&store, args).await,
+        Command::Retry(args) => repair::retry(&store, args).await,
+        Command::Cancel(args) => repair::cancel(&store, args).await,
+        Command::Purge(args) => maintain::purge(&store, args).await,
+        Command::Stranded(args) => maintain::stranded(&store, args).await,
+        Command::DispatchDue(args) => maintain::dispatch_due(&store, args).await,
+    }
+}

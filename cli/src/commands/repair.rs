@@ -1,0 +1,74 @@
+//! `retry` and `cancel`: one task, one fenced change. A refusal (the task
+//! is not in a state that allows it) is exit 4 and changes nothing.
+
+use taskfence::{Fenced, Rejection, RetryRequest, TaskId};
+
+use crate::backend::Store;
+use crate::cli::{CancelArgs, RetryArgs};
+use crate::error::CliError;
+use crate::output::Report;
+
+/// Reopens a failed or cancelled task with a fresh budget.
+///
+/// `--max-attempts` / `--deadline` change the task's stored policy for the
+/// new budget (the rest of it — backoff, jitter — stays); without them the
+/// stored policy is reused as is.
+pub async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
+    let by = args.by.unwrap_or_else(operator);
+    let mut request = RetryRequest::new(by, args.reason);
+    request
+        .validate()
+        .map_err(|e| CliError::Usage(format!("invalid retry: {e}")))?;
+    if args.max_attempts.is_some() || args.deadline.is_some() {
+        let task = store
+            .inspect
+            .get(args.id)
+            .await?
+            .ok_or_else(|| CliError::NotFound(format!("task {} not found", args.id)))?;
+        let mut policy = task.policy;
+        if let Some(n) = args.max_attempts {
+            policy = policy.max_attempts(n);
+        }
+        if let Some(d) = args.deadline {
+            policy = policy.deadline(d);
+        }
+        request = request.policy(policy);
+    }
+    match store.inspect.retry(args.id, request).await? {
+        Fenced::Accepted(task) => Ok(Report::Retried(Box::new(task))),
+        Fenced::Rejected(r) => Err(refused("retry", args.id, &r)),
+    }
+}
+
+/// Cancels a live task; a worker still running it is fenced off.
+pub async fn cancel(store: &Store, args: CancelArgs) -> Result<Report, CliError> {
+    taskfence::limits::check_reason(&args.reason).map_err(|e| CliError::Usage(format!("--reason: {e}")))?;
+    match store.inspect.cancel(args.id, &args.reason).await? {
+        Fenced::Accepted(task) => Ok(Report::Cancelled(Box::new(task))),
+        Fenced::Rejected(r) => Err(refused("cancel", args.id, &r)),
+    }
+}
+
+fn refused(what: &str, id: TaskId, rejection: &Rejection) -> CliError {
+    CliError::Refused(match rejection {
+        Rejection::AlreadyCompleted(_) => {
+            format!("cannot {what} task {id}: it is completed (its response is saved)")
+        }
+        Rejection::NotTerminal(status) => {
+            format!("cannot {what} task {id}: it is {status}; only a failed or cancelled task can be retried")
+        }
+        Rejection::NotRunning(status) => format!("cannot {what} task {id}: it is {status}"),
+        other => format!("cannot {what} task {id}: {other}"),
+    })
+}
+
+/// Who is asking, for the reopening's record: `$USER@hostname`.
+fn operator() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_else(|_| whoami::username());
+    match whoami::fallible::hostname() {
+        Ok(host) => format!("{user}@{host}"),
+        Err(_) => user,
+    }
+}

@@ -1,0 +1,138 @@
+//! What can go wrong, as the exit code a script sees and the one line an
+//! operator reads (`taskfence: error: …`).
+//!
+//! Every failure becomes a [`CliError`] before it leaves a command; `main`
+//! prints it and exits with its [`code`](CliError::code). No backtraces, no
+//! `Debug` output: the message is the whole report.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use taskfence::Error;
+
+/// A failure, by what a caller can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The store could not be reached or failed (exit 1): try again, check the store.
+    #[error("{0}")]
+    Operational(String),
+    /// The command line is wrong (exit 2): fix it; nothing was done.
+    #[error("{0}")]
+    Usage(String),
+    /// No such task (exit 3).
+    #[error("{0}")]
+    NotFound(String),
+    /// The store refused the change (exit 4): the task is not in a state that allows it.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl CliError {
+    /// The process exit code: 1 operational, 2 usage, 3 not found, 4 refused.
+    pub fn code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::Operational(_) => 1,
+            CliError::Usage(_) => 2,
+            CliError::NotFound(_) => 3,
+            CliError::Refused(_) => 4,
+        })
+    }
+
+    /// A clap parse error as one line: clap's own message without its usage
+    /// block (`taskfence <cmd> --help` has it).
+    pub fn from_clap(err: &clap::Error) -> Self {
+        let rendered = err.render().to_string();
+        // The message is everything before the first blank line; clap lists
+        // missing arguments on indented lines, which join onto the first.
+        let message = rendered
+            .split("\n\n")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let message = message.strip_prefix("error: ").unwrap_or(&message);
+        CliError::Usage(format!("{message} (see --help)"))
+    }
+}
+
+impl From<Error> for CliError {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::NotFound(id) => CliError::NotFound(format!("task {id} not found")),
+            Error::InvalidInput(e) => CliError::Usage(format!("invalid input: {e}")),
+            Error::KeyConflict { .. } => CliError::Refused(err.to_string()),
+            Error::Storage(source) => CliError::Operational(storage_message(&*source)),
+            other => CliError::Operational(other.to_string()),
+        }
+    }
+}
+
+/// A backend error with its causes on one line, and a hint for the one
+/// mistake everyone makes first: a store that was never migrated.
+pub fn storage_message(err: &(dyn StdError + 'static)) -> String {
+    let mut message = chain(err);
+    if missing_tables(err) {
+        message.push_str(
+            " (are the tables there? run `taskfence migrate`, or check --schema / --dynamodb-table)",
+        );
+    }
+    message
+}
+
+/// `err: cause: cause…`, skipping causes whose text the previous one already shows.
+pub fn chain(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            let _ = write!(out, ": {text}");
+        }
+        source = cause.source();
+    }
+    out.replace('\n', " ")
+}
+
+/// PostgreSQL's undefined table (42P01) or undefined function (42883), or
+/// DynamoDB's unknown table.
+fn missing_tables(err: &(dyn StdError + 'static)) -> bool {
+    if let Some(sqlx::Error::Database(db)) = err.downcast_ref::<sqlx::Error>() {
+        return matches!(db.code().as_deref(), Some("42P01" | "42883" | "3F000"));
+    }
+    chain(err).contains("ResourceNotFoundException")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use taskfence::TaskId;
+
+    #[test]
+    fn exit_codes() {
+        let code = |e: CliError| e.code();
+        assert_eq!(code(CliError::Operational("x".into())), ExitCode::from(1));
+        assert_eq!(
+            code(CliError::from(Error::NotFound(TaskId::new()))),
+            ExitCode::from(3)
+        );
+        assert_eq!(
+            code(CliError::from(Error::from(taskfence::InvalidInput::Blank {
+                field: "by"
+            }))),
+            ExitCode::from(2)
+        );
+    }
+
+    #[test]
+    fn causes_join_on_one_line() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let err = Outer(std::io::Error::other("inner\nsecond line"));
+        assert_eq!(chain(&err), "outer: inner second line");
+    }
+}
