@@ -15,6 +15,7 @@
 //! | `dynamodb` | `DynamoStore`, the table definition (feature `dynamodb`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
 //! | `testing` | the backend conformance suite (feature `testing`) |
+//! | `metrics` | `Observed`: a store wrapper recording metrics and spans per call (feature `metrics`) |
 //! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
 //! | [`limits`] | input limits every backend enforces |
 //! | `serialize` | `serde` for the public data types (feature `serde`) |
@@ -55,6 +56,10 @@ pub use dynamodb::{DynamoStore, DynamoStoreBuilder};
 #[cfg(feature = "runtime")]
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
 pub mod runtime;
+
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, InvalidInput};
