@@ -132,3 +132,34 @@ async fn racing_completions_from_two_clients_save_once() {
         assert_eq!(completed, 1, "{rule:?}: one attempt is the one saved");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_retries_from_two_clients_reopen_once() {
+    let f = dynamo::fixture().await;
+    let stores = [
+        f.store(),
+        std::sync::Arc::new(dynamo::replica(&f, f.clock().clone())) as _,
+    ];
+    let task = stores[0].submit(new_task("send-1")).await.unwrap().into_task();
+    assert!(stores[0].cancel(task.id, "stop").await.unwrap().is_accepted());
+    let answers = race(RACERS, |i| {
+        let store: std::sync::Arc<dyn TaskStore> = stores[i % 2].clone();
+        async move {
+            store
+                .retry(task.id, taskfence::RetryRequest::new(format!("ops-{i}"), "again"))
+                .await
+                .expect("retry")
+        }
+    })
+    .await;
+    let reopened = answers.iter().filter(|a| a.is_accepted()).count();
+    assert_eq!(reopened, 1, "exactly one of {RACERS} retries reopens");
+    assert!(
+        answers
+            .iter()
+            .all(|a| a.is_accepted() || a.rejection() == Some(&Rejection::NotTerminal(taskfence::Status::Pending))),
+        "the others find it live: {answers:?}"
+    );
+    assert_eq!(f.count("R#").await, 1, "one reopening item");
+    assert_eq!(stores[1].due(10).await.unwrap(), [task.id], "due for re-dispatch");
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use taskfence::testing::{DynamoFixture, Fixture};
 use taskfence::{
     AcceptanceRule, Claim, ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response,
-    RetryPolicy, TaskStore,
+    RetryPolicy, RetryRequest, TaskStore,
 };
 use taskfence_test_support::dynamo::{self, RequestCounter};
 
@@ -166,5 +166,29 @@ async fn every_happy_path_write_but_claim_and_cancel_is_one_request() {
         requests(&counter),
         expect(&[("BatchWriteItem", 3), ("DeleteItem", 6), ("Query", 4)]),
         "purge of 3 tasks"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_is_a_read_and_one_transaction() {
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.store();
+    let task = store.submit(new_task("send-1")).await.unwrap().into_task();
+    assert!(store.cancel(task.id, "stop").await.unwrap().is_accepted());
+    requests(&counter);
+
+    let request = RetryRequest::new("ops", "fixed");
+    assert!(store.retry(task.id, request.clone()).await.unwrap().is_accepted());
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1), ("TransactWriteItems", 1)]),
+        "retry: the task, then task + record + reopening in one transaction"
+    );
+    assert!(!store.retry(task.id, request).await.unwrap().is_accepted());
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1)]),
+        "a refused retry only reads"
     );
 }

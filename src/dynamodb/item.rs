@@ -11,10 +11,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use time::OffsetDateTime;
 
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
-use crate::store::{Attempt, AttemptOutcome};
+use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
 
-use super::table::{PARTITION_KEY, SORT_KEY};
+use super::table::{PARTITION_KEY, SORT_KEY, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD};
 
 /// An item as the SDK gives it.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -25,6 +25,8 @@ pub(crate) const TASK_SK: &str = "T";
 pub(crate) const KEY_SK: &str = "K";
 /// Sort key prefix of attempt items.
 pub(crate) const ATTEMPT_PREFIX: &str = "A#";
+/// Sort key prefix of reopening items (one per [`retry`](crate::TaskStore::retry)).
+pub(crate) const REOPENING_PREFIX: &str = "R#";
 
 // Attribute names, once.
 pub(crate) const TASK_ID: &str = "task_id";
@@ -57,6 +59,14 @@ pub(crate) const STARTED_AT: &str = "started_at";
 pub(crate) const OUTCOME: &str = "outcome";
 pub(crate) const OPERATION_ID: &str = "operation_id";
 pub(crate) const ERROR: &str = "error";
+pub(crate) const BUDGET_BASE: &str = "budget_base";
+pub(crate) const BUDGET_STARTED_AT: &str = "budget_started_at";
+/// How many times the task was reopened: numbers the next reopening item.
+pub(crate) const REOPENINGS: &str = "reopenings";
+pub(crate) const AT: &str = "at";
+pub(crate) const BY: &str = "by";
+pub(crate) const REASON: &str = "reason";
+pub(crate) const FROM: &str = "from";
 
 /// An item that does not read back as what it should be.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +94,28 @@ pub(crate) fn key_pk(key: &RequestKey) -> String {
 /// Sort key of attempt `number`: zero-padded so they sort in number order.
 pub(crate) fn attempt_sk(number: u64) -> String {
     format!("{ATTEMPT_PREFIX}{number:010}")
+}
+
+/// Sort key of reopening `number`: zero-padded so they sort in number order.
+pub(crate) fn reopening_sk(number: u32) -> String {
+    format!("{REOPENING_PREFIX}{number:010}")
+}
+
+/// The `unclaimed` index's sort key of a task: its submission instant,
+/// zero-padded, then its id, so the index runs in `(created_at, id)` order
+/// and `< unclaimed_before(cutoff)` selects exactly `created_at < cutoff`.
+pub(crate) fn unclaimed_at(task: &Task) -> AttributeValue {
+    s(format!(
+        "{:021}#{}",
+        task.created_at.unix_timestamp_nanos().max(0),
+        task.id
+    ))
+}
+
+/// The bound of a `stranded` query: every task submitted before `cutoff`
+/// sorts below it.
+pub(crate) fn unclaimed_before(cutoff: OffsetDateTime) -> AttributeValue {
+    s(format!("{:021}", cutoff.unix_timestamp_nanos().max(0)))
 }
 
 /// The primary key of an item.
@@ -134,7 +166,6 @@ pub(crate) fn new_items(task: &Task) -> (Item, Item) {
     key.insert(EXPIRES_AT.into(), at(task.expires_at));
 
     let mut item = key_of(task_pk(task.id), TASK_SK);
-    let p = &task.policy;
     for (name, value) in [
         (TASK_ID, s(task.id.to_string())),
         (SCOPE, s(&task.key.scope)),
@@ -144,22 +175,52 @@ pub(crate) fn new_items(task: &Task) -> (Item, Item) {
         (PAYLOAD, b(task.payload.clone())),
         (STATUS, s(task.status.as_str())),
         (VERSION, n(task.version)),
-        (MAX_ATTEMPTS, n(p.max_attempts)),
-        (INITIAL_BACKOFF, nanos(p.initial_backoff)),
-        (MAX_BACKOFF, nanos(p.max_backoff)),
-        (MULTIPLIER, s(p.multiplier.to_string())),
-        (JITTER, s(p.jitter.to_string())),
-        (ON_AMBIGUOUS, s(on_ambiguous_name(p.on_ambiguous))),
+        (BUDGET_BASE, n(task.budget_base)),
+        (BUDGET_STARTED_AT, at(task.budget_started_at)),
         (ACCEPTANCE, s(task.acceptance.as_str())),
         (CREATED_AT, at(task.created_at)),
         (EXPIRES_AT, at(task.expires_at)),
+        // Never claimed yet: in the sparse index `stranded` reads.
+        (UNCLAIMED_SHARD, s(UNCLAIMED_INDEX)),
+        (UNCLAIMED_AT, unclaimed_at(task)),
     ] {
         item.insert(name.into(), value);
     }
-    if let Some(d) = p.deadline {
-        item.insert(DEADLINE.into(), nanos(d));
-    }
+    item.extend(
+        policy_attributes(&task.policy)
+            .into_iter()
+            .filter_map(|(name, value)| Some((name.to_owned(), value?))),
+    );
     (key, item)
+}
+
+/// The attributes of a retry policy; `None`: the attribute is absent (no deadline).
+pub(crate) fn policy_attributes(p: &RetryPolicy) -> [(&'static str, Option<AttributeValue>); 7] {
+    [
+        (MAX_ATTEMPTS, Some(n(p.max_attempts))),
+        (INITIAL_BACKOFF, Some(nanos(p.initial_backoff))),
+        (MAX_BACKOFF, Some(nanos(p.max_backoff))),
+        (MULTIPLIER, Some(s(p.multiplier.to_string()))),
+        (JITTER, Some(s(p.jitter.to_string()))),
+        (ON_AMBIGUOUS, Some(s(on_ambiguous_name(p.on_ambiguous)))),
+        (DEADLINE, p.deadline.map(nanos)),
+    ]
+}
+
+/// A reopening's item.
+pub(crate) fn reopening_item(r: &Reopening) -> Item {
+    let mut item = key_of(task_pk(r.task_id), &reopening_sk(r.number));
+    for (name, value) in [
+        (NUMBER, n(r.number)),
+        (AT, at(r.at)),
+        (BY, s(&r.by)),
+        (REASON, s(&r.reason)),
+        (FROM, s(r.from.as_str())),
+        (VERSION, n(r.version)),
+    ] {
+        item.insert(name.into(), value);
+    }
+    item
 }
 
 /// A new attempt's item.
@@ -265,9 +326,12 @@ pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
             deadline: r.duration(DEADLINE)?,
             on_ambiguous,
         },
-        // Placeholder until the budget attributes land: every task's first budget.
-        budget_base: 0,
-        budget_started_at: r.at(CREATED_AT)?,
+        // Absent on items written before the budget attributes: the first budget.
+        budget_base: r.opt_n(BUDGET_BASE)?.unwrap_or(0),
+        budget_started_at: match r.opt_at(BUDGET_STARTED_AT)? {
+            Some(started) => started,
+            None => r.at(CREATED_AT)?,
+        },
         acceptance: AcceptanceRule::parse(r.s(ACCEPTANCE)?).ok_or_else(|| Reader::missing(ACCEPTANCE))?,
         lease_until: r.opt_at(LEASE_UNTIL)?,
         not_before: r.opt_at(NOT_BEFORE)?,
@@ -299,6 +363,25 @@ pub(crate) fn attempt(item: &Item, task_id: TaskId) -> Result<Attempt, BadItem> 
         outcome,
         operation_id: r.opt_s(OPERATION_ID).map(str::to_owned),
         error: r.opt_s(ERROR).map(str::to_owned),
+    })
+}
+
+/// How many times a task item was reopened (absent: never).
+pub(crate) fn reopenings(item: &Item) -> Result<u32, BadItem> {
+    Ok(Reader(item).opt_n(REOPENINGS)?.unwrap_or(0))
+}
+
+/// A reopening item as a [`Reopening`].
+pub(crate) fn reopening(item: &Item, task_id: TaskId) -> Result<Reopening, BadItem> {
+    let r = Reader(item);
+    Ok(Reopening {
+        task_id,
+        number: r.n(NUMBER)?,
+        at: r.at(AT)?,
+        by: r.s(BY)?.to_owned(),
+        reason: r.s(REASON)?.to_owned(),
+        from: r.s(FROM)?.parse::<Status>().map_err(|e| BadItem(e.to_string()))?,
+        version: r.n(VERSION)?,
     })
 }
 
@@ -356,5 +439,34 @@ mod tests {
             key_pk(&RequestKey::new("a", "b:c", "d"))
         );
         assert!(attempt_sk(2) < attempt_sk(10));
+        assert!(reopening_sk(2) < reopening_sk(10));
+
+        // A later budget reads back; an item from before the budget
+        // attributes reads as its first budget.
+        let mut reopened = task.clone();
+        (reopened.version, reopened.budget_base) = (3, 3);
+        reopened.budget_started_at = now + Duration::from_secs(5);
+        let (_, item) = new_items(&reopened);
+        assert_eq!(self::task(&item).unwrap(), reopened);
+        let mut old = item.clone();
+        old.remove(BUDGET_BASE);
+        old.remove(BUDGET_STARTED_AT);
+        let old = self::task(&old).unwrap();
+        assert_eq!((old.budget_base, old.budget_started_at), (0, old.created_at));
+        assert_eq!(reopenings(&item).unwrap(), 0);
+
+        // The unclaimed index's order is (created_at, id), its bound exact.
+        let later = Task {
+            created_at: now + Duration::from_nanos(1),
+            ..task.clone()
+        };
+        let key = |t: &Task| unclaimed_at(t).as_s().unwrap().clone();
+        let bound = |t: OffsetDateTime| unclaimed_before(t).as_s().unwrap().clone();
+        assert!(key(&task) < key(&later));
+        assert!(key(&task) < bound(later.created_at));
+        assert!(
+            key(&later) >= bound(later.created_at),
+            "created_at < cutoff, strictly"
+        );
     }
 }

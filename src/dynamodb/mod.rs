@@ -7,9 +7,10 @@
 //! configuration of its own. Create the table with [`create_table`] or the
 //! definition in `docs/DYNAMODB.md`.
 //!
-//! - **One table, three kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//! - **One table, four kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
-//!   with many attempts never nears the 400 KB item limit), and its dedup
+//!   with many attempts never nears the 400 KB item limit), its reopenings
+//!   by [`retry`](crate::TaskStore::retry) (`sk = R#<number>`), and its dedup
 //!   record (`pk = K#<scope, operation, key>`, `sk = K`).
 //! - **Every decision one conditional request.** A fenced write is one
 //!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
@@ -26,7 +27,7 @@
 //!   submit 1 (a repeat 2: the refused transaction, then the task),
 //!   claim 2 (a read, then the transaction: the new attempt's item is keyed
 //!   by the new version, which only a read tells), renew 1, complete 1,
-//!   fail 1, release 1, record_operation 1, cancel 2, get 1, find 2,
+//!   fail 1, release 1, record_operation 1, cancel 2, retry 2, get 1, find 2,
 //!   attempts 1 (per 1 MB page), due 1 (per page of the index),
 //!   purge_expired 1 + 4 per purged task.
 //! - **Time is the writer's clock.** DynamoDB has no clock to compare with
@@ -63,8 +64,8 @@ mod table;
 
 pub use store::{DynamoStore, DynamoStoreBuilder, ExtraRefused};
 pub use table::{
-    DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, TTL,
-    create_table,
+    DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,
+    TTL, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD, create_table,
 };
 
 /// Largest payload this backend stores, in bytes: the task item holds the

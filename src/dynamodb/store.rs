@@ -24,16 +24,19 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, InvalidInput};
 use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
-use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck};
+use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Result, Retry, RetryRequest, Submitted,
-    TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Reopening, Result, Retry, RetryRequest,
+    Submitted, TaskStore,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::trace;
 
 use super::item::{self, Item, at, b, n, s};
-use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, TTL};
+use super::table::{
+    DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,
+    TTL, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD,
+};
 use super::{MAX_EXTRA_ITEMS, MAX_PAYLOAD_LEN, MAX_RESPONSE_LEN};
 
 /// How often a write refused by a condition, whose `ALL_OLD` image then says
@@ -295,9 +298,22 @@ fn fence(e: Expr, version: u64, now: OffsetDateTime) -> Expr {
     )
 }
 
-/// The task item is still in the state a decision was made on (version and
-/// status fix every other mutable field of the item but the lease expiry).
+/// The task item is still in the state a decision was made on: version,
+/// status and retry budget fix every other mutable field of the item but the
+/// lease expiry. (A retry keeps the version and can bring back a status the
+/// task had before; its new budget is what tells the two states apart.)
 fn unchanged(e: Expr, task: &Task) -> Expr {
+    // Items from before the budget attributes lack them: that is the first budget.
+    let base = if task.budget_base == 0 {
+        "attribute_not_exists(#budget_base) OR #budget_base = :c_base"
+    } else {
+        "#budget_base = :c_base"
+    };
+    let started = if task.budget_started_at == task.created_at {
+        "attribute_not_exists(#budget_started_at) OR #budget_started_at = :c_started"
+    } else {
+        "#budget_started_at = :c_started"
+    };
     e.cond(
         "#version = :c_version AND #status = :c_status",
         &[item::VERSION, item::STATUS],
@@ -306,11 +322,17 @@ fn unchanged(e: Expr, task: &Task) -> Expr {
             (":c_status", s(task.status.as_str())),
         ],
     )
+    .cond(base, &[item::BUDGET_BASE], vec![(":c_base", n(task.budget_base))])
+    .cond(
+        started,
+        &[item::BUDGET_STARTED_AT],
+        vec![(":c_started", at(task.budget_started_at))],
+    )
 }
 
 /// Makes the task terminal, on the item and on the snapshot alike (the same
 /// fields `MemoryStore` changes): no lease, no backoff, finished now, in the
-/// purge index, out of the due index.
+/// purge index, out of the due and unclaimed indexes.
 fn terminal(
     mut e: Expr,
     task: &mut Task,
@@ -330,7 +352,9 @@ fn terminal(
         .remove(item::LEASE_UNTIL)
         .remove(item::NOT_BEFORE)
         .remove(DUE_SHARD)
-        .remove(DUE_AT);
+        .remove(DUE_AT)
+        .remove(UNCLAIMED_SHARD)
+        .remove(UNCLAIMED_AT);
     if let Some(error) = error {
         e = e.set(item::LAST_ERROR, s(&error));
         task.last_error = Some(error);
@@ -487,7 +511,7 @@ impl DynamoStore {
                 .table_name(&*self.table)
                 .set_item(Some(item))
                 .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", super::table::PARTITION_KEY)
+                .expression_attribute_names("#pk", PARTITION_KEY)
                 .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
                 .build()
                 .expect("table and item are set");
@@ -518,6 +542,14 @@ impl DynamoStore {
     }
 
     async fn get_on(&self, id: TaskId) -> Result<Option<Task>> {
+        self.get_item_on(id)
+            .await?
+            .map(|i| item::task(&i).map_err(Error::storage))
+            .transpose()
+    }
+
+    /// The task item, read consistently.
+    async fn get_item_on(&self, id: TaskId) -> Result<Option<Item>> {
         let out = self
             .client
             .get_item()
@@ -527,9 +559,7 @@ impl DynamoStore {
             .send()
             .await
             .map_err(Error::storage)?;
-        out.item()
-            .map(|i| item::task(i).map_err(Error::storage))
-            .transpose()
+        Ok(out.item)
     }
 
     async fn claim_on(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
@@ -584,7 +614,9 @@ impl DynamoStore {
                         .set(item::LEASE_UNTIL, at(until))
                         .set(DUE_SHARD, s(DUE_INDEX))
                         .set(DUE_AT, at(until))
-                        .remove(item::NOT_BEFORE);
+                        .remove(item::NOT_BEFORE)
+                        .remove(UNCLAIMED_SHARD)
+                        .remove(UNCLAIMED_AT);
                     items.push(e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
                     let attempt = Attempt {
                         id: attempt_id,
@@ -692,6 +724,96 @@ impl DynamoStore {
             }
         }
         Err(Error::storage(Raced("complete")))
+    }
+
+    /// Reads the task, decides with [`rules::reopen`], and writes the
+    /// reopened task, its dedup record (live again: no TTL, retention
+    /// restarted) and the reopening item in one transaction conditioned on
+    /// the state read, like a cancellation; a refusal decides again on its image.
+    async fn retry_on(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
+        let found = self.get_item_on(id).await?.ok_or(Error::NotFound(id))?;
+        let mut task = item::task(&found).map_err(Error::storage)?;
+        let mut reopenings = item::reopenings(&found).map_err(Error::storage)?;
+        let pk = item::task_pk(id);
+        for _ in 0..RACE_RETRIES {
+            if let ReopenRule::Answer(rejection) = rules::reopen(&task) {
+                return Ok(Fenced::Rejected(rejection));
+            }
+            let now = self.now();
+            let mut next = task.clone();
+            rules::reopened(&mut next, now, request.policy);
+            let reopening = Reopening {
+                task_id: id,
+                number: reopenings + 1,
+                at: now,
+                by: request.by.clone(),
+                reason: request.reason.clone(),
+                from: task.status,
+                version: task.version,
+            };
+            // Pending and due at once (in the due index, so a re-dispatch
+            // loop publishes it), out of the purge index, a fresh budget.
+            let mut e = unchanged(Expr::default(), &task)
+                .set(item::STATUS, s(Status::Pending.as_str()))
+                .set(item::NOT_BEFORE, at(now))
+                .set(DUE_SHARD, s(DUE_INDEX))
+                .set(DUE_AT, at(now))
+                .set(item::BUDGET_BASE, n(next.budget_base))
+                .set(item::BUDGET_STARTED_AT, at(next.budget_started_at))
+                .set(item::EXPIRES_AT, at(next.expires_at))
+                .set(item::REOPENINGS, n(reopening.number))
+                .remove(item::LEASE_UNTIL)
+                .remove(item::FINISHED_AT)
+                .remove(PURGE_SHARD)
+                .remove(PURGE_AT);
+            if next.version == 0 {
+                // Cancelled before any claim: unclaimed again, so `stranded` sees it.
+                e = e
+                    .set(UNCLAIMED_SHARD, s(UNCLAIMED_INDEX))
+                    .set(UNCLAIMED_AT, item::unclaimed_at(&next));
+            }
+            if request.policy.is_some() {
+                for (name, value) in item::policy_attributes(&next.policy) {
+                    e = match value {
+                        Some(value) => e.set(name, value),
+                        None => e.remove(name),
+                    };
+                }
+            }
+            // The dedup record guards the key again for the new retention.
+            // Should DynamoDB's TTL have deleted it already, it is put back.
+            let record = Expr::default()
+                .set(item::TASK_ID, s(id.to_string()))
+                .set(item::INPUT_HASH, b(task.input_hash.as_bytes().to_vec()))
+                .set(item::EXPIRES_AT, at(next.expires_at))
+                .remove(TTL)
+                .cond(
+                    "attribute_not_exists(#pk) OR #task_id = :c_task",
+                    &[PARTITION_KEY, item::TASK_ID],
+                    vec![(":c_task", s(id.to_string()))],
+                );
+            let put = Put::builder()
+                .table_name(&*self.table)
+                .set_item(Some(item::reopening_item(&reopening)))
+                .condition_expression("attribute_not_exists(#pk)")
+                .expression_attribute_names("#pk", PARTITION_KEY)
+                .build()
+                .expect("table and item are set");
+            let items = vec![
+                e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                record.update(&self.table, item::key_of(item::key_pk(&task.key), item::KEY_SK)),
+                TransactWriteItem::builder().put(put).build(),
+            ];
+            match self.transact("retry", items, usize::MAX).await? {
+                Tx::Written => return Ok(Fenced::Accepted(next)),
+                Tx::Refused(None) => return Err(Error::NotFound(id)),
+                Tx::Refused(Some(old)) => {
+                    task = item::task(&old).map_err(Error::storage)?;
+                    reopenings = item::reopenings(&old).map_err(Error::storage)?;
+                }
+            }
+        }
+        Err(Error::storage(Raced("retry")))
     }
 
     /// Runs a fenced write of `lease`: `items` builds the transaction for the
@@ -834,7 +956,7 @@ impl DynamoStore {
             None,
             "#pk = :pk AND begins_with(#sk, :prefix)",
             HashMap::from([
-                ("#pk".to_owned(), super::table::PARTITION_KEY.to_owned()),
+                ("#pk".to_owned(), PARTITION_KEY.to_owned()),
                 ("#sk".to_owned(), SORT_KEY.to_owned()),
             ]),
             HashMap::from([
@@ -846,8 +968,27 @@ impl DynamoStore {
         .await
     }
 
+    /// A task's attempt and reopening items: every item of its partition
+    /// that sorts before the task item (`A#…`, `R#…` < `T`).
+    async fn child_items(&self, id: TaskId) -> Result<Vec<Item>> {
+        self.query_all(
+            None,
+            "#pk = :pk AND #sk < :task",
+            HashMap::from([
+                ("#pk".to_owned(), PARTITION_KEY.to_owned()),
+                ("#sk".to_owned(), SORT_KEY.to_owned()),
+            ]),
+            HashMap::from([
+                (":pk".to_owned(), s(item::task_pk(id))),
+                (":task".to_owned(), s(item::TASK_SK)),
+            ]),
+            None,
+        )
+        .await
+    }
+
     /// Removes one expired terminal task: its dedup record first (only if it
-    /// is still this task's), then its attempts, the task item last, so an
+    /// is still this task's), then its attempts and reopenings, the task item last, so an
     /// interrupted purge leaves the task in the index for the next one.
     async fn purge_one(&self, id: TaskId, key: &RequestKey, now: OffsetDateTime) -> Result<bool> {
         let dedup = self
@@ -869,14 +1010,14 @@ impl DynamoStore {
                 return Err(Error::storage(err));
             }
         }
-        let attempts = self.attempt_items(id).await?;
-        for chunk in attempts.chunks(BATCH_DELETE) {
+        let children = self.child_items(id).await?;
+        for chunk in children.chunks(BATCH_DELETE) {
             let mut requests: Vec<WriteRequest> = chunk
                 .iter()
                 .map(|a| {
                     let key = a
                         .iter()
-                        .filter(|(k, _)| *k == super::table::PARTITION_KEY || *k == SORT_KEY)
+                        .filter(|(k, _)| *k == PARTITION_KEY || *k == SORT_KEY)
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect();
                     WriteRequest::builder()
@@ -1205,8 +1346,9 @@ impl TaskStore for DynamoStore {
     }
 
     async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
-        let _ = (id, request);
-        todo!("DynamoStore::retry")
+        request.validate()?;
+        let span = trace::op("retry", Some(id), None, None);
+        self.retry_on(id, request).instrument(span).await
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
@@ -1245,7 +1387,7 @@ impl TaskStore for DynamoStore {
                 .iter()
                 .map(|e| {
                     let pk = e
-                        .get(super::table::PARTITION_KEY)
+                        .get(PARTITION_KEY)
                         .and_then(|v| v.as_s().ok())
                         .map_or("", String::as_str);
                     item::task_id_of_pk(pk).map_err(Error::storage)
@@ -1279,7 +1421,7 @@ impl TaskStore for DynamoStore {
             let mut purged = 0;
             for entry in &entries {
                 let pk = entry
-                    .get(super::table::PARTITION_KEY)
+                    .get(PARTITION_KEY)
                     .and_then(|v| v.as_s().ok())
                     .map_or("", String::as_str);
                 let id = item::task_id_of_pk(pk).map_err(Error::storage)?;

@@ -1,5 +1,6 @@
-//! The table [`DynamoStore`](super::DynamoStore) works on: key schema, the two
-//! sparse indexes and the TTL attribute, and [`create_table`], which makes one
+//! The table [`DynamoStore`](super::DynamoStore) works on: key schema, the
+//! indexes (`due`, `purge`, and for inspection `status` and `unclaimed`) and
+//! the TTL attribute, and [`create_table`], which makes one
 //! (tests, local development; production tables usually come from
 //! infrastructure code with the same definition, see `docs/DYNAMODB.md`).
 
@@ -66,6 +67,37 @@ pub const PURGE_SHARD: &str = "purge_shard";
 /// assert_eq!(taskfence::dynamodb::PURGE_AT, "purge_at");
 /// ```
 pub const PURGE_AT: &str = "purge_at";
+/// The index [`Inspect::list`](crate::inspect::Inspect::list) and
+/// [`Inspect::counts`](crate::inspect::Inspect::counts) read: task items by
+/// `status` (partition key), then `task_id` (sort key, UUID v7 text: the
+/// submission order), carrying `scope`, `operation` and `created_at` for
+/// filters. Only task items have a `status`, so nothing else is in it.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::STATUS_INDEX, "status");
+/// ```
+pub const STATUS_INDEX: &str = "status";
+/// The sparse index [`Inspect::stranded`](crate::inspect::Inspect::stranded)
+/// reads: only never-claimed pending tasks carry its key attributes.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::UNCLAIMED_INDEX, "unclaimed");
+/// ```
+pub const UNCLAIMED_INDEX: &str = "unclaimed";
+/// Partition key of [`UNCLAIMED_INDEX`] (`S`, one value: `unclaimed`).
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::UNCLAIMED_SHARD, "unclaimed_shard");
+/// ```
+pub const UNCLAIMED_SHARD: &str = "unclaimed_shard";
+/// Sort key of [`UNCLAIMED_INDEX`] (`S`): the submission instant in Unix
+/// nanoseconds, zero-padded to 21 digits, `#`, the task id — oldest first,
+/// ties by id.
+///
+/// ```
+/// assert_eq!(taskfence::dynamodb::UNCLAIMED_AT, "unclaimed_at");
+/// ```
+pub const UNCLAIMED_AT: &str = "unclaimed_at";
 /// The TTL attribute (`N`, Unix seconds), set on a dedup record once its task
 /// is terminal: DynamoDB's own expiry, a backstop behind `purge_expired`.
 ///
@@ -125,6 +157,34 @@ pub async fn create_table(client: &Client, table: &str) -> Result<()> {
         )
         .build()
         .expect("index fields are set");
+    // Inspection: the page's ids and the filters' attributes; the tasks
+    // themselves are read from the table (consistent), so a task's every
+    // other change never writes this index.
+    let status = GlobalSecondaryIndex::builder()
+        .index_name(STATUS_INDEX)
+        .key_schema(key("status", KeyType::Hash))
+        .key_schema(key("task_id", KeyType::Range))
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::Include)
+                .non_key_attributes("scope")
+                .non_key_attributes("operation")
+                .non_key_attributes("created_at")
+                .build(),
+        )
+        .build()
+        .expect("index fields are set");
+    let unclaimed = GlobalSecondaryIndex::builder()
+        .index_name(UNCLAIMED_INDEX)
+        .key_schema(key(UNCLAIMED_SHARD, KeyType::Hash))
+        .key_schema(key(UNCLAIMED_AT, KeyType::Range))
+        .projection(
+            Projection::builder()
+                .projection_type(ProjectionType::KeysOnly)
+                .build(),
+        )
+        .build()
+        .expect("index fields are set");
     client
         .create_table()
         .table_name(table)
@@ -135,10 +195,16 @@ pub async fn create_table(client: &Client, table: &str) -> Result<()> {
         .attribute_definitions(attr(DUE_AT, ScalarAttributeType::N))
         .attribute_definitions(attr(PURGE_SHARD, ScalarAttributeType::S))
         .attribute_definitions(attr(PURGE_AT, ScalarAttributeType::N))
+        .attribute_definitions(attr("status", ScalarAttributeType::S))
+        .attribute_definitions(attr("task_id", ScalarAttributeType::S))
+        .attribute_definitions(attr(UNCLAIMED_SHARD, ScalarAttributeType::S))
+        .attribute_definitions(attr(UNCLAIMED_AT, ScalarAttributeType::S))
         .key_schema(key(PARTITION_KEY, KeyType::Hash))
         .key_schema(key(SORT_KEY, KeyType::Range))
         .global_secondary_indexes(due)
         .global_secondary_indexes(purge)
+        .global_secondary_indexes(status)
+        .global_secondary_indexes(unclaimed)
         .send()
         .await
         .map_err(Error::storage)?;
