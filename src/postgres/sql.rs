@@ -584,8 +584,14 @@ impl Statements {
             list: (0..ListShape::COUNT)
                 .map(|i| list_sql(s, ListShape::from_index(i)))
                 .collect(),
-            // Every task is counted: an index-only scan of `tasks_status_id`.
-            counts: format!("SELECT status, count(*) AS n FROM {s}.tasks GROUP BY status"),
+            // Every task is counted: one index-only range scan of
+            // `tasks_status_id` per status, so every entry of that index is
+            // read once (whatever the heap's size; the planner would pick a
+            // sequential scan of a small heap for a plain GROUP BY).
+            counts: format!(
+                "SELECT st.status, (SELECT count(*) FROM {s}.tasks AS t WHERE t.status = st.status) AS n
+                 FROM (VALUES ('pending'), ('running'), ('completed'), ('failed'), ('cancelled')) AS st(status)"
+            ),
             // $1 scope: an index-only scan of that scope in `tasks_scope_id`.
             counts_scope: format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status"),
             // $1 id. The task and its attempts, reopenings and handoffs in one
@@ -620,16 +626,16 @@ impl Statements {
             // $1 older than (interval), $2 limit. Never-claimed pending tasks
             // from the partial index `tasks_unclaimed`, oldest first, whose
             // last publication (or submission, when never published) is older
-            // than the cutoff; the clock is read once (an InitPlan). A handoff
-            // is never published before its task was created, so `created_at
-            // < cutoff` bounds the index range.
+            // than the cutoff: submitted before it, and no handoff published
+            // since (an anti-join on `handoffs_task`). The clock is read once
+            // (an InitPlan).
             stranded: format!(
                 "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() - $1 AS cutoff)
                  SELECT {cols} FROM {s}.tasks AS t
                  WHERE t.status = 'pending' AND t.version = 0
                    AND t.created_at < (SELECT cutoff FROM clock)
-                   AND coalesce((SELECT max(h.published_at) FROM {s}.handoffs AS h WHERE h.task_id = t.id),
-                                t.created_at) < (SELECT cutoff FROM clock)
+                   AND NOT EXISTS (SELECT 1 FROM {s}.handoffs AS h
+                                   WHERE h.task_id = t.id AND h.published_at >= (SELECT cutoff FROM clock))
                  ORDER BY t.created_at, t.id LIMIT $2"
             ),
         }
