@@ -17,6 +17,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 use taskfence::inspect::Inspect;
 use taskfence::{DynamoStore, PgStore};
+use time::OffsetDateTime;
 
 use crate::cli::StoreArgs;
 use crate::error::{CliError, chain, storage_message};
@@ -103,6 +104,23 @@ pub struct Store {
 }
 
 impl Store {
+    /// The store's clock, which stamps every task: ages and `--older-than`
+    /// are measured on it, so a skewed laptop clock changes nothing.
+    /// PostgreSQL: the schema's `store_clock()`; DynamoDB: this machine's
+    /// clock, which is what a DynamoDB writer stamps with too.
+    pub async fn now(&self) -> Result<OffsetDateTime, CliError> {
+        match &self.backend {
+            Backend::Postgres(pg) => {
+                let sql = format!("SELECT \"{}\".store_clock()", pg.schema());
+                sqlx::query_scalar::<_, OffsetDateTime>(&sql)
+                    .fetch_one(pg.pool())
+                    .await
+                    .map_err(|e| CliError::from(taskfence::Error::storage(e)))
+            }
+            Backend::DynamoDb(_) => Ok(OffsetDateTime::now_utc()),
+        }
+    }
+
     /// Connects to `target`. With `table_may_be_missing` (the `migrate`
     /// command), a missing DynamoDB table is not an error.
     pub async fn connect(target: &Target, table_may_be_missing: bool) -> Result<Self, CliError> {
@@ -116,6 +134,12 @@ impl Store {
 }
 
 async fn postgres(url: &str, schema: &str) -> Result<Store, CliError> {
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(CliError::Usage(
+            "--database-url is not a PostgreSQL URL: expected postgres://user:password@host:5432/database"
+                .into(),
+        ));
+    }
     let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
         CliError::Usage(format!("--database-url is not a PostgreSQL URL: {}", chain(&e)))
     })?;

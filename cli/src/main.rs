@@ -60,8 +60,8 @@ fn run() -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Operational(format!("cannot start the async runtime: {e}")))?;
-    let report = runtime.block_on(commands::run(cli.command, &target))?;
-    let text = report.render(cli.json, time::OffsetDateTime::now_utc());
+    let (report, now) = runtime.block_on(commands::run(cli.command, &target))?;
+    let text = report.render(cli.json, now);
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         // `taskfence list | head`: the reader left; not an error.

@@ -1,7 +1,6 @@
 //! `stats`, `list`, `show`: reading only.
 
 use taskfence::inspect::{Order, TaskQuery};
-use time::OffsetDateTime;
 
 use crate::backend::Store;
 use crate::cli::{ListArgs, ShowArgs, StatsArgs};
@@ -21,10 +20,10 @@ pub async fn stats(store: &Store, args: StatsArgs) -> Result<Report, CliError> {
     })
 }
 
-/// One page of tasks. Ages are measured on this machine's clock against the
-/// store's creation times.
+/// One page of tasks; `--older-than` / `--newer-than` count back from the
+/// store's clock.
 pub async fn list(store: &Store, args: ListArgs) -> Result<Report, CliError> {
-    let now = OffsetDateTime::now_utc();
+    let now = store.now().await?;
     let mut query = TaskQuery::new().limit(usize::try_from(args.limit).unwrap_or(usize::MAX));
     if let Some(status) = args.status {
         query = query.status(status.into());

@@ -1,0 +1,145 @@
+//! What the end-to-end tests share: running the built `taskfence` binary
+//! against one store, and setting tasks up with the library's API.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use taskfence::testing::PgFixture;
+use taskfence::{
+    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, RequestKey, Response, RetryPolicy, Task,
+    TaskStore,
+};
+
+/// The outcome of one run of the binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Asserts success and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.code, 0, "expected success, got {self:#?}");
+        &self.stdout
+    }
+
+    /// Asserts exit `code`, nothing on stdout and exactly one line on
+    /// stderr, `taskfence: error: …`; returns that line.
+    #[track_caller]
+    pub fn failed(&self, code: i32) -> &str {
+        assert_eq!(self.code, code, "expected exit {code}, got {self:#?}");
+        assert_eq!(self.stdout, "", "nothing on stdout on failure: {self:#?}");
+        let line = self.stderr.strip_suffix('\n').unwrap_or(&self.stderr);
+        assert!(!line.contains('\n'), "one line on stderr: {self:#?}");
+        assert!(line.starts_with("taskfence: error: "), "{self:#?}");
+        line
+    }
+
+    /// Stdout as JSON.
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {self:#?}"))
+    }
+}
+
+/// The binary with a clean environment for the store flags: each test says
+/// which store it means.
+pub fn taskfence() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskfence"));
+    for var in [
+        "DATABASE_URL",
+        "TASKFENCE_SCHEMA",
+        "TASKFENCE_DYNAMODB_TABLE",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "RUST_BACKTRACE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+/// Runs `cmd` to completion.
+pub fn run(cmd: &mut Command) -> Run {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run the taskfence binary");
+    Run {
+        code: status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(stderr).expect("UTF-8 stderr"),
+    }
+}
+
+/// Runs the binary on the fixture's schema with `args`.
+pub fn pg(fixture: &PgFixture, args: &[&str]) -> Run {
+    run(taskfence()
+        .args(["--database-url", fixture.url(), "--schema", fixture.schema()])
+        .args(args))
+}
+
+/// A fresh fixture (own migrated schema) on the test server.
+pub async fn fixture() -> PgFixture {
+    taskfence_test_support::fixture().await
+}
+
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// Submits `scope/operation/key` with `policy`.
+pub async fn submit(
+    store: &dyn TaskStore,
+    scope: &str,
+    operation: &str,
+    key: &str,
+    policy: RetryPolicy,
+) -> Task {
+    store
+        .submit(NewTask::new(RequestKey::new(scope, operation, key), InputHash::of([key])).policy(policy))
+        .await
+        .expect("submit")
+        .into_task()
+}
+
+/// Claims `task` as `worker`.
+pub async fn claim(store: &dyn TaskStore, task: &Task, worker: &str) -> Lease {
+    match store
+        .claim(task.id, ClaimRequest::new(worker, LEASE))
+        .await
+        .expect("claim")
+    {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected to acquire {}, got {other:?}", task.id),
+    }
+}
+
+/// A task that failed terminally: one attempt allowed, a retryable failure.
+pub async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error: &str) -> Task {
+    let task = submit(
+        store,
+        scope,
+        "chat.reply",
+        key,
+        RetryPolicy::default().max_attempts(1),
+    )
+    .await;
+    let lease = claim(store, &task, "worker-1").await;
+    let _ = store.fail(lease, Failure::retryable(error)).await.expect("fail");
+    store.get(task.id).await.expect("get").expect("known")
+}
+
+/// A completed task.
+pub async fn completed(store: &dyn TaskStore, scope: &str, key: &str) -> Task {
+    let task = submit(store, scope, "chat.reply", key, RetryPolicy::default()).await;
+    let lease = claim(store, &task, "worker-1").await;
+    store
+        .complete(lease, Response::from("hello"))
+        .await
+        .expect("complete")
+        .accepted()
+        .expect("the only lease saves")
+}
