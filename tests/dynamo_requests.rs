@@ -192,3 +192,47 @@ async fn retry_is_a_read_and_one_transaction() {
         "a refused retry only reads"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_reads_indexes_and_never_scans() {
+    use taskfence::Status;
+    use taskfence::inspect::{Inspect, TaskQuery};
+
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.dynamo_store();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(store.submit(new_task(&format!("send-{i}"))).await.unwrap().into_task().id);
+    }
+    let lease = acquire(store, ids[0]).await;
+    requests(&counter);
+
+    let page = store.list(&TaskQuery::new().status(Status::Pending).limit(2)).await.unwrap();
+    assert_eq!((page.tasks.len(), page.next.is_some()), (2, true));
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1), ("Query", 1)]),
+        "list of one status: the index, then the page's tasks"
+    );
+    assert_eq!(store.list(&TaskQuery::new()).await.unwrap().tasks.len(), 4);
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1), ("Query", 5)]),
+        "list of every status: one query per status, merged"
+    );
+    let counts = store.counts(None).await.unwrap();
+    assert_eq!((counts.pending, counts.running), (3, 1));
+    assert_eq!(requests(&counter), expect(&[("Query", 5)]), "counts: one COUNT query per status");
+    let story = store.story(ids[0]).await.unwrap().unwrap();
+    assert_eq!(story.attempts.len(), 1);
+    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "story: the task's partition");
+    f.advance(Duration::from_secs(3600)).await;
+    assert_eq!(store.stranded(Duration::from_secs(60), 10).await.unwrap().len(), 3);
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1), ("Query", 1)]),
+        "stranded: the unclaimed index, then the tasks"
+    );
+    drop(lease);
+}

@@ -13,7 +13,8 @@ use aws_sdk_dynamodb::types::Select;
 use crate::clock::ManualClock;
 use crate::dynamodb::{DynamoStore, create_table};
 use crate::store::TaskStore;
-use crate::testing::Fixture;
+use crate::inspect::Inspect;
+use crate::testing::{Fixture, InspectFixture};
 
 /// Tables created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -103,7 +104,7 @@ impl DynamoFixture {
     }
 
     /// Items in the table whose sort key starts with `prefix`: `T` tasks,
-    /// `A#` attempts, `K` dedup records (a consistent scan: a test helper,
+    /// `A#` attempts, `R#` reopenings, `K` dedup records (a consistent scan: a test helper,
     /// never the store's path).
     ///
     /// ```no_run
@@ -155,8 +156,15 @@ impl Fixture for DynamoFixture {
         self.clock.advance(by);
     }
 
+    /// Every item of the table: tasks, attempts, reopenings, dedup records.
     async fn record_count(&self) -> u64 {
         self.scan_count(None).await
+    }
+}
+
+impl InspectFixture for DynamoFixture {
+    fn inspector(&self) -> Arc<dyn Inspect> {
+        Arc::new(self.store.clone())
     }
 }
 

@@ -14,14 +14,15 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, DeleteRequest, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update, WriteRequest,
+    AttributeValue, ConditionCheck, DeleteRequest, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
+    Select, TransactWriteItem, Update, WriteRequest,
 };
 use time::OffsetDateTime;
 use tracing::Instrument;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, InvalidInput};
+use crate::inspect::{Counts, Cursor, Inspect, Order, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
 use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
@@ -47,6 +48,11 @@ const RACE_RETRIES: usize = 4;
 const CONFLICT_RETRIES: u32 = 10;
 /// Deletes per `BatchWriteItem`, DynamoDB's maximum.
 const BATCH_DELETE: usize = 25;
+/// Keys per `BatchGetItem`, DynamoDB's maximum.
+const BATCH_GET: usize = 100;
+/// Requests a batch operation (`claim_many`, `complete_many`, the reads of
+/// a listing) has in flight at once.
+const CONCURRENCY: usize = 32;
 
 /// The DynamoDB [`TaskStore`]: one table, conditional writes, leases on the
 /// writer's clock (see the [module documentation](crate::dynamodb)).
@@ -1435,4 +1441,383 @@ impl TaskStore for DynamoStore {
         .instrument(span)
         .await
     }
+}
+
+/// Every status, in the order `list` merges and `counts` adds them.
+const STATUSES: [Status; 5] = [
+    Status::Pending,
+    Status::Running,
+    Status::Completed,
+    Status::Failed,
+    Status::Cancelled,
+];
+
+/// The `status` index's filter expression for `query`'s scope, operation
+/// and submission range (`None`: no filter, every entry matches).
+fn list_filter(
+    query: &TaskQuery,
+    names: &mut HashMap<String, String>,
+    values: &mut HashMap<String, AttributeValue>,
+) -> Option<String> {
+    let mut clauses = Vec::new();
+    let mut clause = |attr: &str, op: &str, value: AttributeValue| {
+        names.insert(format!("#{attr}"), attr.to_owned());
+        let placeholder = format!(":f_{}", clauses.len());
+        clauses.push(format!("#{attr} {op} {placeholder}"));
+        values.insert(placeholder, value);
+    };
+    if let Some(scope) = &query.scope {
+        clause(item::SCOPE, "=", s(scope));
+    }
+    if let Some(operation) = &query.operation {
+        clause(item::OPERATION, "=", s(operation));
+    }
+    if let Some(after) = query.created_after {
+        clause(item::CREATED_AT, ">=", at(after));
+    }
+    if let Some(before) = query.created_before {
+        clause(item::CREATED_AT, "<", at(before));
+    }
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+/// The task id an index entry or item carries.
+fn task_id_of(entry: &Item) -> Result<TaskId> {
+    let pk = entry
+        .get(PARTITION_KEY)
+        .and_then(|v| v.as_s().ok())
+        .map_or("", String::as_str);
+    item::task_id_of_pk(pk).map_err(Error::storage)
+}
+
+impl DynamoStore {
+    /// Runs `make(i)` for `i` in `0..n` as tasks of the runtime, at most
+    /// [`CONCURRENCY`] at once, and returns their outputs in order. Dropping
+    /// the returned future aborts what is still running.
+    async fn concurrently<T, Fut>(n: usize, mut make: impl FnMut(usize) -> Fut) -> Result<Vec<T>>
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+    {
+        let mut running = tokio::task::JoinSet::new();
+        let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        let mut next = 0;
+        loop {
+            while next < n && running.len() < CONCURRENCY {
+                let future = make(next);
+                let i = next;
+                running.spawn(async move { (i, future.await) }.in_current_span());
+                next += 1;
+            }
+            match running.join_next().await {
+                None => break,
+                Some(Ok((i, value))) => out[i] = Some(value),
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(e)) => return Err(Error::storage(e)),
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|v| v.expect("every task was joined"))
+            .collect())
+    }
+
+    /// The task items of `ids`, read consistently with `BatchGetItem` (100
+    /// keys per request, the requests concurrent; keys DynamoDB leaves
+    /// unprocessed are asked again). A missing id has no entry.
+    async fn batch_get(&self, ids: &[TaskId]) -> Result<HashMap<TaskId, Item>> {
+        let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
+        let read = Self::concurrently(chunks.len(), |i| {
+            let (store, chunk) = (self.clone(), chunks[i].clone());
+            async move { store.batch_get_chunk(&chunk).await }
+        })
+        .await?;
+        let mut found = HashMap::with_capacity(ids.len());
+        for items in read {
+            for item in items? {
+                found.insert(task_id_of(&item)?, item);
+            }
+        }
+        Ok(found)
+    }
+
+    async fn batch_get_chunk(&self, ids: &[TaskId]) -> Result<Vec<Item>> {
+        let mut keys: Vec<Item> = ids
+            .iter()
+            .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
+            .collect();
+        let mut out = Vec::with_capacity(keys.len());
+        let mut tries = 0;
+        while !keys.is_empty() {
+            if tries > 0 {
+                if tries > CONFLICT_RETRIES {
+                    return Err(Error::storage(Raced("batch read")));
+                }
+                // Throttled or over 16 MB: the rest comes in the next request.
+                tokio::time::sleep(Duration::from_millis(1 << tries.min(6))).await;
+            }
+            tries += 1;
+            let wanted = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .expect("keys are set");
+            let page = self
+                .client
+                .batch_get_item()
+                .request_items(&*self.table, wanted)
+                .send()
+                .await
+                .map_err(Error::storage)?;
+            if let Some(items) = page.responses().and_then(|r| r.get(&*self.table)) {
+                out.extend(items.iter().cloned());
+            }
+            keys = page
+                .unprocessed_keys()
+                .and_then(|u| u.get(&*self.table))
+                .map(|k| k.keys().to_vec())
+                .unwrap_or_default();
+        }
+        Ok(out)
+    }
+
+    /// Up to `want` ids of tasks in `status` that pass `query`'s filters and
+    /// lie beyond its cursor, in its order, from the `status` index.
+    async fn status_ids(&self, status: Status, query: &TaskQuery, want: usize) -> Result<Vec<TaskId>> {
+        let mut names = HashMap::from([("#status".to_owned(), item::STATUS.to_owned())]);
+        let mut values = HashMap::from([(":status".to_owned(), s(status.as_str()))]);
+        let mut key = "#status = :status".to_owned();
+        if let Some(cursor) = query.after {
+            let op = match query.order {
+                Order::NewestFirst => "<",
+                Order::OldestFirst => ">",
+            };
+            key.push_str(&format!(" AND #task_id {op} :cursor"));
+            names.insert("#task_id".to_owned(), item::TASK_ID.to_owned());
+            values.insert(":cursor".to_owned(), s(cursor.task_id().to_string()));
+        }
+        let filter = list_filter(query, &mut names, &mut values);
+        // Unfiltered, the first `want` entries are the answer; filtered, read
+        // whole pages (1 MB) until enough pass.
+        let page_limit = filter
+            .is_none()
+            .then(|| i32::try_from(want).unwrap_or(i32::MAX));
+        let mut ids = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(STATUS_INDEX)
+                .key_condition_expression(&key)
+                .set_filter_expression(filter.clone())
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .scan_index_forward(query.order == Order::OldestFirst)
+                .set_limit(page_limit)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(Error::storage)?;
+            for entry in page.items() {
+                ids.push(task_id_of(entry)?);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || ids.len() >= want {
+                ids.truncate(want);
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// How many tasks in `status` (of `scope`): `Select=COUNT` over the
+    /// status's whole index partition, page by page.
+    async fn count_status(&self, status: Status, scope: Option<String>) -> Result<u64> {
+        let mut total = 0u64;
+        let mut start = None;
+        loop {
+            let mut request = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(STATUS_INDEX)
+                .select(Select::Count)
+                .key_condition_expression("#status = :status")
+                .expression_attribute_names("#status", item::STATUS)
+                .expression_attribute_values(":status", s(status.as_str()))
+                .set_exclusive_start_key(start);
+            if let Some(scope) = &scope {
+                request = request
+                    .filter_expression("#scope = :scope")
+                    .expression_attribute_names("#scope", item::SCOPE)
+                    .expression_attribute_values(":scope", s(scope));
+            }
+            let page = request.send().await.map_err(Error::storage)?;
+            total += u64::try_from(page.count()).unwrap_or(0);
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Inspect for DynamoStore {
+    async fn list(&self, query: &TaskQuery) -> Result<Page> {
+        query.validate()?;
+        let span = trace::op("list", None, None, None);
+        async move {
+            let want = query.limit + 1;
+            let statuses: Vec<Status> = query.status.map_or(STATUSES.to_vec(), |s| vec![s]);
+            let found = Self::concurrently(statuses.len(), |i| {
+                let (store, query, status) = (self.clone(), query.clone(), statuses[i]);
+                async move { store.status_ids(status, &query, want).await }
+            })
+            .await?;
+            // Each status's ids are in order: their merge is, too.
+            let mut ids = Vec::new();
+            for status_ids in found {
+                ids.extend(status_ids?);
+            }
+            ids.sort_unstable();
+            if query.order == Order::NewestFirst {
+                ids.reverse();
+            }
+            let more = ids.len() > query.limit;
+            ids.truncate(query.limit);
+            let mut items = self.batch_get(&ids).await?;
+            let mut tasks = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let Some(found) = items.remove(id) else { continue }; // purged meanwhile
+                let task = item::task(&found).map_err(Error::storage)?;
+                // The index lags the table a moment: the table's word is final.
+                if query.matches(&task) {
+                    tasks.push(task);
+                }
+            }
+            let next = more.then(|| Cursor::from(ids[ids.len() - 1]));
+            Ok(Page { tasks, next })
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
+        if let Some(scope) = scope {
+            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+        }
+        let span = trace::op("counts", None, None, None);
+        async move {
+            let scope = scope.map(str::to_owned);
+            let counted = Self::concurrently(STATUSES.len(), |i| {
+                let (store, scope) = (self.clone(), scope.clone());
+                async move { store.count_status(STATUSES[i], scope).await }
+            })
+            .await?;
+            let mut counts = Counts::default();
+            for (status, n) in STATUSES.into_iter().zip(counted) {
+                counts.add(status, n?);
+            }
+            Ok(counts)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
+        let span = trace::op("story", Some(id), None, None);
+        async move {
+            // The task's partition holds it all, in order: attempts (A#),
+            // reopenings (R#), the task (T). One consistent query.
+            let items = self
+                .query_all(
+                    None,
+                    "#pk = :pk",
+                    HashMap::from([("#pk".to_owned(), PARTITION_KEY.to_owned())]),
+                    HashMap::from([(":pk".to_owned(), s(item::task_pk(id)))]),
+                    None,
+                )
+                .await?;
+            let mut story = Story {
+                task: match items.iter().find(|i| sort_key(i) == item::TASK_SK) {
+                    Some(found) => item::task(found).map_err(Error::storage)?,
+                    None => return Ok(None),
+                },
+                attempts: Vec::new(),
+                reopenings: Vec::new(),
+                handoffs: Vec::new(),
+            };
+            for found in &items {
+                let sk = sort_key(found);
+                if sk.starts_with(item::ATTEMPT_PREFIX) {
+                    story
+                        .attempts
+                        .push(item::attempt(found, id).map_err(Error::storage)?);
+                } else if sk.starts_with(item::REOPENING_PREFIX) {
+                    story
+                        .reopenings
+                        .push(item::reopening(found, id).map_err(Error::storage)?);
+                }
+            }
+            Ok(Some(story))
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+        limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
+        limits::check_page(limit)?;
+        let span = trace::op("stranded", None, None, None);
+        async move {
+            let cutoff = self.now() - older_than;
+            let mut stranded = Vec::new();
+            let mut start = None;
+            loop {
+                let want = limit - stranded.len();
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&*self.table)
+                    .index_name(UNCLAIMED_INDEX)
+                    .key_condition_expression("#shard = :shard AND #at < :before")
+                    .expression_attribute_names("#shard", UNCLAIMED_SHARD)
+                    .expression_attribute_names("#at", UNCLAIMED_AT)
+                    .expression_attribute_values(":shard", s(UNCLAIMED_INDEX))
+                    .expression_attribute_values(":before", item::unclaimed_before(cutoff))
+                    .limit(i32::try_from(want).unwrap_or(i32::MAX))
+                    .set_exclusive_start_key(start)
+                    .send()
+                    .await
+                    .map_err(Error::storage)?;
+                let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
+                let mut items = self.batch_get(&ids).await?;
+                for id in ids {
+                    let Some(found) = items.remove(&id) else { continue };
+                    let task = item::task(&found).map_err(Error::storage)?;
+                    // Claimed or cancelled since the index saw it: not stranded.
+                    if task.status == Status::Pending && task.version == 0 && task.created_at < cutoff {
+                        stranded.push(task);
+                    }
+                }
+                start = page.last_evaluated_key().cloned();
+                if start.is_none() || stranded.len() >= limit {
+                    stranded.truncate(limit);
+                    return Ok(stranded);
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// An item's sort key.
+fn sort_key(found: &Item) -> &str {
+    found
+        .get(SORT_KEY)
+        .and_then(|v| v.as_s().ok())
+        .map_or("", String::as_str)
 }
