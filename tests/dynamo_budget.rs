@@ -54,14 +54,26 @@ async fn items_without_budget_attributes_read_as_the_first_budget() {
         panic!("an old pending task is claimed")
     };
     make_old(&f, task.id).await;
-    assert!(store.fail(lease, Failure::retryable("busy")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .fail(lease, Failure::retryable("busy"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     make_old(&f, task.id).await;
     f.advance(Duration::from_secs(2)).await;
     let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("b", LEASE)).await.unwrap() else {
         panic!("the second attempt of two")
     };
     make_old(&f, task.id).await;
-    assert!(store.complete(lease, Response::from("ok")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(lease, Response::from("ok"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 
     // Cancel and retry an old item too.
     let other = store.submit(new_task("old-2")).await.unwrap().into_task();
@@ -147,17 +159,30 @@ async fn a_claim_decided_on_the_spent_budget_does_not_fail_the_reopened_task() {
             })
         })
     }));
-    let config = dynamo::client().config().to_builder().interceptor(hook.clone()).build();
+    let config = dynamo::client()
+        .config()
+        .to_builder()
+        .interceptor(hook.clone())
+        .build();
     let racing = taskfence::DynamoStore::builder(aws_sdk_dynamodb::Client::from_conf(config), f.table())
         .clock(f.clock().clone())
         .build()
         .unwrap();
-    let claim = racing.claim(task.id, ClaimRequest::new("b", LEASE)).await.unwrap();
-    assert!(hook.0.lock().unwrap().is_none(), "the cancel and retry ran in between");
+    let claim = racing
+        .claim(task.id, ClaimRequest::new("b", LEASE))
+        .await
+        .unwrap();
+    assert!(
+        hook.0.lock().unwrap().is_none(),
+        "the cancel and retry ran in between"
+    );
     let Claim::Acquired(lease) = claim else {
         panic!("decided on the spent budget after the retry: {claim:?}")
     };
     assert_eq!((lease.version(), lease.task().budget_base), (2, 1));
     let stored = store.get(task.id).await.unwrap().unwrap();
-    assert_eq!((stored.status, stored.version, stored.attempts_left()), (Status::Running, 2, 0));
+    assert_eq!(
+        (stored.status, stored.version, stored.attempts_left()),
+        (Status::Running, 2, 0)
+    );
 }

@@ -157,7 +157,8 @@ async fn racing_retries_from_two_clients_reopen_once() {
     assert!(
         answers
             .iter()
-            .all(|a| a.is_accepted() || a.rejection() == Some(&Rejection::NotTerminal(taskfence::Status::Pending))),
+            .all(|a| a.is_accepted()
+                || a.rejection() == Some(&Rejection::NotTerminal(taskfence::Status::Pending))),
         "the others find it live: {answers:?}"
     );
     assert_eq!(f.count("R#").await, 1, "one reopening item");

@@ -203,12 +203,22 @@ async fn inspection_reads_indexes_and_never_scans() {
     let store = f.dynamo_store();
     let mut ids = Vec::new();
     for i in 0..4 {
-        ids.push(store.submit(new_task(&format!("send-{i}"))).await.unwrap().into_task().id);
+        ids.push(
+            store
+                .submit(new_task(&format!("send-{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
     }
     let lease = acquire(store, ids[0]).await;
     requests(&counter);
 
-    let page = store.list(&TaskQuery::new().status(Status::Pending).limit(2)).await.unwrap();
+    let page = store
+        .list(&TaskQuery::new().status(Status::Pending).limit(2))
+        .await
+        .unwrap();
     assert_eq!((page.tasks.len(), page.next.is_some()), (2, true));
     assert_eq!(
         requests(&counter),
@@ -223,16 +233,81 @@ async fn inspection_reads_indexes_and_never_scans() {
     );
     let counts = store.counts(None).await.unwrap();
     assert_eq!((counts.pending, counts.running), (3, 1));
-    assert_eq!(requests(&counter), expect(&[("Query", 5)]), "counts: one COUNT query per status");
+    assert_eq!(
+        requests(&counter),
+        expect(&[("Query", 5)]),
+        "counts: one COUNT query per status"
+    );
     let story = store.story(ids[0]).await.unwrap().unwrap();
     assert_eq!(story.attempts.len(), 1);
-    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "story: the task's partition");
+    assert_eq!(
+        requests(&counter),
+        expect(&[("Query", 1)]),
+        "story: the task's partition"
+    );
     f.advance(Duration::from_secs(3600)).await;
-    assert_eq!(store.stranded(Duration::from_secs(60), 10).await.unwrap().len(), 3);
+    assert_eq!(
+        store.stranded(Duration::from_secs(60), 10).await.unwrap().len(),
+        3
+    );
     assert_eq!(
         requests(&counter),
         expect(&[("BatchGetItem", 1), ("Query", 1)]),
         "stranded: the unclaimed index, then the tasks"
     );
     drop(lease);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_ten_reads_once_and_writes_each_task_on_its_own() {
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.store();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(
+            store
+                .submit(new_task(&format!("send-{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    requests(&counter);
+
+    let claims = store
+        .claim_many(&ids, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap();
+    assert!(claims.iter().all(Claim::is_acquired));
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1), ("TransactWriteItems", 10)]),
+        "claim_many of 10: one read, one transaction per task"
+    );
+    let completions = claims
+        .into_iter()
+        .map(|c| match c {
+            Claim::Acquired(lease) => (lease, Response::from("ok")),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let saved = store.complete_many(completions).await.unwrap();
+    assert!(saved.iter().all(|s| s.as_ref().is_ok_and(|f| f.is_accepted())));
+    assert_eq!(
+        requests(&counter),
+        expect(&[("TransactWriteItems", 10)]),
+        "complete_many of 10: one transaction per task, no read"
+    );
+    let again = store
+        .claim_many(&ids, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap();
+    assert!(again.iter().all(|c| matches!(c, Claim::Completed(_))));
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1)]),
+        "claim_many of done tasks: the read only"
+    );
 }

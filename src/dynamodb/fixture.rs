@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::Select;
 
 use crate::clock::ManualClock;
 use crate::dynamodb::{DynamoStore, create_table};
-use crate::store::TaskStore;
 use crate::inspect::Inspect;
+use crate::store::TaskStore;
 use crate::testing::{Fixture, InspectFixture};
 
 /// Tables created by fixtures start with this.

@@ -14,8 +14,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, DeleteRequest, KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure,
-    Select, TransactWriteItem, Update, WriteRequest,
+    AttributeValue, ConditionCheck, DeleteRequest, KeysAndAttributes, Put,
+    ReturnValuesOnConditionCheckFailure, Select, TransactWriteItem, Update, WriteRequest,
 };
 use time::OffsetDateTime;
 use tracing::Instrument;
@@ -569,9 +569,15 @@ impl DynamoStore {
     }
 
     async fn claim_on(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        let Some(mut task) = self.get_on(id).await? else {
+        let Some(task) = self.get_on(id).await? else {
             return Ok(Claim::NotFound);
         };
+        self.claim_read(id, task, request).await
+    }
+
+    /// Decides a claim on `task` as read, and writes the decision in one
+    /// conditional transaction; a refusal decides again on its image.
+    async fn claim_read(&self, id: TaskId, mut task: Task, request: ClaimRequest) -> Result<Claim> {
         let attempt_id = AttemptId::new();
         let pk = item::task_pk(id);
         for _ in 0..RACE_RETRIES {
@@ -1404,6 +1410,72 @@ impl TaskStore for DynamoStore {
         .await
     }
 
+    /// One consistent `BatchGetItem` per 100 tasks, then each task's
+    /// decision written as its own conditional transaction, the transactions
+    /// concurrent: fencing stays per task, a refused or lost condition is
+    /// decided again for that task alone.
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        limits::check_batch(ids.iter().copied())?;
+        request.validate()?;
+        let span = trace::op("claim_many", None, None, None);
+        async move {
+            let mut items = self.batch_get(ids).await?;
+            let mut read: Vec<Option<Task>> = Vec::with_capacity(ids.len());
+            for id in ids {
+                read.push(match items.remove(id) {
+                    Some(found) => Some(item::task(&found).map_err(Error::storage)?),
+                    None => None,
+                });
+            }
+            let claims = Self::concurrently(ids.len(), |i| {
+                let (store, id, task, request) = (self.clone(), ids[i], read[i].take(), request.clone());
+                let span = trace::op("claim", Some(id), None, None);
+                async move {
+                    match task {
+                        None => Ok(Claim::NotFound),
+                        Some(task) => store.claim_read(id, task, request).await,
+                    }
+                }
+                .instrument(span)
+            })
+            .await?;
+            claims.into_iter().collect()
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Each completion is its own conditional transaction (no read, as
+    /// [`complete`](TaskStore::complete)), the transactions concurrent.
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        crate::store::check_completions(&completions)?;
+        completions
+            .iter()
+            .try_for_each(|(_, response)| check_response(response))?;
+        let span = trace::op("complete_many", None, None, None);
+        async move {
+            let mut completions: Vec<Option<(Lease, Response)>> = completions.into_iter().map(Some).collect();
+            let saved = Self::concurrently(completions.len(), |i| {
+                let store = self.clone();
+                let (lease, response) = completions[i].take().expect("each completion is taken once");
+                let span = trace::lease_op("complete", &lease);
+                async move { store.complete_on(lease, response, Vec::new()).await }.instrument(span)
+            })
+            .await?;
+            let mut out = Vec::with_capacity(saved.len());
+            for result in saved {
+                match result {
+                    Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
+                    Err(e) => return Err(e),
+                    Ok(fenced) => out.push(Ok(fenced)),
+                }
+            }
+            Ok(out)
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
         limits::check_scan_limit(limit)?;
         let span = trace::op("purge_expired", None, None, None);
@@ -1599,9 +1671,7 @@ impl DynamoStore {
         let filter = list_filter(query, &mut names, &mut values);
         // Unfiltered, the first `want` entries are the answer; filtered, read
         // whole pages (1 MB) until enough pass.
-        let page_limit = filter
-            .is_none()
-            .then(|| i32::try_from(want).unwrap_or(i32::MAX));
+        let page_limit = filter.is_none().then(|| i32::try_from(want).unwrap_or(i32::MAX));
         let mut ids = Vec::new();
         let mut start = None;
         loop {
