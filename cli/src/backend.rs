@@ -199,11 +199,10 @@ async fn dynamodb(
             "DynamoDB table {table} does not exist (create it with `taskfence migrate`)"
         )));
     }
-    // PENDING(DynamoStore: Inspect): until it lands.
-    let _ = store;
-    Err(CliError::Operational(
-        "DynamoDB inspection is not available yet".into(),
-    ))
+    Ok(Store {
+        inspect: store.clone(),
+        backend: Backend::DynamoDb(store),
+    })
 }
 
 /// Whether `table` exists (`DescribeTable`); other failures (credentials,
