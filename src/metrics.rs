@@ -34,7 +34,7 @@
 //! | `taskfence_operations_total` | counter | `operation`, `outcome`, `reason` (when there is one) | one per call; for `claim_many` and `complete_many`, one per task in the batch (see [Outcomes](#outcomes)) |
 //! | `taskfence_operation_duration_seconds` | histogram | `operation` | wall-clock latency of each call as the caller saw it (one sample per call, batches included), errors included |
 //! | `taskfence_tasks_failed_total` | counter | `via` (`fail`, `claim`), `reason` (`permanent`, `ambiguous`, `attempts_exhausted`, `deadline_exhausted`, `other`) | tasks seen turning terminally failed (see [Terminal failures](#terminal-failures)) |
-//! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids handed to a re-dispatch loop: the ids [`due`](TaskStore::due) returned, the tasks [`stranded`](Inspect::stranded) returned |
+//! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids handed to a re-dispatch loop: the ids [`due`](TaskStore::due) returned, the tasks [`stranded`](Inspect::stranded) returned, the tasks `Observed<PgStore>::dispatch_due` published. A task stays due until claimed, so one loop pass after another may count it again |
 //! | `taskfence_tasks_retried_total` | counter | — | tasks reopened by an accepted [`retry`](TaskStore::retry) |
 //! | `taskfence_tasks_purged_total` | counter | — | tasks removed by [`purge_expired`](TaskStore::purge_expired) (the sum of its counts) |
 //!
@@ -44,7 +44,7 @@
 //! `get`, `find`, `claim`, `claim_many`, `renew`, `complete`,
 //! `complete_many`, `fail`, `release`, `cancel`, `record_operation`,
 //! `attempts`, `retry`, `due`, `purge_expired`, `list`, `counts`, `story`,
-//! `stranded`). `outcome` and `reason`:
+//! `stranded`, and `dispatch_due` on PostgreSQL). `outcome` and `reason`:
 //!
 //! | operation | outcome | reason |
 //! | --- | --- | --- |
@@ -54,7 +54,7 @@
 //! | `renew`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `retry` | `accepted` | — |
 //! | `fail` | `accepted` | `scheduled` (a retry is planned), `exhausted` (terminally failed) |
 //! | any fenced write (the row above, and `fail`) | `rejected` | `already_completed`, `superseded`, `lease_expired`, `not_running`, `not_terminal` |
-//! | `attempts`, `due`, `purge_expired`, `list`, `counts`, `stranded` | `ok` | — |
+//! | `attempts`, `due`, `purge_expired`, `list`, `counts`, `stranded`, `dispatch_due` | `ok` | — |
 //! | any | `error` | `not_found`, `invalid_input`, `key_conflict`, `storage` |
 //!
 //! A batch refused as a whole (bad input, a backend error) counts one
@@ -83,8 +83,10 @@
 //! Each counted failure also logs a `WARN` event "task failed terminally"
 //! with `task_id`, `scope`, `operation`, `key`, `via` and `reason`.
 //!
-//! Re-dispatches made inside a backend are not seen: `PgStore::dispatch_due`
-//! writes handoffs in SQL, without calling [`due`](TaskStore::due).
+//! `PgStore::dispatch_due` reads `due` inside the store: call it through
+//! `Observed<PgStore>::dispatch_due` (feature `postgres`), which counts the
+//! tasks it *published* under `source="due"` and the call under
+//! `operation="dispatch_due"`.
 //!
 //! # Spans
 //!
@@ -100,7 +102,7 @@
 //! | `version` | the assignment version (the lease's, or the returned task's) |
 //! | `attempt` | the attempt number |
 //! | `scope`, `operation` | the task's request-key scope and operation (`chat.reply`…) |
-//! | `batch` | how many tasks: asked for in a `claim_many` / `complete_many`, returned by `due` / `stranded`, removed by `purge_expired` |
+//! | `batch` | how many tasks: asked for in a `claim_many` / `complete_many`, returned by `due` / `stranded`, removed by `purge_expired`, published by `dispatch_due` |
 //! | `outcome`, `reason` | as in [`taskfence_operations_total`](#outcomes); `ok` for a batch answered item by item |
 //!
 //! The backends' own `DEBUG` spans named `taskfence` (field `op`) open
@@ -676,6 +678,44 @@ impl<S: TaskStore + ?Sized> TaskStore for Observed<S> {
                 call.finish("ok", None);
             }
             Err(e) => call.error(e),
+        }
+        result
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Observed<crate::PgStore> {
+    /// [`PgStore::dispatch_due`](crate::PgStore::dispatch_due), observed:
+    /// the re-dispatch loop of a PostgreSQL service, whose `due` read
+    /// happens inside the store where the wrapper cannot see it otherwise.
+    /// Counts `taskfence_operations_total{operation="dispatch_due"}` (`ok`
+    /// or the error), its latency, and each task *published* under
+    /// `taskfence_tasks_redispatched_total{source="due"}`; its span is
+    /// `taskfence.dispatch_due` (`batch`: the tasks published).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let observed = taskfence::metrics::Observed::new(store);
+    /// let round = observed.dispatch_due(100, |task_id| async move { Ok::<(), std::io::Error>(()) }).await?;
+    /// println!("re-published {}", round.published.len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn dispatch_due<F, Fut, E>(
+        &self,
+        limit: usize,
+        publish: F,
+    ) -> Result<crate::postgres::Dispatched<E>>
+    where
+        F: FnMut(TaskId) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<(), E>> + Send,
+        E: Send,
+    {
+        let call = Call::new("dispatch_due", op_span!("taskfence.dispatch_due"));
+        let result = call.run(self.inner.dispatch_due(limit, publish)).await;
+        call.plain(&result);
+        if let Ok(round) = &result {
+            call.span.record("batch", round.published.len());
+            redispatched("due", round.published.len());
         }
         result
     }

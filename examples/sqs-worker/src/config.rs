@@ -7,6 +7,7 @@
 //! `AWS_ENDPOINT_URL_DYNAMODB`) for a local endpoint (see
 //! [`crate::queue::aws_config()`]).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -130,6 +131,18 @@ pub struct Settings {
     /// delay from a commit to its message when the outbox is idle.
     #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
     pub dispatch_idle: Duration,
+
+    /// With --dispatch: how often to re-publish the tasks that are due (a
+    /// backoff that passed, an expired lease, an operator's retry) for
+    /// which the queue may hold no message any more.
+    #[arg(long, env = "TASKFENCE_REDISPATCH_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub redispatch_interval: Duration,
+
+    /// Serve Prometheus metrics (`taskfence_operations_total`, latencies,
+    /// terminal failures…) at `http://<addr>/metrics`. Off by default; use
+    /// `0.0.0.0:9464` in a container for the scraper to reach it.
+    #[arg(long, env = "TASKFENCE_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
 
     /// The model provider.
     #[arg(long, env = "TASKFENCE_PROVIDER", value_enum, default_value_t = ProviderKind::Http)]

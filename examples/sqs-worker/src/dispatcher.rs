@@ -1,13 +1,15 @@
 //! The dispatcher: publishes the handoffs that `submit` wrote to the outbox
 //! in the same transaction as the task (PostgreSQL's built-in one, or the
 //! template's [`DynamoOutbox`] on DynamoDB), so an accepted request can never
-//! be lost between the database and the queue.
+//! be lost between the database and the queue; and re-publishes the tasks
+//! that need a worker again ([`Dispatcher::redispatch_round`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use taskfence::{PgStore, TaskId};
+use taskfence::metrics::Observed;
+use taskfence::{PgStore, TaskId, TaskStore};
 
 use crate::dynamo::DynamoOutbox;
 use tokio::sync::watch;
@@ -38,7 +40,16 @@ enum Outbox {
 /// sent ones; a request with any failed entry stops the round and its ten
 /// stay pending. There is no row lock to skip: two dispatchers on one outbox
 /// may both send a handoff, a duplicate like any other.
-#[derive(Debug, Clone)]
+///
+/// It also re-dispatches ([`redispatch_round`](Self::redispatch_round),
+/// [`run_redispatch`](Self::run_redispatch)): tasks that are
+/// [`due`](TaskStore::due) — a backoff that passed, a lease that expired,
+/// a task an operator reopened with `retry` — get a new message. The queue
+/// already redelivers most of them (a failed attempt's message stays hidden
+/// until its backoff ends, a crashed worker's until its lease ends); this
+/// loop covers the ones whose message is gone: deleted after a terminal
+/// failure and then retried, dead-lettered, expired, purged.
+#[derive(Clone)]
 pub struct Dispatcher {
     outbox: Outbox,
     queue: SqsQueue,
@@ -46,6 +57,19 @@ pub struct Dispatcher {
     idle: Duration,
     sent: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
+    due: Arc<dyn TaskStore>,
+    redispatched: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("outbox", &self.outbox)
+            .field("queue", &self.queue)
+            .field("batch", &self.batch)
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Dispatcher {
@@ -62,6 +86,10 @@ impl Dispatcher {
     }
 
     fn on(outbox: Outbox, queue: SqsQueue, batch: usize) -> Self {
+        let due: Arc<dyn TaskStore> = match &outbox {
+            Outbox::Postgres(store) => Arc::new(store.clone()),
+            Outbox::Dynamo(outbox) => Arc::new(outbox.store().clone()),
+        };
         Self {
             outbox,
             queue,
@@ -69,7 +97,23 @@ impl Dispatcher {
             idle: Duration::from_secs(1),
             sent: Arc::default(),
             requests: Arc::default(),
+            due,
+            redispatched: Arc::default(),
         }
+    }
+
+    /// The store the DynamoDB re-dispatch reads [`due`](TaskStore::due)
+    /// from: the service passes its instrumented store, so the reads and
+    /// the ids count in the metrics. The same tasks as the outbox's store.
+    /// (On PostgreSQL the round is [`PgStore::dispatch_due`], observed.)
+    pub fn due_from(mut self, store: Arc<dyn TaskStore>) -> Self {
+        self.due = store;
+        self
+    }
+
+    /// Due tasks re-published so far (duplicates included).
+    pub fn redispatched(&self) -> u64 {
+        self.redispatched.load(Ordering::Relaxed)
     }
 
     /// How long [`run`](Self::run) waits after a round that found nothing to
@@ -185,6 +229,73 @@ impl Dispatcher {
             published.extend(tasks);
         }
         Ok(published)
+    }
+
+    /// One re-dispatch round: publishes up to `batch` tasks that are
+    /// [`due`](TaskStore::due) and returns them. On PostgreSQL it is
+    /// [`PgStore::dispatch_due`] (one `SendMessage` per task); on DynamoDB,
+    /// `due` then ten per `SendMessageBatch`. A failed send stops the round:
+    /// the rest stay due and go next round. A task stays due until a worker
+    /// claims it, so one still waiting for its (hidden or queued) message
+    /// may be sent twice: the claim makes the copy harmless.
+    pub async fn redispatch_round(&self) -> Result<Vec<TaskId>, BoxError> {
+        let published = match &self.outbox {
+            Outbox::Postgres(store) => {
+                // Through the wrapper, so the metrics see what it re-published.
+                let round = Observed::new(store.clone())
+                    .dispatch_due(self.batch, |task_id| {
+                        let queue = self.queue.clone();
+                        async move { queue.publish(task_id).await }
+                    })
+                    .await?;
+                if let Some((task_id, error)) = round.failed {
+                    tracing::debug!(%task_id, %error, "re-publishing a due task failed");
+                }
+                round.published
+            }
+            Outbox::Dynamo(_) => {
+                let due = self.due.due(self.batch).await?;
+                let mut published = Vec::with_capacity(due.len());
+                for chunk in due.chunks(MAX_BATCH) {
+                    self.requests.fetch_add(1, Ordering::Relaxed);
+                    let batch = self.queue.publish_batch(chunk).await?;
+                    if !batch.failed.is_empty() {
+                        // They stay due: the next round sends them again.
+                        tracing::debug!(failed = ?batch.failed, "re-publishing due tasks failed");
+                        break;
+                    }
+                    published.extend_from_slice(chunk);
+                }
+                published
+            }
+        };
+        self.redispatched
+            .fetch_add(published.len() as u64, Ordering::Relaxed);
+        Ok(published)
+    }
+
+    /// Runs [`redispatch_round`](Self::redispatch_round) every `every` until
+    /// `shutdown` turns true (a full round goes again at once).
+    pub async fn run_redispatch(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
+        while !*shutdown.borrow() {
+            let wait = match self.redispatch_round().await {
+                Ok(published) if published.len() >= self.batch => Duration::ZERO,
+                Ok(published) => {
+                    if !published.is_empty() {
+                        tracing::info!(tasks = published.len(), "re-dispatched due tasks");
+                    }
+                    every
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "re-dispatch round failed");
+                    every
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait_for(|stop| *stop) => break,
+            }
+        }
     }
 
     /// Runs rounds until `shutdown` turns true; a round in progress finishes

@@ -17,12 +17,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use clap::Parser;
+use metrics_exporter_prometheus::PrometheusBuilder;
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
     BoxError, Dispatcher, DynamoOutbox, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue,
     store,
 };
+use taskfence::metrics::Observed;
 use taskfence::runtime::Worker;
 use taskfence::{DynamoStore, TaskStore};
 use tokio::signal::unix::{SignalKind, signal};
@@ -70,6 +72,15 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             ..SimulatedConfig::default()
         })),
     };
+    if let Some(addr) = settings.metrics_addr {
+        // The process-wide recorder; the store below records into it.
+        PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| format!("metrics endpoint on {addr}: {e}"))?;
+        taskfence::metrics::describe();
+        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    }
     // One AWS configuration for every AWS client.
     let aws = queue::aws_config().await;
     let queue = SqsQueue::new(queue::sqs_client_of(&aws), &settings.queue_url);
@@ -110,6 +121,10 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         }
     };
 
+    // Every store call is counted and timed (taskfence::metrics); without
+    // --metrics-addr nothing is recorded, at next to no cost.
+    let store: Arc<dyn TaskStore> = Arc::new(Observed::from_arc(store));
+    let dispatcher = dispatcher.due_from(Arc::clone(&store));
     let worker = Worker::new(Arc::clone(&store), settings.worker_config())?;
     let worker_id = worker.config().worker_id.clone();
     let stats = Arc::new(Stats::default());
@@ -125,6 +140,14 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         )
         .run(stopped.clone()),
     );
+    // Publishing needs sqs:SendMessage: both loops run with --dispatch.
+    let redispatcher = settings.dispatch.then(|| {
+        tokio::spawn(
+            dispatcher
+                .clone()
+                .run_redispatch(settings.redispatch_interval, stopped.clone()),
+        )
+    });
     let dispatcher = settings
         .dispatch
         .then(|| tokio::spawn(dispatcher.idle(settings.dispatch_idle).run(stopped)));
@@ -139,6 +162,9 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     consumer.await?;
     if let Some(dispatcher) = dispatcher {
         dispatcher.await?;
+    }
+    if let Some(redispatcher) = redispatcher {
+        redispatcher.await?;
     }
     tracing::info!(
         deliveries = stats.deliveries.load(Ordering::Relaxed),
