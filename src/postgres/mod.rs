@@ -2,7 +2,7 @@
 //!
 //! Everything lives in the crate's own schema (default [`DEFAULT_SCHEMA`],
 //! configurable with [`PgStoreBuilder::schema`]): the tables `tasks`,
-//! `attempts` and `handoffs`, the function `store_clock()`, and the embedded
+//! `attempts`, `handoffs` and `reopenings`, the function `store_clock()`, and the embedded
 //! runner's history table `taskfence_migrations`. The SQL files are in the
 //! crate's `migrations/` directory; [`migrate`] / [`PgStore::migrate`] apply
 //! them.
@@ -26,8 +26,8 @@
 //!   row. The argument step by step, the SQL and the plans at 10⁶ rows are in
 //!   `docs/POSTGRES.md` in the repository.
 //! - **Inside the caller's transaction.** [`PgStore::submit_in`],
-//!   [`PgStore::claim_in`], [`PgStore::complete_in`], [`PgStore::fail_in`] and
-//!   [`PgStore::cancel_in`] run on a `&mut PgConnection` — typically
+//!   [`PgStore::claim_in`], [`PgStore::complete_in`], [`PgStore::fail_in`],
+//!   [`PgStore::cancel_in`] and [`PgStore::retry_in`] run on a `&mut PgConnection` — typically
 //!   `&mut *tx` — so the application's own writes and the task's commit or
 //!   roll back together. Use Read Committed (PostgreSQL's default): under
 //!   Repeatable Read a concurrent update surfaces as a serialization failure
@@ -35,7 +35,13 @@
 //! - **The handoff.** [`submit`](crate::TaskStore::submit) writes a handoff
 //!   row in the same statement as the task (a transactional outbox).
 //!   [`PgStore::dispatch`] publishes them; [`PgStore::dispatch_due`]
-//!   re-publishes tasks whose lease expired or whose backoff passed.
+//!   re-publishes tasks whose lease expired or whose backoff passed. A
+//!   [`retry`](crate::TaskStore::retry) writes a fresh handoff with the
+//!   reopening, and [`PgStore::redispatch`] writes one for tasks whose
+//!   message was lost ([`Inspect::stranded`](crate::inspect::Inspect::stranded)).
+//! - **Operator queries.** [`Inspect`](crate::inspect::Inspect) reads through
+//!   indexes in id order (keyset pages, never an offset); counting every task
+//!   reads one whole index, index-only.
 //!
 //! | module | what it holds |
 //! | --- | --- |

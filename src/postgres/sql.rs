@@ -185,14 +185,6 @@ impl Statements {
                     ..ListShape::default()
                 }),
             ),
-            (
-                "list_status_scope",
-                self.list_of(ListShape {
-                    status: true,
-                    scope: true,
-                    ..ListShape::default()
-                }),
-            ),
             ("counts", &self.counts),
             ("counts_scope", &self.counts_scope),
             ("story", &self.story),
