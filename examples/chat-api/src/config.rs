@@ -88,6 +88,25 @@ impl Default for WorkerSettings {
     }
 }
 
+/// The retention sweep ([`crate::purge`]): how often, and how many tasks
+/// per statement.
+#[derive(Debug, Clone)]
+pub struct PurgeSettings {
+    /// Time between sweeps; zero turns the sweep off.
+    pub every: Duration,
+    /// Tasks removed per statement (1 to `taskfence::limits::MAX_SCAN_LIMIT`).
+    pub batch: usize,
+}
+
+impl Default for PurgeSettings {
+    fn default() -> Self {
+        Self {
+            every: Duration::from_secs(600),
+            batch: 1000,
+        }
+    }
+}
+
 /// Everything [`Service::start`](crate::Service::start) needs besides the
 /// pool and the provider.
 #[derive(Debug, Clone)]
@@ -108,6 +127,8 @@ pub struct Config {
     pub limits: Limits,
     /// The in-process worker.
     pub worker: WorkerSettings,
+    /// The retention sweep, run beside the worker.
+    pub purge: PurgeSettings,
 }
 
 impl Config {
@@ -121,6 +142,7 @@ impl Config {
             key_retention: Duration::from_secs(24 * 3600),
             limits: Limits::default(),
             worker: WorkerSettings::default(),
+            purge: PurgeSettings::default(),
         }
     }
 
@@ -202,6 +224,15 @@ pub struct Settings {
     /// How long an Idempotency-Key is remembered.
     #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
     pub key_retention: Duration,
+
+    /// How often the worker's process purges the tasks past their retention
+    /// (`0` turns it off, e.g. when a scheduled `taskfence purge` does it).
+    #[arg(long, env = "CHAT_API_PURGE_INTERVAL", value_parser = parse_duration, default_value = "10m")]
+    pub purge_interval: Duration,
+
+    /// Tasks removed per purge statement; a sweep repeats it until fewer are left.
+    #[arg(long, env = "CHAT_API_PURGE_BATCH", default_value_t = 1000)]
+    pub purge_batch: usize,
 }
 
 /// Bearer token → user id, as parsed from `token=user,token=user`.
@@ -220,6 +251,8 @@ impl Settings {
         config.worker.concurrency = self.worker_concurrency;
         config.worker.lease = self.lease;
         config.worker.poll_every = self.poll_every;
+        config.purge.every = self.purge_interval;
+        config.purge.batch = self.purge_batch;
         config
     }
 
@@ -228,6 +261,8 @@ impl Settings {
         if self.mode.runs_api() && self.tokens.is_empty() {
             return Err("CHAT_API_TOKENS is empty: set it to token=user,token=user".into());
         }
+        taskfence::limits::check_scan_limit(self.purge_batch)
+            .map_err(|e| format!("--purge-batch (CHAT_API_PURGE_BATCH): {e}"))?;
         Ok(())
     }
 
@@ -301,6 +336,8 @@ mod tests {
         assert_eq!(from_flags.worker.lease, defaults.worker.lease);
         assert_eq!(from_flags.worker.poll_every, defaults.worker.poll_every);
         assert_eq!(from_flags.worker.concurrency, defaults.worker.concurrency);
+        assert_eq!(from_flags.purge.every, defaults.purge.every);
+        assert_eq!(from_flags.purge.batch, defaults.purge.batch);
         assert_eq!(settings.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(settings.app_schema, None);
     }
@@ -320,6 +357,10 @@ mod tests {
             "tf",
             "--app-schema",
             "chat",
+            "--purge-interval",
+            "0",
+            "--purge-batch",
+            "50",
         ])
         .unwrap();
         settings.validate().expect("a worker needs no tokens");
@@ -330,6 +371,8 @@ mod tests {
         assert_eq!(config.policy.max_attempts, 3);
         assert_eq!(config.reply_channel(), "tf_reply_saved");
         assert_eq!(settings.app_schema.as_deref(), Some("chat"));
+        assert_eq!(config.purge.every, Duration::ZERO);
+        assert_eq!(config.purge.batch, 50);
     }
 
     #[test]
@@ -340,6 +383,9 @@ mod tests {
         assert!(parse(&["--listen", "not an address"]).is_err());
         let no_tokens = parse(&["--mode", "api"]).unwrap();
         assert!(no_tokens.validate().is_err(), "the API needs a token");
+        let no_batch = parse(&["--tokens", "t=u", "--purge-batch", "0"]).unwrap();
+        assert!(no_batch.validate().unwrap_err().contains("--purge-batch"));
+        assert!(parse(&["--purge-batch", "-1"]).is_err());
     }
 
     #[test]

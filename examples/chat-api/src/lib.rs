@@ -13,6 +13,7 @@
 //! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
 //! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::Worker`] → [`ReplyProvider`] |
+//! | [`purge`] | the retention sweep beside the worker: `purge_expired` every `--purge-interval` |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
 //! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`] |
 #![forbid(unsafe_code)]
@@ -22,13 +23,14 @@ mod api;
 pub mod config;
 pub mod db;
 pub mod problem;
+pub mod purge;
 pub mod replies;
 pub mod service;
 pub mod sim;
 pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};
-pub use config::{Config, Limits, Mode, Settings, WorkerSettings};
+pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WorkerSettings};
 pub use replies::{ReplyEvent, ReplyEvents, ReplyStore, SaveReply, reply_store};
 pub use service::{Service, StartError};
 pub use taskfence_axum::{IdempotencyKey, Problem};

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::db::{self, MigrateError};
+use crate::purge;
 use crate::replies::{ReplyEvents, reply_store};
 use crate::worker::{self, ReplyProvider};
 
@@ -47,7 +48,8 @@ pub struct Service {
 impl Service {
     /// Applies both migration histories ([`db::migrate`]), then starts what
     /// `config.mode` asks for: the API on `listener` (with the LISTEN
-    /// connection for long-polls) and the worker, calling `provider`.
+    /// connection for long-polls) and the worker, calling `provider`, with
+    /// the retention sweep ([`purge`]) beside it.
     ///
     /// The pool's connections decide where the app's tables are (their
     /// `search_path`, see [`db::connect`]); taskfence's are in
@@ -101,6 +103,11 @@ impl Service {
             }));
         }
         if config.mode.runs_worker() {
+            tasks.push(tokio::spawn(purge::run(
+                store.clone(),
+                config.purge.clone(),
+                stop_rx.clone(),
+            )));
             let replies = reply_store(store.clone(), config.reply_channel());
             tasks.push(tokio::spawn(worker::run(
                 store,
