@@ -296,14 +296,16 @@ fn timeline(story: &Story) -> String {
     events.push((task.created_at, 0, "submitted".into(), task.key_text()));
     for (i, h) in story.handoffs.iter().enumerate() {
         let n = i + 1;
-        events.push((h.created_at, 1, format!("handoff #{n} written"), String::new()));
         match h.published_at {
-            Some(at) => events.push((at, 2, format!("handoff #{n} published"), String::new())),
+            Some(at) => {
+                events.push((h.created_at, 1, format!("handoff #{n} written"), String::new()));
+                events.push((at, 2, format!("handoff #{n} published"), String::new()));
+            }
             None => events.push((
                 h.created_at,
-                2,
-                format!("handoff #{n} not yet published"),
-                String::new(),
+                1,
+                format!("handoff #{n} written"),
+                "not yet published".into(),
             )),
         }
     }
@@ -353,14 +355,17 @@ fn timeline(story: &Story) -> String {
         ));
     }
     if let Some(end) = task.finished_at {
+        // Last, even when the attempt's end was stamped a moment later in
+        // the same write.
+        let last = events.iter().map(|e| e.0).max().unwrap_or(end).max(end);
         events.push((
-            end,
+            last,
             7,
             task.status.to_string(),
             task.last_error.clone().unwrap_or_default(),
         ));
     }
-    events.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    events.sort_by_key(|e| (e.0, e.1));
     let mut t = table(&["AT", "EVENT", "DETAIL"]);
     for (instant, _, event, detail) in events {
         t.add_row([at(instant), event, detail]);

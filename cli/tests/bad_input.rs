@@ -97,14 +97,14 @@ fn an_unreachable_store_is_an_operational_error_on_one_line() {
 fn a_malformed_url_or_no_store_is_a_usage_error() {
     let out = run(taskfence().args(["--database-url", "mysql:/nope", "stats"]));
     assert!(out.failed(2).contains("--database-url"), "{out:#?}");
-    let none = run(&mut taskfence().arg("stats"));
+    let none = run(taskfence().arg("stats"));
     assert!(none.failed(2).contains("no store"), "{none:#?}");
 }
 
 #[test]
 fn help_and_version_succeed() {
-    let help = run(&mut taskfence().arg("--help"));
+    let help = run(taskfence().arg("--help"));
     assert!(help.ok().contains("Exit codes:"), "{help:#?}");
-    let version = run(&mut taskfence().arg("--version"));
+    let version = run(taskfence().arg("--version"));
     assert!(version.ok().starts_with("taskfence "), "{version:#?}");
 }
