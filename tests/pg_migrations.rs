@@ -161,3 +161,45 @@ async fn a_schema_name_that_needs_quoting_is_refused() {
     }
     pool.close().await;
 }
+
+/// A task written before migration 0003 has no `budget_started_at` (the
+/// migration adds the column without a backfill): it reads as its first
+/// budget, from `created_at`, and its deadline still counts from submission.
+#[tokio::test]
+async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
+    use std::time::Duration;
+    use taskfence::testing::{Fixture, PgFixture};
+    use taskfence::{Claim, ClaimRequest, RetryPolicy};
+
+    let f = PgFixture::new().await;
+    let store = f.pg_store();
+    let policy = RetryPolicy::default().deadline(Duration::from_secs(60));
+    let task = store
+        .submit(common::new_task("old").policy(policy))
+        .await
+        .unwrap()
+        .into_task();
+    sqlx::query(&format!(
+        "UPDATE {}.tasks SET budget_started_at = NULL WHERE id = $1",
+        f.schema()
+    ))
+    .bind(task.id.as_uuid())
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let read = store.get(task.id).await.unwrap().unwrap();
+    assert_eq!((read.budget_base, read.budget_started_at), (0, read.created_at));
+    assert_eq!(read, task, "reads exactly as it was written");
+    f.advance(Duration::from_secs(61)).await;
+    assert!(
+        matches!(
+            store
+                .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
+                .await
+                .unwrap(),
+            Claim::Failed(_)
+        ),
+        "the deadline still counts from submission"
+    );
+}

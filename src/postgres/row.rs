@@ -5,6 +5,7 @@ use std::time::Duration;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
+use time::OffsetDateTime;
 
 use crate::inspect::{Handoff, Story};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
@@ -67,6 +68,7 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
     let on_ambiguous: String = row.try_get("on_ambiguous")?;
     let deadline: Option<i64> = row.try_get("deadline_ns")?;
     let acceptance: String = row.try_get("acceptance")?;
+    let created_at: OffsetDateTime = row.try_get("created_at")?;
     let policy = RetryPolicy {
         max_attempts: u32::try_from(max_attempts).map_err(|_| corrupt("max_attempts", max_attempts))?,
         initial_backoff: duration("initial_backoff_ns", row.try_get("initial_backoff_ns")?)?,
@@ -93,13 +95,16 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         version: u64::try_from(version).map_err(|_| corrupt("version", version))?,
         policy,
         budget_base: u64::try_from(budget_base).map_err(|_| corrupt("budget_base", budget_base))?,
-        budget_started_at: row.try_get("budget_started_at")?,
+        // NULL on rows written before migration 0003: their first budget.
+        budget_started_at: row
+            .try_get::<Option<OffsetDateTime>, _>("budget_started_at")?
+            .unwrap_or(created_at),
         acceptance: AcceptanceRule::parse(&acceptance).ok_or_else(|| corrupt("acceptance", &acceptance))?,
         lease_until: row.try_get("lease_until")?,
         not_before: row.try_get("not_before")?,
         response: row.try_get::<Option<Vec<u8>>, _>("response")?.map(Response::new),
         last_error: row.try_get("last_error")?,
-        created_at: row.try_get("created_at")?,
+        created_at,
         finished_at: row.try_get("finished_at")?,
         expires_at: row.try_get("expires_at")?,
     })
