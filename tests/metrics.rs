@@ -401,10 +401,7 @@ fn terminal_failures_retries_and_warnings() {
         async move {
             let once = RetryPolicy::default().max_attempts(1);
             // Exhausted by a failure report.
-            let a = store
-                .submit(new_task("a").policy(once))
-                .await?
-                .into_task();
+            let a = store.submit(new_task("a").policy(once)).await?.into_task();
             let lease = acquire(&store, a.id, "w").await;
             let retry = store.fail(lease, Failure::retryable("provider down")).await?;
             assert!(matches!(retry, Fenced::Accepted(Retry::Exhausted(_))));
