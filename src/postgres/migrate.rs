@@ -30,6 +30,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "acceptance rule",
         sql: include_str!("../../migrations/0002_acceptance_rule.sql"),
     },
+    Migration {
+        version: 4,
+        description: "no foreign keys to tasks",
+        sql: include_str!("../../migrations/0004_lifecycle.sql"),
+    },
 ];
 
 /// The history table, inside the crate's schema.

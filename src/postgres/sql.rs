@@ -308,19 +308,25 @@ impl Statements {
                  ) AS due
                  ORDER BY due_at, id LIMIT $1"
             ),
-            // $1 limit. Attempts and handoffs go with their task (ON DELETE CASCADE).
+            // $1 limit. The batch's attempts and handoffs go in the same
+            // statement (no foreign key cascades to them: migration 0004);
+            // the command tag counts the tasks.
             purge_expired: format!(
                 // `id = ANY(ARRAY(…))`, not a join: the batch is an InitPlan
-                // that drives primary-key lookups even in a generic plan,
-                // where `LIMIT $1` is only estimated (a join then hashed the
-                // whole table).
-                "DELETE FROM {s}.tasks
-                 WHERE id = ANY (ARRAY(
+                // that drives index lookups even in a generic plan, where
+                // `LIMIT $1` is only estimated (a join then hashed the whole table).
+                "WITH expired AS MATERIALIZED (
                      SELECT id FROM {s}.tasks
                      WHERE status IN ('completed', 'failed', 'cancelled')
                        AND expires_at <= (SELECT {s}.store_clock())
                      ORDER BY expires_at LIMIT $1
-                     FOR UPDATE SKIP LOCKED))"
+                     FOR UPDATE SKIP LOCKED),
+                 purged_attempts AS (
+                     DELETE FROM {s}.attempts WHERE task_id = ANY (ARRAY(SELECT id FROM expired))),
+                 purged_handoffs AS (
+                     DELETE FROM {s}.handoffs WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
+                 DELETE FROM {s}.tasks
+                 WHERE id = ANY (ARRAY(SELECT id FROM expired))"
             ),
             // $1 limit.
             claim_handoffs: format!(
