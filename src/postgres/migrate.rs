@@ -35,6 +35,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "retry budgets, reopenings, operator query indexes",
         sql: include_str!("../../migrations/0003_operations.sql"),
     },
+    Migration {
+        version: 4,
+        description: "no foreign keys to tasks",
+        sql: include_str!("../../migrations/0004_lifecycle.sql"),
+    },
 ];
 
 /// The history table, inside the crate's schema.

@@ -445,14 +445,13 @@ impl Statements {
                  ) AS due
                  ORDER BY due_at, id LIMIT $1"
             ),
-            // $1 limit. Attempts and handoffs go with their task (ON DELETE CASCADE).
-            // Reopenings are deleted by the statement itself (and by their
-            // foreign key's cascade, which then finds nothing left).
+            // $1 limit. The batch's attempts, handoffs and reopenings go in the
+            // same statement (no foreign key cascades to attempts and handoffs:
+            // migration 0004); the command tag counts the tasks.
             purge_expired: format!(
                 // `id = ANY(ARRAY(…))`, not a join: the batch is an InitPlan
-                // that drives primary-key lookups even in a generic plan,
-                // where `LIMIT $1` is only estimated (a join then hashed the
-                // whole table).
+                // that drives index lookups even in a generic plan, where
+                // `LIMIT $1` is only estimated (a join then hashed the whole table).
                 "WITH expired AS MATERIALIZED (
                      SELECT id FROM {s}.tasks
                      WHERE status IN ('completed', 'failed', 'cancelled')
@@ -460,7 +459,11 @@ impl Statements {
                      ORDER BY expires_at LIMIT $1
                      FOR UPDATE SKIP LOCKED),
                  purged_reopenings AS (
-                     DELETE FROM {s}.reopenings WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
+                     DELETE FROM {s}.reopenings WHERE task_id = ANY (ARRAY(SELECT id FROM expired))),
+                 purged_attempts AS (
+                     DELETE FROM {s}.attempts WHERE task_id = ANY (ARRAY(SELECT id FROM expired))),
+                 purged_handoffs AS (
+                     DELETE FROM {s}.handoffs WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
                  DELETE FROM {s}.tasks
                  WHERE id = ANY (ARRAY(SELECT id FROM expired))"
             ),

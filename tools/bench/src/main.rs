@@ -3,7 +3,7 @@
 //! real PostgreSQL server, in one run.
 //!
 //! ```text
-//! cargo run --release -p taskfence-bench -- [--quick | --long] [--out DIR] [--database-url URL]
+//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle] [--out DIR] [--database-url URL]
 //! ```
 //!
 //! Prints a Markdown report and writes `DIR/bench-results.md` and
@@ -48,6 +48,8 @@ pub struct Config {
     pub mode: Mode,
     pub out: PathBuf,
     pub url: String,
+    /// Only the lifecycle section (ours vs the ceiling), printed, nothing written.
+    pub lifecycle_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -87,6 +89,7 @@ impl Config {
             mode,
             out,
             url,
+            lifecycle_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -107,11 +110,13 @@ impl Config {
         let mut out = PathBuf::from("target/bench");
         let mut url = std::env::var("DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let mut lifecycle_only = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => mode = Mode::Quick,
                 "--long" => mode = Mode::Long,
+                "--lifecycle" => lifecycle_only = true,
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -126,15 +131,19 @@ impl Config {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: taskfence-bench [--quick | --long] [--out DIR] [--database-url URL]\n\
-                         writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench)"
+                        "usage: taskfence-bench [--quick | --long] [--lifecycle] [--out DIR] [--database-url URL]\n\
+                         writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
+                         --lifecycle runs only the lifecycle section and prints it"
                     );
                     std::process::exit(0);
                 }
                 other => return Err(format!("unknown argument {other:?} (try --help)").into()),
             }
         }
-        Ok(Self::new(mode, out, url))
+        Ok(Self {
+            lifecycle_only,
+            ..Self::new(mode, out, url)
+        })
     }
 
     /// The largest worker count: the pool must serve that many at once, plus
@@ -172,6 +181,13 @@ async fn run() -> Res<()> {
     let pool = pool(&cfg, cfg.pool_size(), &[]).await?;
     let mut report = report::Report::new(&cfg, db::describe(&pool).await?);
 
+    if cfg.lifecycle_only {
+        lifecycle::run(&cfg, &pool, &mut report).await?;
+        report.finish(started.elapsed());
+        println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
     eprintln!("[bench] round trips per operation");
     trips::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] lifecycle throughput, ours vs the raw-SQL ceiling");
