@@ -112,12 +112,17 @@ pub const MAX_SCAN_LIMIT: usize = 100_000;
 
 /// Checks a scan limit: `1..=MAX_SCAN_LIMIT`.
 pub fn check_scan_limit(limit: usize) -> Result<(), InvalidInput> {
-    if limit == 0 || limit > MAX_SCAN_LIMIT {
+    check_limit(limit, MAX_SCAN_LIMIT)
+}
+
+/// A `limit` argument must be `1..=max`.
+fn check_limit(limit: usize, max: usize) -> Result<(), InvalidInput> {
+    if limit == 0 || limit > max {
         return Err(InvalidInput::OutOfRange {
             field: "limit",
             value: limit.to_string(),
             min: "1".into(),
-            max: MAX_SCAN_LIMIT.to_string(),
+            max: max.to_string(),
         });
     }
     Ok(())
@@ -135,15 +140,7 @@ pub const MAX_PAGE: usize = 1000;
 /// assert!(taskfence::limits::check_page(0).is_err());
 /// ```
 pub fn check_page(limit: usize) -> Result<(), InvalidInput> {
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(InvalidInput::OutOfRange {
-            field: "limit",
-            value: limit.to_string(),
-            min: "1".into(),
-            max: MAX_PAGE.to_string(),
-        });
-    }
-    Ok(())
+    check_limit(limit, MAX_PAGE)
 }
 
 /// Most tasks in one batch (`claim_many`, `complete_many`).
