@@ -336,6 +336,14 @@ impl Call {
         self.done("error", Some(error_reason(error)));
     }
 
+    /// Records a fenced write's result whose acceptance carries no reason.
+    fn settled<T>(&self, result: &Result<Fenced<T>>) {
+        match result {
+            Ok(fenced) => self.fenced(fenced, |_| None),
+            Err(e) => self.error(e),
+        }
+    }
+
     /// Finishes a fenced write by its answer; `accepted` gives the reason
     /// of an accepted one (none but `fail`'s).
     fn fenced<T>(&self, fenced: &Fenced<T>, accepted: impl FnOnce(&T) -> Option<&'static str>) {
@@ -530,20 +538,14 @@ impl<S: TaskStore + ?Sized> TaskStore for Observed<S> {
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
         let call = Call::new("renew", op_span!("taskfence.renew")).lease(lease);
         let result = call.run(self.inner.renew(lease, extend_by)).await;
-        match &result {
-            Ok(fenced) => call.fenced(fenced, |_| None),
-            Err(e) => call.error(e),
-        }
+        call.settled(&result);
         result
     }
 
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
         let call = Call::new("complete", op_span!("taskfence.complete")).lease(&lease);
         let result = call.run(self.inner.complete(lease, response)).await;
-        match &result {
-            Ok(fenced) => call.fenced(fenced, |_| None),
-            Err(e) => call.error(e),
-        }
+        call.settled(&result);
         result
     }
 
@@ -569,10 +571,7 @@ impl<S: TaskStore + ?Sized> TaskStore for Observed<S> {
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let call = Call::new("release", op_span!("taskfence.release")).lease(&lease);
         let result = call.run(self.inner.release(lease)).await;
-        match &result {
-            Ok(fenced) => call.fenced(fenced, |_| None),
-            Err(e) => call.error(e),
-        }
+        call.settled(&result);
         result
     }
 
@@ -594,10 +593,7 @@ impl<S: TaskStore + ?Sized> TaskStore for Observed<S> {
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
         let call = Call::new("record_operation", op_span!("taskfence.record_operation")).lease(lease);
         let result = call.run(self.inner.record_operation(lease, operation_id)).await;
-        match &result {
-            Ok(fenced) => call.fenced(fenced, |_| None),
-            Err(e) => call.error(e),
-        }
+        call.settled(&result);
         result
     }
 
