@@ -203,3 +203,113 @@ async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
         "the deadline still counts from submission"
     );
 }
+
+/// Migration 0005 moves each running attempt from the `attempts` journal into
+/// its task row; a task whose latest attempt stays in the journal (it ended
+/// before the migration) keeps it there, and both go on as usual. The rows
+/// are put in the pre-0005 shape by hand, then the migration's SQL runs.
+#[tokio::test]
+async fn attempts_from_before_the_row_columns_carry_on() {
+    use std::time::Duration;
+    use taskfence::testing::{Fixture, PgFixture};
+    use taskfence::{AttemptOutcome, Claim, ClaimRequest, Failure, Response};
+
+    let f = PgFixture::new().await;
+    let store = f.pg_store();
+    let s = format!("\"{}\"", f.schema());
+    let lease_of = |claim: Claim| match claim {
+        Claim::Acquired(lease) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    };
+    let request = || ClaimRequest::new("w", Duration::from_secs(60));
+    let running = store
+        .submit(common::new_task("running"))
+        .await
+        .unwrap()
+        .into_task();
+    let running_lease = lease_of(store.claim(running.id, request()).await.unwrap());
+    let retried = store
+        .submit(common::new_task("retried"))
+        .await
+        .unwrap()
+        .into_task();
+    let first = lease_of(store.claim(retried.id, request()).await.unwrap());
+    store
+        .fail(first, Failure::retryable("timeout"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let before = [
+        store.attempts(running.id).await.unwrap(),
+        store.attempts(retried.id).await.unwrap(),
+    ];
+
+    // The pre-0005 shape: every attempt in the journal (a running one with no
+    // finish), none in the rows.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome,
+                                   operation_id, error)
+         SELECT id, version, attempt_id, attempt_worker, attempt_started_at, attempt_finished_at,
+                attempt_outcome, attempt_operation_id, attempt_error
+         FROM {s}.tasks WHERE attempt_id IS NOT NULL;
+         UPDATE {s}.tasks SET attempt_id = NULL, attempt_worker = NULL, attempt_started_at = NULL,
+             attempt_finished_at = NULL, attempt_outcome = NULL, attempt_operation_id = NULL,
+             attempt_error = NULL;"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN; SET LOCAL search_path TO {s}; {} COMMIT;",
+        include_str!("../migrations/0005_latest_attempt.sql")
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let in_journal = format!("SELECT count(*) FROM {s}.attempts WHERE task_id = $1");
+    let journal = |id: taskfence::TaskId| {
+        sqlx::query_scalar::<_, i64>(&in_journal)
+            .bind(id.as_uuid())
+            .fetch_one(store.pool())
+    };
+    assert_eq!(journal(running.id).await.unwrap(), 0, "the running attempt moved");
+    assert_eq!(journal(retried.id).await.unwrap(), 1, "the ended one stayed");
+    assert_eq!(store.attempts(running.id).await.unwrap(), before[0]);
+    assert_eq!(store.attempts(retried.id).await.unwrap(), before[1]);
+
+    // Both carry on: the moved attempt completes; the retried task is claimed
+    // and completed, its earlier attempt still in the journal.
+    store
+        .complete(running_lease, Response::new(b"one".to_vec()))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    f.advance(Duration::from_secs(3600)).await;
+    let second = lease_of(store.claim(retried.id, request()).await.unwrap());
+    store
+        .complete(second, Response::new(b"two".to_vec()))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let outcomes = |attempts: Vec<taskfence::Attempt>| {
+        attempts
+            .into_iter()
+            .map(|a| (a.number, a.outcome))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        outcomes(store.attempts(running.id).await.unwrap()),
+        [(1, AttemptOutcome::Completed)]
+    );
+    assert_eq!(
+        outcomes(store.attempts(retried.id).await.unwrap()),
+        [
+            (1, AttemptOutcome::Failed(taskfence::FailureKind::Retryable)),
+            (2, AttemptOutcome::Completed)
+        ]
+    );
+}

@@ -135,7 +135,7 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted'"),
         ),
         "renew" => ("uuid, int8, interval", format!("{id}, 1, '30 s'")),
-        "complete" => ("uuid, int8, bytea", format!("{id}, 1, 'answer'")),
+        "complete" | "complete_current" => ("uuid, int8, bytea", format!("{id}, 1, 'answer'")),
         "fail" => (
             "uuid, int8, text, text, text, interval, text",
             format!("{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable'"),
@@ -152,7 +152,7 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
                  'attempts exhausted', 'deadline exhausted'"
             ),
         ),
-        "complete_many" => (
+        "complete_many" | "complete_many_current" => (
             "uuid[], int8[], bytea[]",
             format!(
                 "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea]"
@@ -222,7 +222,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("attempts exhausted")
             .bind("deadline exhausted"),
         "renew" => q.bind(id).bind(1_i64).bind(interval(30)),
-        "complete" => q.bind(id).bind(1_i64).bind(b"answer".to_vec()),
+        "complete" | "complete_current" => q.bind(id).bind(1_i64).bind(b"answer".to_vec()),
         "fail" => q
             .bind(id)
             .bind(1_i64)
@@ -243,7 +243,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("w")
             .bind("attempts exhausted")
             .bind("deadline exhausted"),
-        "complete_many" => q
+        "complete_many" | "complete_many_current" => q
             .bind(vec![id, Uuid::now_v7()])
             .bind(vec![1_i64, 1])
             .bind(vec![b"answer".to_vec(), b"other".to_vec()]),

@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "no foreign keys to tasks",
         sql: include_str!("../../migrations/0004_lifecycle.sql"),
     },
+    Migration {
+        version: 5,
+        description: "the latest attempt in its task row",
+        sql: include_str!("../../migrations/0005_latest_attempt.sql"),
+    },
 ];
 
 /// The history table, inside the crate's schema.

@@ -9,8 +9,9 @@
 //!
 //! - **One round trip per operation.** Submit, claim, renew, complete, fail,
 //!   release and record_operation are each one statement: a chain of
-//!   data-modifying CTEs that writes the task row, the attempt row (and, for
-//!   submit, the handoff) and returns the new row. A refused write (zero
+//!   data-modifying CTEs that writes the task row (which holds the task's
+//!   latest attempt; a claim that replaces an attempt moves it to the
+//!   `attempts` journal, and submit writes the handoff) and returns the new row. A refused write (zero
 //!   rows) costs one more read of the row with the store clock, classified by
 //!   the same [`rules`](crate::rules) functions every backend uses.
 //! - **The store clock, read after the row lock.** Every statement reads time

@@ -6,11 +6,25 @@
 //! `WHERE` and `SET` of the row being written so that it is evaluated after
 //! the row lock is held (see the [module documentation](super)).
 
+use crate::{AcceptanceRule, Lease};
+
 /// The task columns, in the order [`super::row::task`] reads them by name.
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
      acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at, \
      budget_base, budget_started_at";
+
+/// The latest attempt's columns in the task row, in the journal's order
+/// (`attempts`: id, worker, started_at, finished_at, outcome, operation_id, error).
+const ATTEMPT_COLUMNS: &str = "attempt_id, attempt_worker, attempt_started_at, attempt_finished_at, \
+     attempt_outcome, attempt_operation_id, attempt_error";
+
+/// Whether every lease is of a current-assignment task.
+fn current_only(leases: &[&Lease]) -> bool {
+    leases
+        .iter()
+        .all(|l| l.task().acceptance == AcceptanceRule::CurrentAssignment)
+}
 
 /// The statements of one store, for one schema.
 #[derive(Debug)]
@@ -21,7 +35,10 @@ pub(crate) struct Statements {
     pub(crate) find: String,
     pub(crate) claim: String,
     pub(crate) renew: String,
+    /// Any lease's completion.
     pub(crate) complete: String,
+    /// A current-assignment lease's completion (no journal write possible).
+    pub(crate) complete_current: String,
     pub(crate) fail: String,
     pub(crate) release: String,
     pub(crate) cancel: String,
@@ -33,6 +50,8 @@ pub(crate) struct Statements {
     pub(crate) mark_published: String,
     pub(crate) claim_many: String,
     pub(crate) complete_many: String,
+    /// `complete_many` for a batch of current-assignment leases only.
+    pub(crate) complete_many_current: String,
     pub(crate) read_many: String,
     pub(crate) retry: String,
     pub(crate) redispatch: String,
@@ -134,6 +153,7 @@ impl Statements {
             ("claim", &self.claim),
             ("renew", &self.renew),
             ("complete", &self.complete),
+            ("complete_current", &self.complete_current),
             ("fail", &self.fail),
             ("release", &self.release),
             ("cancel", &self.cancel),
@@ -145,6 +165,7 @@ impl Statements {
             ("mark_published", &self.mark_published),
             ("claim_many", &self.claim_many),
             ("complete_many", &self.complete_many),
+            ("complete_many_current", &self.complete_many_current),
             ("read_many", &self.read_many),
             ("retry", &self.retry),
             ("redispatch", &self.redispatch),
@@ -192,6 +213,26 @@ impl Statements {
         ]
     }
 
+    /// The completion statement for `lease`: a current-assignment lease holds
+    /// its task's latest attempt (the row's), so no journal row can be the
+    /// answering one and the statement leaves the journal out.
+    pub(crate) fn completion(&self, lease: &Lease) -> &str {
+        if current_only(&[lease]) {
+            &self.complete_current
+        } else {
+            &self.complete
+        }
+    }
+
+    /// [`Self::completion`] for a batch.
+    pub(crate) fn completion_many(&self, leases: &[&Lease]) -> &str {
+        if current_only(leases) {
+            &self.complete_many_current
+        } else {
+            &self.complete_many
+        }
+    }
+
     /// The listing statement of `shape`.
     pub(crate) fn list_of(&self, shape: ListShape) -> &str {
         &self.list[shape.index()]
@@ -206,37 +247,66 @@ impl Statements {
         // holder only locked the row and changed nothing (no recheck then).
         let locked =
             format!("locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)");
+        // A claim's lock also keeps the row's latest attempt, which a take
+        // moves to the journal: a locking read returns the newest committed
+        // row (it follows the row's updates, as the `UPDATE` does), so this is
+        // the attempt the `UPDATE` replaces.
+        let locked_attempt = format!(
+            "locked AS MATERIALIZED (SELECT id, version, {ATTEMPT_COLUMNS} FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE)"
+        );
         // Fragments the single and the batch forms share, so both decide alike.
         // A claim's take-or-exhaust, from one clock reading after the lock
         // ($3 lease interval, $5/$6 the stop reasons):
-        let claim_set = format!(
-            "SET (version, status, lease_until, not_before, finished_at, last_error) = (
+        // A take starts the new attempt (`attempt`: its id) in the row; an
+        // exhaust ends a still-running attempt there as `expired`.
+        let claim_set = |attempt: &str| {
+            format!(
+            "SET (version, status, lease_until, not_before, finished_at, last_error,
+                  attempt_id, attempt_worker, attempt_started_at, attempt_finished_at, attempt_outcome,
+                  attempt_operation_id, attempt_error) = (
                         SELECT CASE WHEN d.take THEN t.version + 1 ELSE t.version END,
                                CASE WHEN d.take THEN 'running' ELSE 'failed' END,
                                CASE WHEN d.take THEN d.now + $3 END,
                                NULL::timestamptz,
                                CASE WHEN d.take THEN NULL ELSE d.now END,
                                CASE WHEN d.take THEN t.last_error
-                                    WHEN t.version - t.budget_base >= t.max_attempts THEN $5 ELSE $6 END
+                                    WHEN t.version - t.budget_base >= t.max_attempts THEN $5 ELSE $6 END,
+                               CASE WHEN d.take THEN {attempt} ELSE t.attempt_id END,
+                               CASE WHEN d.take THEN $4 ELSE t.attempt_worker END,
+                               CASE WHEN d.take THEN d.now ELSE t.attempt_started_at END,
+                               CASE WHEN d.take THEN NULL
+                                    WHEN t.attempt_outcome = 'running' THEN d.now ELSE t.attempt_finished_at END,
+                               CASE WHEN d.take THEN 'running'
+                                    WHEN t.attempt_outcome = 'running' THEN 'expired' ELSE t.attempt_outcome END,
+                               CASE WHEN d.take THEN NULL ELSE t.attempt_operation_id END,
+                               CASE WHEN d.take THEN NULL ELSE t.attempt_error END
                         FROM (SELECT c.now, t.version - t.budget_base < t.max_attempts
                                             AND (t.deadline_at IS NULL OR t.deadline_at > c.now) AS take
                               FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
                     )"
-        );
+            )
+        };
         // A row a claim may take: pending past its backoff, or its lease expired.
         let claim_available = format!(
             "((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
                         OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))"
         );
-        // The previous attempt of a taken or exhausted row ends `expired`.
-        let claim_expired = format!(
-            "expired AS (
-                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'expired'
-                    FROM claimed AS c
-                    WHERE a.task_id = c.id AND a.finished_at IS NULL
-                      AND a.number = CASE WHEN c.status = 'running' THEN c.version - 1 ELSE c.version END
+        // A take moves the row's previous attempt (`lock`: its locked
+        // pre-image) to the journal, as `expired` if it never reported.
+        let moved = |lock: &str| {
+            format!(
+                "moved AS (
+                    INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome,
+                                              operation_id, error)
+                    SELECT l.id, l.version, l.attempt_id, l.attempt_worker, l.attempt_started_at,
+                           CASE WHEN l.attempt_outcome = 'running' THEN {s}.store_clock() ELSE l.attempt_finished_at END,
+                           CASE WHEN l.attempt_outcome = 'running' THEN 'expired' ELSE l.attempt_outcome END,
+                           l.attempt_operation_id, l.attempt_error
+                    FROM claimed AS c JOIN {lock} AS l ON l.id = c.id
+                    WHERE c.status = 'running' AND l.attempt_id IS NOT NULL
                 )"
-        );
+            )
+        };
         // `rules::accept` for the lease version `v`: the current assignment
         // with a live lease, or, for a first-valid-answer task, any version
         // granted so far while the task is not terminal; never a second response.
@@ -249,21 +319,41 @@ impl Statements {
             )
         };
         let (accept_single, accept_many) = (accept("$2"), accept("req.rversion"));
-        // The answering attempt (lease version `v`) ends `completed` (also if
-        // closed as expired at a takeover); a still-running newer one `overtaken`.
-        let finish = |v: &str| {
+        // A completion with lease version `v` (`response`: the answer),
+        // from one clock reading. The answering attempt ends `completed`: the
+        // row's latest attempt when it holds `v`; otherwise (a first valid
+        // answer from an earlier attempt) the row's attempt, if it still
+        // runs, ends `overtaken`, and the journal's attempt `v` is relabelled.
+        let complete_set = |v: &str, response: &str| {
             format!(
-                "finished AS (
-                    UPDATE {s}.attempts AS a
-                    SET finished_at = d.finished_at,
-                        outcome = CASE WHEN a.number = {v} THEN 'completed' ELSE 'overtaken' END
+                "SET (status, response, lease_until, not_before, finished_at, attempt_finished_at,
+                      attempt_outcome) = (
+                        SELECT 'completed', {response}, NULL::timestamptz, NULL::timestamptz, c.now,
+                               CASE WHEN (t.version = {v} AND t.attempt_id IS NOT NULL)
+                                         OR t.attempt_outcome = 'running' THEN c.now
+                                    ELSE t.attempt_finished_at END,
+                               CASE WHEN t.version = {v} AND t.attempt_id IS NOT NULL THEN 'completed'
+                                    WHEN t.attempt_outcome = 'running' THEN 'overtaken'
+                                    ELSE t.attempt_outcome END
+                        FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
+                    )"
+            )
+        };
+        // Only a first-valid-answer task can be answered by an attempt already
+        // in the journal; a current-assignment lease always holds the row's
+        // latest attempt, so its statements leave the journal out.
+        let relabelled = |v: &str, relabel: bool| {
+            if !relabel {
+                return String::new();
+            }
+            format!(
+                ", relabelled AS (
+                    UPDATE {s}.attempts AS a SET finished_at = d.finished_at, outcome = 'completed'
                     FROM done AS d
-                    WHERE a.task_id = d.id
-                      AND (a.number = {v} OR (a.number = d.version AND a.finished_at IS NULL))
+                    WHERE a.task_id = d.id AND a.number = {v} AND d.attempt_outcome IS DISTINCT FROM 'completed'
                 )"
             )
         };
-        let (finish_single, finish_many) = (finish("$2"), finish("d.rversion"));
         // The batch form: every row of the batch locked first, in id order (so
         // two batches sharing tasks never deadlock), before the write reads any
         // of them; `id = ANY(ARRAY(SELECT id FROM locked_all))` is an InitPlan,
@@ -271,6 +361,62 @@ impl Statements {
         let locked_all = format!(
             "locked_all AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE)"
         );
+        let locked_all_attempt = format!(
+            "locked_all AS MATERIALIZED (SELECT id, version, {ATTEMPT_COLUMNS} FROM {s}.tasks
+                                         WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE)"
+        );
+        // Every attempt of the task `id`: the journal's and the row's latest.
+        let journal = |id: &str| {
+            format!(
+                "(SELECT id, task_id, number, worker, started_at, finished_at, outcome, operation_id, error
+                  FROM {s}.attempts WHERE task_id = {id}
+                  UNION ALL
+                  SELECT cur.attempt_id, cur.id, cur.version::integer, cur.attempt_worker, cur.attempt_started_at,
+                         cur.attempt_finished_at, cur.attempt_outcome, cur.attempt_operation_id, cur.attempt_error
+                  FROM {s}.tasks AS cur WHERE cur.id = {id} AND cur.attempt_id IS NOT NULL)"
+            )
+        };
+        // $1 id, $2 version, $3 response. The textbook guarded UPDATE, with
+        // the attempt's outcome written in the same row. The guard is
+        // `rules::accept`: the current assignment with a live lease, or, for a
+        // first-valid-answer task, any assignment granted so far while the
+        // task is not terminal.
+        let complete = |relabel: bool| {
+            format!(
+                "WITH {locked},
+                done AS (
+                    UPDATE {s}.tasks AS t
+                    {}
+                    WHERE id = (SELECT id FROM locked)
+                      AND {accept_single}
+                    RETURNING {cols}, attempt_outcome
+                ){}
+                SELECT {cols} FROM done",
+                complete_set("$2", "$3"),
+                relabelled("$2", relabel)
+            )
+        };
+        // $1 ids, $2 versions, $3 responses (same order). `complete` for
+        // every lease of the batch, each row guarded on its own.
+        let complete_many = |relabel: bool| {
+            format!(
+                "WITH {locked_all},
+                req AS (SELECT r.rid, r.rversion, r.rresponse
+                        FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS r(rid, rversion, rresponse)),
+                done AS (
+                    UPDATE {s}.tasks AS t
+                    {}
+                    FROM req
+                    WHERE id = req.rid
+                      AND id = ANY(ARRAY(SELECT id FROM locked_all))
+                      AND {accept_many}
+                    RETURNING {cols}, attempt_outcome, req.rversion
+                ){}
+                SELECT {cols} FROM done",
+                complete_set("req.rversion", "req.rresponse"),
+                relabelled("d.rversion", relabel)
+            )
+        };
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
@@ -310,24 +456,21 @@ impl Statements {
             // reads the clock once, after the lock, and decides take or exhaust.
             // Not written: the statement's snapshot of the row, for the caller to classify.
             claim: format!(
-                "WITH {locked},
+                "WITH {locked_attempt},
                 claimed AS (
                     UPDATE {s}.tasks AS t
-                    {claim_set}
+                    {}
                     WHERE t.id = (SELECT id FROM locked)
                       AND {claim_available}
                     RETURNING {cols}
                 ),
-                {claim_expired},
-                started AS (
-                    INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
-                    SELECT c.id, c.version, $2, $4, c.lease_until - $3, 'running'
-                    FROM claimed AS c WHERE c.status = 'running'
-                )
+                {}
                 SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
                 UNION ALL
                 SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
-                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+                claim_set("$2::uuid"),
+                moved("locked")
             ),
             // $1 id, $2 version, $3 extension.
             renew: format!(
@@ -336,38 +479,23 @@ impl Statements {
                  WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
             ),
-            // $1 id, $2 version, $3 response. The textbook guarded UPDATE, with the
-            // attempt's outcome written by the same statement. The guard is
-            // `rules::accept`: the current assignment with a live lease, or, for a
-            // first-valid-answer task, any assignment granted so far while the
-            // task is not terminal. An earlier attempt's saved answer ends the
-            // current attempt as `overtaken`.
-            complete: format!(
-                "WITH {locked},
-                done AS (
-                    UPDATE {s}.tasks
-                    SET status = 'completed', response = $3, lease_until = NULL, not_before = NULL,
-                        finished_at = {s}.store_clock()
-                    WHERE id = (SELECT id FROM locked)
-                      AND {accept_single}
-                    RETURNING {cols}
-                ),
-                {finish_single}
-                SELECT {cols} FROM done"
-            ),
+            complete: complete(true),
+            complete_current: complete(false),
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
             // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
             fail: format!(
                 "WITH {locked},
                 failed AS (
                     UPDATE {s}.tasks AS t
-                    SET (status, lease_until, not_before, finished_at, last_error) = (
+                    SET (status, lease_until, not_before, finished_at, last_error,
+                         attempt_finished_at, attempt_outcome, attempt_error) = (
                         SELECT CASE WHEN d.stop THEN 'failed' ELSE 'pending' END,
                                NULL::timestamptz,
                                CASE WHEN NOT d.stop THEN d.retry_at END,
                                CASE WHEN d.stop THEN d.now END,
                                CASE WHEN $3::text IS NOT NULL THEN $3::text
-                                    WHEN d.stop THEN $5 ELSE $4 END
+                                    WHEN d.stop THEN $5 ELSE $4 END,
+                               d.now, $7, $4
                         FROM (SELECT c.now, c.now + $6 AS retry_at,
                                      $3::text IS NOT NULL
                                      OR (t.deadline_at IS NOT NULL AND c.now + $6 >= t.deadline_at) AS stop
@@ -376,60 +504,40 @@ impl Statements {
                     WHERE t.id = (SELECT id FROM locked) AND t.version = $2 AND t.status = 'running'
                       AND t.lease_until > {s}.store_clock()
                     RETURNING {cols}
-                ),
-                finished AS (
-                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = $7, error = $4
-                    FROM failed AS f WHERE a.task_id = f.id AND a.number = f.version
                 )
                 SELECT {cols} FROM failed"
             ),
             // $1 id, $2 version.
             release: format!(
-                "WITH {locked},
-                released AS (
-                    UPDATE {s}.tasks SET status = 'pending', lease_until = NULL, not_before = NULL
-                    WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
-                    RETURNING id, version
-                ),
-                finished AS (
-                    UPDATE {s}.attempts AS a SET finished_at = {s}.store_clock(), outcome = 'released'
-                    FROM released AS r WHERE a.task_id = r.id AND a.number = r.version
-                )
-                SELECT id FROM released"
+                "WITH {locked}
+                UPDATE {s}.tasks
+                SET status = 'pending', lease_until = NULL, not_before = NULL,
+                    attempt_finished_at = {s}.store_clock(), attempt_outcome = 'released'
+                WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                RETURNING id"
             ),
             // $1 id, $2 reason.
             cancel: format!(
-                "WITH cancelled AS (
-                    UPDATE {s}.tasks
-                    SET status = 'cancelled', lease_until = NULL, not_before = NULL,
-                        finished_at = {s}.store_clock(), last_error = $2
-                    WHERE id = $1 AND status IN ('pending', 'running')
-                    RETURNING {cols}
-                ),
-                finished AS (
-                    UPDATE {s}.attempts AS a SET finished_at = c.finished_at, outcome = 'cancelled'
-                    FROM cancelled AS c
-                    WHERE a.task_id = c.id AND a.number = c.version AND a.finished_at IS NULL
+                "UPDATE {s}.tasks AS t
+                SET (status, lease_until, not_before, finished_at, last_error, attempt_finished_at,
+                     attempt_outcome) = (
+                    SELECT 'cancelled', NULL::timestamptz, NULL::timestamptz, c.now, $2,
+                           CASE WHEN t.attempt_outcome = 'running' THEN c.now ELSE t.attempt_finished_at END,
+                           CASE WHEN t.attempt_outcome = 'running' THEN 'cancelled' ELSE t.attempt_outcome END
+                    FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                 )
-                SELECT {cols} FROM cancelled"
+                WHERE id = $1 AND status IN ('pending', 'running')
+                RETURNING {cols}"
             ),
-            // $1 id, $2 version, $3 operation id. FOR SHARE holds the task row
-            // (a concurrent completion or takeover waits) while the attempt is written.
+            // $1 id, $2 version, $3 operation id. The running attempt is the
+            // row's latest, so this is a fenced write of the row, as renew.
             record_operation: format!(
-                "WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR SHARE),
-                holder AS (
-                    SELECT id FROM {s}.tasks
-                    WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
-                    FOR SHARE
-                )
-                UPDATE {s}.attempts AS a SET operation_id = $3
-                FROM holder AS h WHERE a.task_id = h.id AND a.number = $2
-                RETURNING a.number"
+                "WITH {locked}
+                 UPDATE {s}.tasks SET attempt_operation_id = $3
+                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 RETURNING version"
             ),
-            attempts: format!(
-                "SELECT id, task_id, number, worker, started_at, finished_at, outcome, operation_id, error
-                 FROM {s}.attempts WHERE task_id = $1 ORDER BY number"
-            ),
+            attempts: format!("SELECT * FROM {} AS x ORDER BY number", journal("$1")),
             // $1 limit. The clock is read once (an InitPlan), so it can bound
             // the partial-index range scans; each branch stops after $1 rows.
             due: format!(
@@ -481,47 +589,27 @@ impl Statements {
             // once: each row is taken or exhausted by the same per-row SET and
             // WHERE; rows not written come back as the statement's snapshot.
             claim_many: format!(
-                "WITH {locked_all},
+                "WITH {locked_all_attempt},
                 req AS (SELECT r.rid, r.rattempt FROM unnest($1::uuid[], $2::uuid[]) AS r(rid, rattempt)),
                 claimed AS (
                     UPDATE {s}.tasks AS t
-                    {claim_set}
+                    {}
                     FROM req
                     WHERE t.id = req.rid
                       AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
                       AND {claim_available}
-                    RETURNING {cols}, req.rattempt
+                    RETURNING {cols}
                 ),
-                {claim_expired},
-                started AS (
-                    INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, outcome)
-                    SELECT c.id, c.version, c.rattempt, $4, c.lease_until - $3, 'running'
-                    FROM claimed AS c WHERE c.status = 'running'
-                )
+                {}
                 SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
                 UNION ALL
                 SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
-                WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)"
+                WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)",
+                claim_set("req.rattempt"),
+                moved("locked_all")
             ),
-            // $1 ids, $2 versions, $3 responses (same order). `complete` for
-            // every lease of the batch, each row guarded on its own.
-            complete_many: format!(
-                "WITH {locked_all},
-                req AS (SELECT r.rid, r.rversion, r.rresponse
-                        FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS r(rid, rversion, rresponse)),
-                done AS (
-                    UPDATE {s}.tasks
-                    SET status = 'completed', response = req.rresponse, lease_until = NULL, not_before = NULL,
-                        finished_at = {s}.store_clock()
-                    FROM req
-                    WHERE id = req.rid
-                      AND id = ANY(ARRAY(SELECT id FROM locked_all))
-                      AND {accept_many}
-                    RETURNING {cols}, req.rversion
-                ),
-                {finish_many}
-                SELECT {cols} FROM done"
-            ),
+            complete_many: complete_many(true),
+            complete_many_current: complete_many(false),
             // The rows of a batch and the store clock: what refused writes are classified from.
             read_many: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)"),
             // $1 id, $2 by, $3 reason, $4 whether $5..$11 are a new policy
@@ -603,7 +691,7 @@ impl Statements {
                             array_agg(x.outcome ORDER BY x.number) AS a_outcome,
                             array_agg(x.operation_id ORDER BY x.number) AS a_operation_id,
                             array_agg(x.error ORDER BY x.number) AS a_error
-                     FROM {s}.attempts AS x WHERE x.task_id = t.id) AS a
+                     FROM {} AS x) AS a
                  CROSS JOIN LATERAL (
                      SELECT array_agg(x.number ORDER BY x.number) AS r_number,
                             array_agg(x.at ORDER BY x.number) AS r_at,
@@ -616,7 +704,8 @@ impl Statements {
                      SELECT array_agg(x.created_at ORDER BY x.id) AS h_created_at,
                             array_agg(x.published_at ORDER BY x.id) AS h_published_at
                      FROM {s}.handoffs AS x WHERE x.task_id = t.id) AS h
-                 WHERE t.id = $1"
+                 WHERE t.id = $1",
+                journal("t.id")
             ),
             // $1 older than (interval), $2 limit. Never-claimed pending tasks
             // from the partial index `tasks_unclaimed`, oldest first, whose

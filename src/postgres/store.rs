@@ -463,7 +463,7 @@ impl PgStore {
         response: Response,
     ) -> Result<Fenced<Task>> {
         let query = || {
-            sqlx::query(&self.sql.complete)
+            sqlx::query(self.sql.completion(&lease))
                 .bind(lease.task_id().as_uuid())
                 .bind(version(&lease))
                 .bind(response.as_bytes())
@@ -937,7 +937,8 @@ impl TaskStore for PgStore {
         async move {
             let mut conn = self.acquire().await?;
             let ids: Vec<_> = completions.iter().map(|(l, _)| l.task_id().as_uuid()).collect();
-            let rows = sqlx::query(&self.sql.complete_many)
+            let leases: Vec<_> = completions.iter().map(|(l, _)| l).collect();
+            let rows = sqlx::query(self.sql.completion_many(&leases))
                 .bind(&ids)
                 .bind(completions.iter().map(|(l, _)| version(l)).collect::<Vec<_>>())
                 .bind(completions.iter().map(|(_, r)| r.as_bytes()).collect::<Vec<_>>())

@@ -1,8 +1,8 @@
 //! The checker: reads the run's schema after the workers stopped and counts
 //! what happened, and what must never happen.
 //!
-//! It reads taskfence's own tables (`tasks`, `attempts`, see
-//! `migrations/0001_tasks.sql`) and the harness's (`queue`, `provider_*`,
+//! It reads taskfence's own tables (`tasks` with each task's latest attempt,
+//! `attempts` with the earlier ones; see the crate's `migrations/`) and the harness's (`queue`, `provider_*`,
 //! `deliveries`) with plain SQL, so it trusts nothing the workers said.
 
 use std::fmt::Write as _;
@@ -99,6 +99,12 @@ impl Report {
 /// Reads the counts of the run in `schema`.
 pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<Report> {
     let s = quote(schema);
+    // Every attempt: the journal's, and each task's latest from its row.
+    let all_attempts = format!(
+        "(SELECT task_id, number, outcome FROM {s}.attempts
+          UNION ALL
+          SELECT id, version::integer, attempt_outcome FROM {s}.tasks WHERE attempt_id IS NOT NULL)"
+    );
     let one = |sql: String| async move {
         sqlx::query(&sql)
             .fetch_one(pool)
@@ -116,7 +122,7 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
     let cancelled = by_status("cancelled").await?;
     let lost = (submitted - task_rows) + (task_rows - completed - failed - cancelled);
     let multi_saved = one(format!(
-        "SELECT count(*) FROM (SELECT task_id FROM {s}.attempts WHERE outcome = 'completed'
+        "SELECT count(*) FROM (SELECT task_id FROM {all_attempts} AS a WHERE outcome = 'completed'
                                GROUP BY task_id HAVING count(*) > 1) m"
     ))
     .await?;
@@ -127,7 +133,7 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
         "SELECT count(*) FROM {s}.tasks t
          WHERE t.status = 'completed'
            AND (split_part(convert_from(t.response, 'UTF8'), ':', 3) <> 'v' || t.version
-                OR NOT EXISTS (SELECT 1 FROM {s}.attempts a
+                OR NOT EXISTS (SELECT 1 FROM {all_attempts} AS a
                                WHERE a.task_id = t.id AND a.outcome = 'completed' AND a.number = t.version))"
     ))
     .await?;
@@ -142,10 +148,10 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
     let over_budget = one(format!(
         "SELECT count(*) FROM {s}.tasks t
          WHERE t.version > t.max_attempts
-            OR (SELECT count(*) FROM {s}.attempts a WHERE a.task_id = t.id) > t.max_attempts"
+            OR (SELECT count(*) FROM {all_attempts} AS a WHERE a.task_id = t.id) > t.max_attempts"
     ))
     .await?;
-    let attempts = one(format!("SELECT count(*) FROM {s}.attempts")).await?;
+    let attempts = one(format!("SELECT count(*) FROM {all_attempts} AS a")).await?;
     let calls_started = one(format!("SELECT count(*) FROM {s}.provider_calls")).await?;
     let answers_produced = one(format!("SELECT count(*) FROM {s}.provider_answers")).await?;
     let answers_saved = one(format!(
