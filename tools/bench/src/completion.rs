@@ -2,7 +2,8 @@
 //! UPDATE; guarded UPDATE; COMMIT — four round trips) against ours (the
 //! guarded UPDATE alone, one round trip), alternating call by call.
 //!
-//! The textbook's UPDATE is ours, verbatim (`PgStore::statements()["complete"]`),
+//! The textbook's UPDATE is ours, verbatim (`PgStore::statements()["complete_current"]`,
+//! what `PgStore::complete` runs for these current-assignment tasks),
 //! so the two sides write exactly the same rows and differ only in the
 //! transaction around it: the difference is the three extra round trips.
 
@@ -63,7 +64,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     );
     let schema = BenchSchema::create(cfg, pool).await?;
     let select = format!("SELECT id FROM {}.tasks WHERE id = $1 FOR UPDATE", schema.q());
-    let update = schema.statement("complete");
+    let update = schema.statement("complete_current");
     let mut rows = Vec::new();
     for (label, session) in [
         ("server default (`on`)", &[][..]),

@@ -173,7 +173,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         raw: Arc::new(Raw::new(&schema)),
         pool: pool.clone(),
         unlocked: Arc::new(unlocked_claim(&schema).unwrap_or_default()),
-        complete: Arc::new(schema.statement("complete")),
+        complete: Arc::new(schema.statement("complete_current")),
     };
     let mut all = vec![Contender::Ours, Contender::Ceiling];
     if race.unlocked.is_empty() {

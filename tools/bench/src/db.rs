@@ -82,14 +82,16 @@ impl BenchSchema {
     /// Loads `n` tasks shaped like a live table: 70 % completed (10 % of all
     /// rows past their retention), 10 % pending (1 in 20 backing off, 1 in
     /// 2000 due), 10 % running (1 in 1000 with an expired lease), 10 % failed;
-    /// one attempt and one handoff per task (0.1 % of handoffs unpublished);
+    /// each task's one attempt in its row (where `PgStore` keeps a task's
+    /// latest attempt), one handoff per task (0.1 % of handoffs unpublished);
     /// 64-byte payloads and 256-byte responses. Then `ANALYZE`.
     pub async fn fill(&self, n: u64) -> Res<()> {
         let s = self.q();
         sqlx::query(&format!(
             "INSERT INTO {s}.tasks (id, scope, operation, request_key, input_hash, payload, status, version,
                  max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, on_ambiguous,
-                 lease_until, not_before, response, created_at, finished_at, expires_at)
+                 lease_until, not_before, response, created_at, finished_at, expires_at,
+                 attempt_id, attempt_worker, attempt_started_at, attempt_finished_at, attempt_outcome)
              SELECT gen_random_uuid(), 'scope-' || (i % 1000), 'chat.reply', 'bulk-' || i,
                     sha256(i::text::bytea), decode(repeat('ab', 64), 'hex'), st, 1, 5,
                     1000000000, 300000000000, 2, 0.2, 'retry',
@@ -100,7 +102,12 @@ impl BenchSchema {
                     CASE WHEN st = 'completed' THEN decode(repeat('6f', 256), 'hex') END,
                     now() - interval '1 day',
                     CASE WHEN st IN ('completed', 'failed') THEN now() - interval '23 hours' END,
-                    now() + CASE WHEN i % 10 = 0 THEN '-1 day' ELSE '6 days' END::interval
+                    now() + CASE WHEN i % 10 = 0 THEN '-1 day' ELSE '6 days' END::interval,
+                    gen_random_uuid(), 'w', now() - interval '1 day',
+                    CASE WHEN st IN ('completed', 'failed') THEN now() - interval '23 hours'
+                         WHEN st = 'pending' THEN now() - interval '1 day' END,
+                    CASE st WHEN 'running' THEN 'running' WHEN 'completed' THEN 'completed'
+                            ELSE 'expired' END
              FROM (SELECT i, CASE WHEN i % 10 < 7 THEN 'completed' WHEN i % 10 = 7 THEN 'pending'
                                   WHEN i % 10 = 8 THEN 'running' ELSE 'failed' END AS st
                    FROM generate_series(1, $1) AS i) AS g"
@@ -109,14 +116,9 @@ impl BenchSchema {
         .execute(&self.pool)
         .await?;
         sqlx::raw_sql(&format!(
-            "INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome)
-             SELECT id, 1, gen_random_uuid(), 'w', created_at, finished_at,
-                    CASE status WHEN 'running' THEN 'running' WHEN 'completed' THEN 'completed'
-                                ELSE 'expired' END
-             FROM {s}.tasks;
-             INSERT INTO {s}.handoffs (task_id, created_at, published_at)
+            "INSERT INTO {s}.handoffs (task_id, created_at, published_at)
              SELECT id, created_at, CASE WHEN random() < 0.999 THEN now() END FROM {s}.tasks;
-             ANALYZE {s}.tasks; ANALYZE {s}.attempts; ANALYZE {s}.handoffs;"
+             ANALYZE {s}.tasks; ANALYZE {s}.handoffs;"
         ))
         .execute(&self.pool)
         .await?;
@@ -142,7 +144,7 @@ impl BenchSchema {
                 .bind("w")
                 .bind("exhausted")
                 .bind("deadline"),
-            "complete" => q.bind(id).bind(1_i64).bind(&RESPONSE[..]),
+            "complete" | "complete_current" => q.bind(id).bind(1_i64).bind(&RESPONSE[..]),
             "due" | "purge_expired" => q.bind(100_i64),
             other => panic!("no parameters known for {other}"),
         };

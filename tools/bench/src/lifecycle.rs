@@ -147,7 +147,7 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         "Lifecycle throughput: ours vs the raw-SQL ceiling",
         &format!(
             "Tasks per second, each worker looping submit → claim → complete on a fresh key. \
-             Ours: `PgStore` through the `TaskStore` trait (task row + attempt row + handoff row). \
+             Ours: `PgStore` through the `TaskStore` trait (the task row, which holds its latest attempt, and a handoff row). \
              Ceiling: the same `tasks` table shape with the same indexes, three hand-written \
              autocommit statements (INSERT … ON CONFLICT DO NOTHING RETURNING; fenced UPDATE … \
              RETURNING; guarded UPDATE … RETURNING), same pool, same durability. {} rounds of {} s \

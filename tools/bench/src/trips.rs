@@ -84,7 +84,7 @@ async fn sequence(
     seen("purge_expired").await?;
     let lease = acquire(store).await?;
     let select = format!("SELECT id FROM {}.tasks WHERE id = $1 FOR UPDATE", schema.q());
-    let update = schema.statement("complete");
+    let update = schema.statement("complete_current");
     settle(pool).await?;
     counter.take();
     textbook(pool, &select, &update, &lease).await?;
