@@ -41,11 +41,12 @@ async fn submit(fixture: &PgFixture, n: usize, policy: RetryPolicy) -> Vec<TaskI
 
 /// Task ids of the attempts `worker` has running: all of them, or (with
 /// `calling`) those whose provider call has started (the operation id is
-/// recorded just before the call).
+/// recorded just before the call). A running attempt is its task's latest,
+/// kept in the task row.
 async fn running_attempts(fixture: &PgFixture, worker: &str, calling: bool) -> Vec<TaskId> {
     let sql = format!(
-        "SELECT task_id FROM {}.attempts WHERE worker = $1 AND outcome = 'running' \
-         AND (operation_id IS NOT NULL OR NOT $2)",
+        "SELECT id FROM {}.tasks WHERE attempt_worker = $1 AND attempt_outcome = 'running' \
+         AND (attempt_operation_id IS NOT NULL OR NOT $2)",
         fixture.schema()
     );
     sqlx::query(&sql)
