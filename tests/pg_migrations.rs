@@ -212,28 +212,23 @@ async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
 async fn attempts_from_before_the_row_columns_carry_on() {
     use std::time::Duration;
     use taskfence::testing::{Fixture, PgFixture};
-    use taskfence::{AttemptOutcome, Claim, ClaimRequest, Failure, Response};
+    use taskfence::{AttemptOutcome, Failure, Response};
 
     let f = PgFixture::new().await;
     let store = f.pg_store();
     let s = format!("\"{}\"", f.schema());
-    let lease_of = |claim: Claim| match claim {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected a lease, got {other:?}"),
-    };
-    let request = || ClaimRequest::new("w", Duration::from_secs(60));
     let running = store
         .submit(common::new_task("running"))
         .await
         .unwrap()
         .into_task();
-    let running_lease = lease_of(store.claim(running.id, request()).await.unwrap());
+    let running_lease = common::acquire(store, running.id).await;
     let retried = store
         .submit(common::new_task("retried"))
         .await
         .unwrap()
         .into_task();
-    let first = lease_of(store.claim(retried.id, request()).await.unwrap());
+    let first = common::acquire(store, retried.id).await;
     store
         .fail(first, Failure::retryable("timeout"))
         .await
@@ -288,7 +283,7 @@ async fn attempts_from_before_the_row_columns_carry_on() {
         .into_result()
         .unwrap();
     f.advance(Duration::from_secs(3600)).await;
-    let second = lease_of(store.claim(retried.id, request()).await.unwrap());
+    let second = common::acquire(store, retried.id).await;
     store
         .complete(second, Response::new(b"two".to_vec()))
         .await

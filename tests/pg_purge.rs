@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use sqlx::Row;
 use taskfence::testing::{Fixture, PgFixture};
-use taskfence::{Claim, ClaimRequest, Failure, Lease, NewTask, Response, RetryPolicy, TaskId, TaskStore};
+use taskfence::{Failure, Lease, NewTask, Response, RetryPolicy, TaskId, TaskStore};
 
-use common::new_task;
+use common::{acquire, new_task};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -17,16 +17,16 @@ async fn submit(f: &PgFixture, task: NewTask) -> TaskId {
     f.pg_store().submit(task).await.unwrap().into_task().id
 }
 
-async fn acquire(f: &PgFixture, id: TaskId) -> Lease {
-    match f
-        .pg_store()
-        .claim(id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    {
-        Claim::Acquired(lease) => lease,
-        other => panic!("claim of {id}: {other:?}"),
-    }
+/// Completes `lease` with "ok"; panics unless accepted.
+async fn complete(f: &PgFixture, lease: Lease) {
+    let saved = f.pg_store().complete(lease, Response::from("ok")).await.unwrap();
+    assert!(saved.is_accepted(), "{saved:?}");
+}
+
+/// Fails `lease` with `failure`; panics unless accepted.
+async fn fail(f: &PgFixture, lease: Lease, failure: Failure) {
+    let failed = f.pg_store().fail(lease, failure).await.unwrap();
+    assert!(failed.is_accepted(), "{failed:?}");
 }
 
 /// Rows of `table` whose task is gone.
@@ -53,51 +53,16 @@ async fn purge_leaves_no_orphan_attempts_or_handoffs() {
     // Expired after a day: completed on its second attempt, completed on its
     // first, failed for good.
     let retried = submit(&f, new_task("retried").retention(DAY).policy(retry_fast)).await;
-    let first = acquire(&f, retried).await;
-    assert!(
-        store
-            .fail(first, Failure::retryable("busy"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
+    fail(&f, acquire(store, retried).await, Failure::retryable("busy")).await;
     f.advance(Duration::from_secs(2)).await;
-    let second = acquire(&f, retried).await;
-    assert!(
-        store
-            .complete(second, Response::from("ok"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
+    complete(&f, acquire(store, retried).await).await;
     let done = submit(&f, new_task("done").retention(DAY)).await;
-    let lease = acquire(&f, done).await;
-    assert!(
-        store
-            .complete(lease, Response::from("ok"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
+    complete(&f, acquire(store, done).await).await;
     let failed = submit(&f, new_task("failed").retention(DAY)).await;
-    let lease = acquire(&f, failed).await;
-    assert!(
-        store
-            .fail(lease, Failure::permanent("no"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
+    fail(&f, acquire(store, failed).await, Failure::permanent("no")).await;
     // Kept: retention not over, and live work.
     let kept = submit(&f, new_task("kept").retention(30 * DAY)).await;
-    let lease = acquire(&f, kept).await;
-    assert!(
-        store
-            .complete(lease, Response::from("ok"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
+    complete(&f, acquire(store, kept).await).await;
     let pending = submit(&f, new_task("pending").retention(DAY)).await;
     // Each task's latest attempt is in its row; the journal holds the
     // retried task's first.

@@ -4,7 +4,9 @@
 
 pub use taskfence_test_support::*;
 
-use taskfence::{InputHash, NewTask, RequestKey};
+use std::time::Duration;
+
+use taskfence::{Claim, ClaimRequest, InputHash, Lease, NewTask, RequestKey, TaskId, TaskStore};
 
 /// A submission under user-1's `chat.reply` key `key`, its inputs bound to the key.
 pub fn new_task(key: &str) -> NewTask {
@@ -12,4 +14,16 @@ pub fn new_task(key: &str) -> NewTask {
         RequestKey::new("user-1", "chat.reply", key),
         InputHash::of(["m", key]),
     )
+}
+
+/// Claims `id` for worker `w` with a 60 s lease; panics unless it was acquired.
+pub async fn acquire<S: TaskStore + ?Sized>(store: &S, id: TaskId) -> Lease {
+    match store
+        .claim(id, ClaimRequest::new("w", Duration::from_secs(60)))
+        .await
+        .unwrap()
+    {
+        Claim::Acquired(lease) => lease,
+        other => panic!("claim of {id}: {other:?}"),
+    }
 }
