@@ -203,27 +203,11 @@ impl TaskStore for MemoryStore {
             return Ok(Submitted::Existing(task.clone()));
         }
         let now = self.now();
-        let task = Task {
-            id: TaskId::new(),
-            key: new.key.clone(),
-            input_hash: new.input_hash,
-            payload: new.payload,
-            status: Status::Pending,
-            version: 0,
-            policy: new.policy,
-            budget_base: 0,
-            budget_started_at: now,
-            acceptance: new.acceptance,
-            lease_until: None,
-            not_before: None,
-            response: None,
-            last_error: None,
-            created_at: now,
-            finished_at: None,
-            expires_at: now + new.retention,
-        };
+        let key = new.key.clone();
+        let expires_at = now + new.retention;
+        let task = Task::submitted(TaskId::new(), new, now, expires_at);
         tracing::Span::current().record("task_id", tracing::field::display(task.id));
-        state.keys.insert(new.key, task.id);
+        state.keys.insert(key, task.id);
         state.tasks.insert(task.id, task.clone());
         Ok(Submitted::Created(task))
     }

@@ -468,6 +468,47 @@ pub struct Task {
 }
 
 impl Task {
+    /// A task as `new` is stored: pending, never claimed, its retry budget
+    /// starting at `created_at`, kept until `expires_at`. Every backend
+    /// submits through this, so they agree on what a new task is.
+    pub(crate) fn submitted(
+        id: TaskId,
+        new: NewTask,
+        created_at: OffsetDateTime,
+        expires_at: OffsetDateTime,
+    ) -> Self {
+        Self {
+            id,
+            key: new.key,
+            input_hash: new.input_hash,
+            payload: new.payload,
+            status: Status::Pending,
+            version: 0,
+            policy: new.policy,
+            budget_base: 0,
+            budget_started_at: created_at,
+            acceptance: new.acceptance,
+            lease_until: None,
+            not_before: None,
+            response: None,
+            last_error: None,
+            created_at,
+            finished_at: None,
+            expires_at,
+        }
+    }
+
+    /// This task as a completion with `response` at `finished_at` leaves it
+    /// (the fields every backend's completion writes).
+    pub(crate) fn completed(mut self, response: Response, finished_at: OffsetDateTime) -> Self {
+        self.status = Status::Completed;
+        self.response = Some(response);
+        self.lease_until = None;
+        self.not_before = None;
+        self.finished_at = Some(finished_at);
+        self
+    }
+
     /// Attempts made so far (each claim counts, a takeover too). Equal to the assignment version.
     pub fn attempts(&self) -> u32 {
         u32::try_from(self.version).unwrap_or(u32::MAX)

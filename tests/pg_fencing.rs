@@ -153,7 +153,7 @@ async fn completion_waiting_for_the_row_lock_checks_the_lease_after_the_wait() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("late")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "done AS (").await;
+    common::wait_until_blocked(&f, "SELECT 'completed'").await;
     assert!(
         !store_clock_passed(&f, until).await,
         "the completion started while its lease was live"
@@ -190,7 +190,7 @@ async fn completion_waiting_behind_a_takeover_is_superseded() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("stale")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "done AS (").await;
+    common::wait_until_blocked(&f, "SELECT 'completed'").await;
     assert!(!store_clock_passed(&f, until).await, "started while live");
     common::eventually(Duration::from_secs(10), || async {
         store_clock_passed(&f, until).await.then_some(())

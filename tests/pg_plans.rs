@@ -130,7 +130,7 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         ),
         "get" | "read" | "attempts" => ("uuid", id),
         "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
-        "claim" => (
+        "claim" | "claim_fresh" => (
             "uuid, uuid, interval, text, text, text",
             format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted'"),
         ),
@@ -214,7 +214,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("current_assignment"),
         "get" | "read" | "attempts" => q.bind(id),
         "find" => q.bind("scope-1").bind("chat.reply").bind("key-1"),
-        "claim" => q
+        "claim" | "claim_fresh" => q
             .bind(id)
             .bind(Uuid::now_v7())
             .bind(interval(30))

@@ -193,7 +193,7 @@ async fn an_open_completion_holds_the_row_until_the_caller_commits() {
         let store = store.clone();
         async move { store.complete(lease, Response::from("competitor")).await.unwrap() }
     });
-    common::wait_until_blocked(&f, "done AS (").await;
+    common::wait_until_blocked(&f, "SELECT 'completed'").await;
     assert!(
         !competitor.is_finished(),
         "the competitor waits for the caller's transaction"

@@ -492,25 +492,8 @@ impl DynamoStore {
 
     async fn submit_on(&self, new: NewTask, extra: Vec<TransactWriteItem>) -> Result<Submitted> {
         let now = self.now();
-        let task = Task {
-            id: TaskId::new(),
-            key: new.key,
-            input_hash: new.input_hash,
-            payload: new.payload,
-            status: Status::Pending,
-            version: 0,
-            policy: new.policy,
-            budget_base: 0,
-            budget_started_at: now,
-            acceptance: new.acceptance,
-            lease_until: None,
-            not_before: None,
-            response: None,
-            last_error: None,
-            created_at: now,
-            finished_at: None,
-            expires_at: now + new.retention,
-        };
+        let expires_at = now + new.retention;
+        let task = Task::submitted(TaskId::new(), new, now, expires_at);
         let (key_item, task_item) = item::new_items(&task);
         let put = |item: Item| {
             let put = Put::builder()

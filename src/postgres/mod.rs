@@ -10,10 +10,13 @@
 //! - **One round trip per operation.** Submit, claim, renew, complete, fail,
 //!   release and record_operation are each one statement: a chain of
 //!   data-modifying CTEs that writes the task row (which holds the task's
-//!   latest attempt; a claim that replaces an attempt moves it to the
-//!   `attempts` journal, and submit writes the handoff) and returns the new row. A refused write (zero
-//!   rows) costs one more read of the row with the store clock, classified by
-//!   the same [`rules`](crate::rules) functions every backend uses.
+//!   latest attempt; submit also writes the handoff) and returns what the
+//!   caller does not already know. A refused write (zero rows) costs one more
+//!   read of the row with the store clock, classified by the same
+//!   [`rules`](crate::rules) functions every backend uses. A claim that
+//!   replaces an attempt (a retry, a takeover) is two: the first-claim
+//!   statement leaves such a row, and a second one moves the attempt to the
+//!   `attempts` journal as it takes the task.
 //! - **The store clock, read after the row lock.** Every statement reads time
 //!   through `<schema>.store_clock()` = `clock_timestamp()`, called once the
 //!   row lock is held; the Rust process's clock is never used.

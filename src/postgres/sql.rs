@@ -1,7 +1,8 @@
 //! The SQL of every operation, rendered once per store for its schema.
 //!
 //! Each happy-path operation is one statement: a data-modifying CTE chain that
-//! updates the task row, records the attempt and returns the new row. Times
+//! updates the task row, records the attempt and returns what the caller does
+//! not already know. Times
 //! come only from `<schema>.store_clock()` (`clock_timestamp()`), called in the
 //! `WHERE` and `SET` of the row being written so that it is evaluated after
 //! the row lock is held (see the [module documentation](super)).
@@ -20,7 +21,7 @@ const ATTEMPT_COLUMNS: &str = "attempt_id, attempt_worker, attempt_started_at, a
      attempt_outcome, attempt_operation_id, attempt_error";
 
 /// Whether every lease is of a current-assignment task.
-fn current_only(leases: &[&Lease]) -> bool {
+pub(crate) fn current_only(leases: &[&Lease]) -> bool {
     leases
         .iter()
         .all(|l| l.task().acceptance == AcceptanceRule::CurrentAssignment)
@@ -34,6 +35,8 @@ pub(crate) struct Statements {
     pub(crate) read: String,
     pub(crate) find: String,
     pub(crate) claim: String,
+    /// `claim` of a row without an attempt (no journal write possible).
+    pub(crate) claim_fresh: String,
     pub(crate) renew: String,
     /// Any lease's completion.
     pub(crate) complete: String,
@@ -151,6 +154,7 @@ impl Statements {
             ("read", &self.read),
             ("find", &self.find),
             ("claim", &self.claim),
+            ("claim_fresh", &self.claim_fresh),
             ("renew", &self.renew),
             ("complete", &self.complete),
             ("complete_current", &self.complete_current),
@@ -213,18 +217,9 @@ impl Statements {
         ]
     }
 
-    /// The completion statement for `lease`: a current-assignment lease holds
+    /// The completion statement of a batch: a current-assignment lease holds
     /// its task's latest attempt (the row's), so no journal row can be the
     /// answering one and the statement leaves the journal out.
-    pub(crate) fn completion(&self, lease: &Lease) -> &str {
-        if current_only(&[lease]) {
-            &self.complete_current
-        } else {
-            &self.complete
-        }
-    }
-
-    /// [`Self::completion`] for a batch.
     pub(crate) fn completion_many(&self, leases: &[&Lease]) -> &str {
         if current_only(leases) {
             &self.complete_many_current
@@ -241,6 +236,16 @@ impl Statements {
     /// Renders every statement for the quoted schema name `s`.
     pub(crate) fn new(s: &str) -> Self {
         let cols = TASK_COLUMNS;
+        // A new task's row as `submit` returns it: the server's instants,
+        // NULL for what the caller sent.
+        let created_cols = TASK_COLUMNS
+            .split(", ")
+            .map(|c| match c {
+                "created_at" | "expires_at" => c,
+                _ => "NULL",
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
         // Lock the row first (an InitPlan that the write's `id = (SELECT id
         // FROM locked)` needs before it reads a row), so the guard and its
         // clock are evaluated after the lock is held — also when the previous
@@ -381,21 +386,32 @@ impl Statements {
         // `rules::accept`: the current assignment with a live lease, or, for a
         // first-valid-answer task, any assignment granted so far while the
         // task is not terminal.
-        let complete = |relabel: bool| {
-            format!(
-                "WITH {locked},
-                done AS (
-                    UPDATE {s}.tasks AS t
-                    {}
-                    WHERE id = (SELECT id FROM locked)
-                      AND {accept_single}
-                    RETURNING {cols}, attempt_outcome
-                ){}
-                SELECT {cols} FROM done",
-                complete_set("$2", "$3"),
-                relabelled("$2", relabel)
-            )
-        };
+        let complete = format!(
+            "WITH {locked},
+            done AS (
+                UPDATE {s}.tasks AS t
+                {}
+                WHERE id = (SELECT id FROM locked)
+                  AND {accept_single}
+                RETURNING {cols}, attempt_outcome
+            ){}
+            SELECT {cols} FROM done",
+            complete_set("$2", "$3"),
+            relabelled("$2", true)
+        );
+        // `complete` of a current-assignment lease: no journal row to
+        // relabel, and the task comes back as the lease's (what the claim
+        // returned; nothing else changes it while the version stands) with
+        // what the completion wrote, so only the server's values return.
+        let complete_current = format!(
+            "WITH {locked}
+            UPDATE {s}.tasks AS t
+            {}
+            WHERE id = (SELECT id FROM locked)
+              AND {accept_single}
+            RETURNING version, finished_at",
+            complete_set("$2", "$3")
+        );
         // $1 ids, $2 versions, $3 responses (same order). `complete` for
         // every lease of the batch, each row guarded on its own.
         let complete_many = |relabel: bool| {
@@ -417,12 +433,50 @@ impl Statements {
                 relabelled("d.rversion", relabel)
             )
         };
+        // $1 id, $2 attempt id, $3 lease interval, $4 worker, $5/$6 the stop reasons.
+        // The WHERE takes the row only if it is available (pending past its
+        // backoff, or running with an expired lease); the multi-column SET
+        // reads the clock once, after the lock, and decides take or exhaust.
+        // Not written: the statement's snapshot of the row, for the caller to classify.
+        // `fresh`: only a row without an attempt is taken (most claims: a
+        // task's first), so nothing moves to the journal and the statement
+        // leaves it out; the caller claims any other available row with the
+        // full statement.
+        let claim = |fresh: bool| {
+            let (lock, fresh_only, moved) = if fresh {
+                (locked.as_str(), " AND t.attempt_id IS NULL", String::new())
+            } else {
+                (
+                    locked_attempt.as_str(),
+                    "",
+                    format!(",\n                {}", moved("locked")),
+                )
+            };
+            format!(
+                "WITH {lock},
+                claimed AS (
+                    UPDATE {s}.tasks AS t
+                    {}
+                    WHERE t.id = (SELECT id FROM locked)
+                      AND {claim_available}{fresh_only}
+                    RETURNING {cols}
+                ){moved}
+                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
+                UNION ALL
+                SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
+                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+                claim_set("$2::uuid"),
+            )
+        };
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
-            // ON CONFLICT DO NOTHING never raises a unique violation; the second
-            // branch returns the existing task (a racing insert that committed
-            // after this statement's snapshot is read by the caller once more).
+            // ON CONFLICT DO NOTHING never raises a unique violation. A new
+            // task returns only what the server chose (its clock's instants;
+            // the caller has every other value), the rest of its row NULL; a
+            // taken key returns the existing task (the second branch). No row:
+            // a racing insert committed after this statement's snapshot, and
+            // the caller reads it once more.
             submit: format!(
                 "WITH created AS (
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
@@ -433,16 +487,16 @@ impl Statements {
                            c.now + $14, c.now, c.now + $15, $16, c.now
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
-                    RETURNING {cols}
+                    RETURNING created_at, expires_at
                 ),
                 handoff AS (
-                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT id, created_at FROM created
+                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT $1, created_at FROM created
                 )
-                SELECT true AS created, {cols} FROM created
-                UNION ALL
-                SELECT false, {cols} FROM {s}.tasks
+                SELECT false AS created, {cols} FROM {s}.tasks
                 WHERE scope = $2 AND operation = $3 AND request_key = $4
-                  AND NOT EXISTS (SELECT 1 FROM created)"
+                  AND NOT EXISTS (SELECT 1 FROM created)
+                UNION ALL
+                SELECT true, {created_cols} FROM created"
             ),
             get: format!("SELECT {cols} FROM {s}.tasks WHERE id = $1"),
             // The row and the store clock in one read: what a refused write is classified from.
@@ -455,23 +509,8 @@ impl Statements {
             // backoff, or running with an expired lease); the multi-column SET
             // reads the clock once, after the lock, and decides take or exhaust.
             // Not written: the statement's snapshot of the row, for the caller to classify.
-            claim: format!(
-                "WITH {locked_attempt},
-                claimed AS (
-                    UPDATE {s}.tasks AS t
-                    {}
-                    WHERE t.id = (SELECT id FROM locked)
-                      AND {claim_available}
-                    RETURNING {cols}
-                ),
-                {}
-                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
-                UNION ALL
-                SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
-                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
-                claim_set("$2::uuid"),
-                moved("locked")
-            ),
+            claim: claim(false),
+            claim_fresh: claim(true),
             // $1 id, $2 version, $3 extension.
             renew: format!(
                 "WITH {locked}
@@ -479,8 +518,8 @@ impl Statements {
                  WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
             ),
-            complete: complete(true),
-            complete_current: complete(false),
+            complete,
+            complete_current,
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
             // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
             fail: format!(

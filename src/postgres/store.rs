@@ -26,7 +26,7 @@ use crate::trace;
 
 use super::row::{self, interval, nanos};
 use super::schema::{DEFAULT_SCHEMA, Schema};
-use super::sql::{ListShape, Statements};
+use super::sql::{self, ListShape, Statements};
 use super::{db, migrate};
 
 /// How often a write that was refused, then found acceptable on the re-read,
@@ -42,6 +42,14 @@ type Bound<'q> = sqlx::query::Query<'q, sqlx::Postgres, PgArguments>;
 #[derive(Debug, thiserror::Error)]
 #[error("{0}: the row kept changing between the write and its re-read")]
 struct Raced(&'static str);
+
+/// What a completion statement returns: the whole task (`complete`), or the
+/// row's version and finish instant (`complete_current`, whose task is the
+/// lease's with what the completion wrote).
+enum Completion {
+    Task(Box<Task>),
+    At(i64, OffsetDateTime),
+}
 
 /// The PostgreSQL [`TaskStore`]: durable, safe under any number of concurrent
 /// workers and API replicas, one round trip per operation.
@@ -391,21 +399,22 @@ impl PgStore {
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(db)?;
-            let (created, task) = match row {
-                Some(row) => (
-                    row.try_get::<bool, _>("created").map_err(db)?,
-                    row::task(&row).map_err(db)?,
-                ),
+            let task = match row {
+                Some(row) if row.try_get::<bool, _>("created").map_err(db)? => {
+                    let created_at = row.try_get("created_at").map_err(db)?;
+                    let expires_at = row.try_get("expires_at").map_err(db)?;
+                    return Ok(Submitted::Created(Task::submitted(
+                        id, new, created_at, expires_at,
+                    )));
+                }
+                Some(row) => row::task(&row).map_err(db)?,
                 // A racing submit of the same key committed after this
                 // statement's snapshot: a fresh read sees it.
                 None => match self.find_on(conn, &new.key).await? {
-                    Some(task) => (false, task),
+                    Some(task) => task,
                     None => continue, // the racer rolled back: try again
                 },
             };
-            if created {
-                return Ok(Submitted::Created(task));
-            }
             if task.input_hash != new.input_hash {
                 return Err(Error::KeyConflict { existing: task.id });
             }
@@ -416,34 +425,24 @@ impl PgStore {
 
     async fn claim_on(&self, conn: &mut PgConnection, id: TaskId, request: ClaimRequest) -> Result<Claim> {
         let attempt_id = AttemptId::new();
+        // Most claims are a task's first: that statement has no journal to
+        // write. A row it leaves although available holds an attempt (a
+        // retry, a takeover): the full statement moves that to the journal.
+        if let Some(claim) = self
+            .claim_with(conn, &self.sql.claim_fresh, id, attempt_id, &request)
+            .await?
+        {
+            return Ok(claim);
+        }
         for _ in 0..RACE_RETRIES {
-            let Some(row) = sqlx::query(&self.sql.claim)
-                .bind(id.as_uuid())
-                .bind(attempt_id.as_uuid())
-                .bind(interval(request.lease))
-                .bind(&request.worker)
-                .bind(StopReason::AttemptsExhausted.as_str())
-                .bind(StopReason::DeadlineExhausted.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(db)?
-            else {
-                return Ok(Claim::NotFound);
-            };
-            let task = row::task(&row).map_err(db)?;
-            if row.try_get::<bool, _>("written").map_err(db)? {
-                let span = tracing::Span::current();
-                span.record("version", task.version);
-                span.record("attempt_id", tracing::field::display(attempt_id));
-                return Ok(written_claim(task, attempt_id, request.worker));
-            }
-            // Not taken: `task` is this statement's snapshot of the row. An
-            // answer (done, busy, backoff) from it holds; "available" means the
-            // row changed while the UPDATE waited for its lock: read it again.
-            let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
-            if let ClaimRule::Answer(claim) = rules::claim(&task, now) {
+            if let Some(claim) = self
+                .claim_with(conn, &self.sql.claim, id, attempt_id, &request)
+                .await?
+            {
                 return Ok(claim);
             }
+            // "Available" means the row changed while the UPDATE waited for
+            // its lock: read it again.
             match self.read_on(conn, id).await? {
                 None => return Ok(Claim::NotFound),
                 Some((task, now)) => {
@@ -456,22 +455,88 @@ impl PgStore {
         Err(Error::storage(Raced("claim")))
     }
 
+    /// One claim statement (`sql`): the claim it decides, or `None` when it
+    /// left a row its snapshot shows available.
+    async fn claim_with(
+        &self,
+        conn: &mut PgConnection,
+        sql: &str,
+        id: TaskId,
+        attempt_id: AttemptId,
+        request: &ClaimRequest,
+    ) -> Result<Option<Claim>> {
+        let Some(row) = sqlx::query(sql)
+            .bind(id.as_uuid())
+            .bind(attempt_id.as_uuid())
+            .bind(interval(request.lease))
+            .bind(&request.worker)
+            .bind(StopReason::AttemptsExhausted.as_str())
+            .bind(StopReason::DeadlineExhausted.as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db)?
+        else {
+            return Ok(Some(Claim::NotFound));
+        };
+        let task = row::task(&row).map_err(db)?;
+        if row.try_get::<bool, _>("written").map_err(db)? {
+            let span = tracing::Span::current();
+            span.record("version", task.version);
+            span.record("attempt_id", tracing::field::display(attempt_id));
+            return Ok(Some(written_claim(task, attempt_id, request.worker.clone())));
+        }
+        // Not taken: `task` is this statement's snapshot of the row. An
+        // answer (done, busy, backoff) from it holds.
+        let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+        Ok(match rules::claim(&task, now) {
+            ClaimRule::Answer(claim) => Some(claim),
+            _ => None,
+        })
+    }
+
     async fn complete_on(
         &self,
         conn: &mut PgConnection,
         lease: Lease,
         response: Response,
     ) -> Result<Fenced<Task>> {
+        let current = sql::current_only(&[&lease]);
+        let statement = if current {
+            &self.sql.complete_current
+        } else {
+            &self.sql.complete
+        };
         let query = || {
-            sqlx::query(self.sql.completion(&lease))
+            sqlx::query(statement)
                 .bind(lease.task_id().as_uuid())
                 .bind(version(&lease))
                 .bind(response.as_bytes())
         };
-        self.checked_write(conn, "complete", rules::accept, &lease, query, |row| {
-            row::task(&row).map_err(db)
+        let done = self
+            .checked_write(conn, "complete", rules::accept, &lease, query, |row| {
+                if current {
+                    let version: i64 = row.try_get("version").map_err(db)?;
+                    Ok(Completion::At(version, row.try_get("finished_at").map_err(db)?))
+                } else {
+                    row::task(&row)
+                        .map(|task| Completion::Task(Box::new(task)))
+                        .map_err(db)
+                }
+            })
+            .await?;
+        Ok(match done {
+            Fenced::Rejected(rejection) => Fenced::Rejected(rejection),
+            Fenced::Accepted(Completion::Task(task)) => Fenced::Accepted(*task),
+            Fenced::Accepted(Completion::At(v, finished_at)) if v == version(&lease) => {
+                Fenced::Accepted(lease.task().clone().completed(response, finished_at))
+            }
+            // A later assignment's row answered (a first-valid-answer task
+            // under a lease that says otherwise): the row itself tells.
+            Fenced::Accepted(Completion::At(..)) => match self.get_in(conn, lease.task_id()).await? {
+                Some(task) => Fenced::Accepted(task),
+                None => return Err(Error::storage(Raced("complete"))),
+            },
         })
-        .await
     }
 
     async fn fail_on(

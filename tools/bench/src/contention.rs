@@ -42,7 +42,7 @@ impl Contender {
 }
 
 /// Ours without the row-locking `locked` CTE: the claim's `UPDATE` alone, as
-/// before that CTE was added. A loser waits for the winner, rechecks the
+/// before that CTE was added (the statement of a task's first claim, as here). A loser waits for the winner, rechecks the
 /// claimable condition on the new row version (EvalPlanQual), fails it and
 /// takes no lock, so it commits without a WAL flush.
 ///
@@ -50,7 +50,7 @@ impl Contender {
 /// prototype row is then left out of the report rather than failing the run).
 fn unlocked_claim(schema: &BenchSchema) -> Option<String> {
     let s = schema.q();
-    let claim = schema.statement("claim");
+    let claim = schema.statement("claim_fresh");
     let lock =
         format!("WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE),");
     let guard = "WHERE t.id = (SELECT id FROM locked)";

@@ -137,7 +137,7 @@ impl BenchSchema {
         let explain = format!("EXPLAIN {sql}");
         let q = sqlx::query(&explain);
         let q = match name {
-            "claim" => q
+            "claim" | "claim_fresh" => q
                 .bind(id)
                 .bind(Uuid::now_v7())
                 .bind(lease)

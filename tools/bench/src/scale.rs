@@ -49,10 +49,10 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         .fetch_one(pool)
         .await?
         .try_get(0)?;
-        // `complete_current`: what `PgStore::complete` runs for these
-        // current-assignment tasks.
+        // `claim_fresh` and `complete_current`: what `PgStore::claim` and
+        // `PgStore::complete` run for these never-claimed, current-assignment tasks.
         for (label, name) in [
-            ("claim", "claim"),
+            ("claim", "claim_fresh"),
             ("complete", "complete_current"),
             ("due", "due"),
             ("purge_expired", "purge_expired"),

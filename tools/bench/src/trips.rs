@@ -76,8 +76,15 @@ async fn sequence(
     let lease = acquire(store).await?;
     settle(pool).await?;
     counter.take();
+    let released = lease.task_id();
     store.release(lease).await?.into_result()?;
     seen("release").await?;
+    // The released attempt is in the row: this claim moves it to the journal.
+    match store.claim(released, ClaimRequest::new("w", LEASE)).await? {
+        Claim::Acquired(_) => {}
+        other => return Err(format!("claim after a release: {other:?}").into()),
+    }
+    seen("claim replacing an attempt").await?;
     store.due(100).await?;
     seen("due").await?;
     store.purge_expired(100).await?;
