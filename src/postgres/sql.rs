@@ -437,7 +437,9 @@ impl Statements {
         // The WHERE takes the row only if it is available (pending past its
         // backoff, or running with an expired lease); the multi-column SET
         // reads the clock once, after the lock, and decides take or exhaust.
-        // Not written: the statement's snapshot of the row, for the caller to classify.
+        // Not written: the statement's snapshot of the row, for the caller to
+        // classify. (`SELECT *` passes the written row on as RETURNING made it,
+        // without a second projection of every column.)
         // `fresh`: only a row without an attempt is taken (most claims: a
         // task's first), so nothing moves to the journal and the statement
         // leaves it out; the caller claims any other available row with the
@@ -459,9 +461,9 @@ impl Statements {
                     {}
                     WHERE t.id = (SELECT id FROM locked)
                       AND {claim_available}{fresh_only}
-                    RETURNING {cols}
+                    RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
                 ){moved}
-                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
+                SELECT * FROM claimed
                 UNION ALL
                 SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
                 WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
@@ -504,11 +506,6 @@ impl Statements {
             find: format!(
                 "SELECT {cols} FROM {s}.tasks WHERE scope = $1 AND operation = $2 AND request_key = $3"
             ),
-            // $1 id, $2 attempt id, $3 lease interval, $4 worker, $5/$6 the stop reasons.
-            // The WHERE takes the row only if it is available (pending past its
-            // backoff, or running with an expired lease); the multi-column SET
-            // reads the clock once, after the lock, and decides take or exhaust.
-            // Not written: the statement's snapshot of the row, for the caller to classify.
             claim: claim(false),
             claim_fresh: claim(true),
             // $1 id, $2 version, $3 extension.
@@ -637,10 +634,10 @@ impl Statements {
                     WHERE t.id = req.rid
                       AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
                       AND {claim_available}
-                    RETURNING {cols}
+                    RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
                 ),
                 {}
-                SELECT true AS written, {cols}, {s}.store_clock() AS store_now FROM claimed
+                SELECT * FROM claimed
                 UNION ALL
                 SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
                 WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)",
