@@ -463,6 +463,10 @@ impl Lease {
     pub fn task(&self) -> &Task {
         &self.task
     }
+    /// The task, for a store that builds the completed task from it without a copy.
+    pub(crate) fn into_task(self) -> Task {
+        self.task
+    }
     /// The task's id.
     pub fn task_id(&self) -> TaskId {
         self.task.id

@@ -528,7 +528,7 @@ impl PgStore {
             Fenced::Rejected(rejection) => Fenced::Rejected(rejection),
             Fenced::Accepted(Completion::Task(task)) => Fenced::Accepted(*task),
             Fenced::Accepted(Completion::At(v, finished_at)) if v == version(&lease) => {
-                Fenced::Accepted(lease.task().clone().completed(response, finished_at))
+                Fenced::Accepted(lease.into_task().completed(response, finished_at))
             }
             // A later assignment's row answered (a first-valid-answer task
             // under a lease that says otherwise): the row itself tells.
