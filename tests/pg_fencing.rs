@@ -273,3 +273,82 @@ async fn completions_racing_takeovers_save_one_answer_from_a_current_assignment(
         assert_eq!(saved.response, Some(Response::from("new")), "round {round}");
     }
 }
+
+/// A task's first claim is a bare guarded `UPDATE` (no lock step first): it
+/// waits behind a competitor's claim in an open transaction like any
+/// `UPDATE`, and once that commits, re-evaluates its guard on the row the
+/// competitor wrote (EvalPlanQual). It answers `Busy`; the one lease is the
+/// competitor's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claim_waiting_behind_a_competing_claim_answers_busy() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let mut competitor = store.pool().begin().await.unwrap();
+    let Claim::Acquired(held) = store
+        .claim_in(&mut competitor, task.id, ClaimRequest::new("competitor", LEASE))
+        .await
+        .unwrap()
+    else {
+        panic!("the first claim of a pending task acquires")
+    };
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .claim(task.id, ClaimRequest::new("late", LEASE))
+                .await
+                .unwrap()
+        }
+    });
+    common::wait_until_blocked(&f, "SET (version, status").await;
+    competitor.commit().await.unwrap();
+    match waiting.await.unwrap() {
+        Claim::Busy { until, .. } => assert_eq!(until, held.expires_at()),
+        other => panic!("expected Busy behind the competitor's lease, got {other:?}"),
+    }
+    assert!(
+        store
+            .complete(held, Response::from("answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(store.attempts(task.id).await.unwrap().len(), 1, "one attempt");
+}
+
+/// Behind a holder that only locked the row (no new row version, so no
+/// recheck), the waiting first claim takes the task once the lock is gone,
+/// decided and dated when its guard was evaluated: the wait counts against
+/// the lease, never beyond it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claim_waiting_behind_a_lock_only_holder_counts_the_wait_against_its_lease() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let holder = lock_row(&f, task.id).await;
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(task.id, ClaimRequest::new("w", LEASE)).await.unwrap() }
+    });
+    common::wait_until_blocked(&f, "SET (version, status").await;
+    f.advance(Duration::from_secs(10)).await;
+    let released: time::OffsetDateTime = sqlx::query(&format!("SELECT \"{}\".store_clock()", f.schema()))
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .get(0);
+    holder.commit().await.unwrap();
+    let Claim::Acquired(lease) = waiting.await.unwrap() else {
+        panic!("a lock that changed nothing leaves the task available")
+    };
+    assert!(
+        lease.expires_at() > released && lease.expires_at() + Duration::from_secs(10) <= released + LEASE,
+        "lease until {} for a lock released at {released}",
+        lease.expires_at()
+    );
+    assert_eq!(
+        (lease.version(), store.attempts(task.id).await.unwrap().len()),
+        (1, 1)
+    );
+}

@@ -308,3 +308,63 @@ async fn attempts_from_before_the_row_columns_carry_on() {
         ]
     );
 }
+
+/// Migration 0006 keys `handoffs` by task: the handoffs of the pre-0006 shape
+/// (primary key on `id`, a second index on `task_id`) carry over, one index
+/// replaces the two, and the dispatcher publishes them once.
+#[tokio::test]
+async fn handoffs_from_before_the_task_key_carry_on() {
+    use taskfence::testing::PgFixture;
+
+    let f = PgFixture::new().await;
+    let store = f.pg_store();
+    let s = format!("\"{}\"", f.schema());
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c"] {
+        ids.push(store.submit(common::new_task(key)).await.unwrap().into_task().id);
+    }
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE {s}.handoffs DROP CONSTRAINT handoffs_pkey;
+         ALTER TABLE {s}.handoffs ADD CONSTRAINT handoffs_pkey PRIMARY KEY (id);
+         CREATE INDEX handoffs_task ON {s}.handoffs (task_id);"
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    sqlx::raw_sql(&format!(
+        "BEGIN; SET LOCAL search_path TO {s}; {} COMMIT;",
+        include_str!("../migrations/0006_handoffs_by_task.sql")
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let indexes: Vec<(String, String)> = sqlx::query_as(
+        "SELECT indexname::text, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'handoffs'
+         ORDER BY indexname",
+    )
+    .bind(f.schema())
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    let names: Vec<&str> = indexes.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["handoffs_pkey", "handoffs_unpublished"], "{indexes:?}");
+    assert!(indexes[0].1.ends_with("(task_id, id)"), "{indexes:?}");
+    assert_eq!(f.count("handoffs").await, 3);
+
+    let published = std::sync::Mutex::new(Vec::new());
+    let round = store
+        .dispatch(100, |id| {
+            published.lock().unwrap().push(id);
+            std::future::ready(Ok::<_, std::io::Error>(()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(round.published, ids);
+    assert_eq!(*published.lock().unwrap(), ids);
+    let again = store
+        .dispatch(100, |_| std::future::ready(Ok::<_, std::io::Error>(())))
+        .await
+        .unwrap();
+    assert!(again.published.is_empty(), "marked published: {again:?}");
+}

@@ -45,6 +45,11 @@ const MIGRATIONS: &[Migration] = &[
         description: "the latest attempt in its task row",
         sql: include_str!("../../migrations/0005_latest_attempt.sql"),
     },
+    Migration {
+        version: 6,
+        description: "handoffs keyed by their task",
+        sql: include_str!("../../migrations/0006_handoffs_by_task.sql"),
+    },
 ];
 
 /// The history table, inside the crate's schema.

@@ -13,13 +13,16 @@
 //!   latest attempt; submit also writes the handoff) and returns what the
 //!   caller does not already know. A refused write (zero rows) costs one more
 //!   read of the row with the store clock, classified by the same
-//!   [`rules`](crate::rules) functions every backend uses. A claim that
-//!   replaces an attempt (a retry, a takeover) is two: the first-claim
-//!   statement leaves such a row, and a second one moves the attempt to the
-//!   `attempts` journal as it takes the task.
+//!   [`rules`](crate::rules) functions every backend uses. A task's first
+//!   claim is one; any other claim is two: the first-claim statement writes
+//!   nothing, and a second one answers (a duplicate delivery: busy, done…)
+//!   or takes the task, moving a replaced attempt to the `attempts` journal.
 //! - **The store clock, read after the row lock.** Every statement reads time
 //!   through `<schema>.store_clock()` = `clock_timestamp()`, called once the
-//!   row lock is held; the Rust process's clock is never used.
+//!   row lock is held; the Rust process's clock is never used. (A task's
+//!   first claim takes no lock first: a row without an attempt, once
+//!   available, stays so until written, so the only effect of reading the
+//!   clock before a wait is a lease that counts the wait.)
 //! - **The same decision as a locking transaction.** Each fenced write locks
 //!   the row first (a `MATERIALIZED` CTE with `FOR NO KEY UPDATE`, run before
 //!   the `UPDATE` reads the row), then evaluates its guard — version, status,

@@ -436,40 +436,43 @@ impl Statements {
         // $1 id, $2 attempt id, $3 lease interval, $4 worker, $5/$6 the stop reasons.
         // The WHERE takes the row only if it is available (pending past its
         // backoff, or running with an expired lease); the multi-column SET
-        // reads the clock once, after the lock, and decides take or exhaust.
+        // reads the clock once, after the lock, and decides take or exhaust,
+        // and a take moves the row's previous attempt to the journal.
         // Not written: the statement's snapshot of the row, for the caller to
         // classify. (`SELECT *` passes the written row on as RETURNING made it,
         // without a second projection of every column.)
-        // `fresh`: only a row without an attempt is taken (most claims: a
-        // task's first), so nothing moves to the journal and the statement
-        // leaves it out; the caller claims any other available row with the
-        // full statement.
-        let claim = |fresh: bool| {
-            let (lock, fresh_only, moved) = if fresh {
-                (locked.as_str(), " AND t.attempt_id IS NULL", String::new())
-            } else {
-                (
-                    locked_attempt.as_str(),
-                    "",
-                    format!(",\n                {}", moved("locked")),
-                )
-            };
-            format!(
-                "WITH {lock},
-                claimed AS (
-                    UPDATE {s}.tasks AS t
-                    {}
-                    WHERE t.id = (SELECT id FROM locked)
-                      AND {claim_available}{fresh_only}
-                    RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
-                ){moved}
-                SELECT * FROM claimed
-                UNION ALL
-                SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
-                WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
-                claim_set("$2::uuid"),
-            )
-        };
+        let claim = format!(
+            "WITH {locked_attempt},
+            claimed AS (
+                UPDATE {s}.tasks AS t
+                {}
+                WHERE t.id = (SELECT id FROM locked)
+                  AND {claim_available}
+                RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
+            ),
+            {}
+            SELECT * FROM claimed
+            UNION ALL
+            SELECT false, {cols}, {s}.store_clock() FROM {s}.tasks
+            WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+            claim_set("$2::uuid"),
+            moved("locked"),
+        );
+        // The same parameters. Most claims are a task's first: the bare
+        // guarded UPDATE of an available row that holds no attempt (nothing
+        // to move to the journal), returning the row only when it wrote it;
+        // the caller answers every other case with `claim`. No lock first:
+        // such a row, once available, stays available until written, and a
+        // lock holder that writes it makes the UPDATE recheck (POSTGRES.md,
+        // "Claim").
+        let claim_fresh = format!(
+            "UPDATE {s}.tasks AS t
+            {}
+            WHERE t.id = $1
+              AND {claim_available} AND t.attempt_id IS NULL
+            RETURNING {cols}",
+            claim_set("$2::uuid"),
+        );
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
@@ -506,8 +509,8 @@ impl Statements {
             find: format!(
                 "SELECT {cols} FROM {s}.tasks WHERE scope = $1 AND operation = $2 AND request_key = $3"
             ),
-            claim: claim(false),
-            claim_fresh: claim(true),
+            claim,
+            claim_fresh,
             // $1 id, $2 version, $3 extension.
             renew: format!(
                 "WITH {locked}
@@ -618,7 +621,7 @@ impl Statements {
             ),
             // $1 handoff ids.
             mark_published: format!(
-                "UPDATE {s}.handoffs SET published_at = {s}.store_clock() WHERE id = ANY($1)"
+                "UPDATE {s}.handoffs SET published_at = {s}.store_clock() WHERE id = ANY($1) AND published_at IS NULL"
             ),
             // $1 ids, $2 attempt ids (same order), $3 lease interval, $4 worker,
             // $5/$6 the stop reasons. `claim` for every row of the batch at
@@ -747,7 +750,7 @@ impl Statements {
             // from the partial index `tasks_unclaimed`, oldest first, whose
             // last publication (or submission, when never published) is older
             // than the cutoff: submitted before it, and no handoff published
-            // since (an anti-join on `handoffs_task`). The clock is read once
+            // since (an anti-join on `handoffs_pkey`, keyed by task). The clock is read once
             // (an InitPlan).
             stranded: format!(
                 "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() - $1 AS cutoff)

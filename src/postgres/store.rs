@@ -425,14 +425,16 @@ impl PgStore {
 
     async fn claim_on(&self, conn: &mut PgConnection, id: TaskId, request: ClaimRequest) -> Result<Claim> {
         let attempt_id = AttemptId::new();
-        // Most claims are a task's first: that statement has no journal to
-        // write. A row it leaves although available holds an attempt (a
-        // retry, a takeover): the full statement moves that to the journal.
-        if let Some(claim) = self
-            .claim_with(conn, &self.sql.claim_fresh, id, attempt_id, &request)
+        // Most claims are a task's first: a statement that writes only an
+        // available row holding no attempt and returns nothing otherwise. Every
+        // other answer (a duplicate delivery, a retry, a takeover, no such
+        // task) comes from the full statement, which moves a replaced
+        // attempt to the journal.
+        if let Some(row) = self
+            .claim_row(conn, &self.sql.claim_fresh, id, attempt_id, &request)
             .await?
         {
-            return Ok(claim);
+            return taken(&row, attempt_id, &request);
         }
         for _ in 0..RACE_RETRIES {
             if let Some(claim) = self
@@ -465,7 +467,32 @@ impl PgStore {
         attempt_id: AttemptId,
         request: &ClaimRequest,
     ) -> Result<Option<Claim>> {
-        let Some(row) = sqlx::query(sql)
+        let Some(row) = self.claim_row(conn, sql, id, attempt_id, request).await? else {
+            return Ok(Some(Claim::NotFound));
+        };
+        if row.try_get::<bool, _>("written").map_err(db)? {
+            return taken(&row, attempt_id, request).map(Some);
+        }
+        let task = row::task(&row).map_err(db)?;
+        // Not taken: `task` is this statement's snapshot of the row. An
+        // answer (done, busy, backoff) from it holds.
+        let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+        Ok(match rules::claim(&task, now) {
+            ClaimRule::Answer(claim) => Some(claim),
+            _ => None,
+        })
+    }
+
+    /// Runs a claim statement (both take the same parameters).
+    async fn claim_row(
+        &self,
+        conn: &mut PgConnection,
+        sql: &str,
+        id: TaskId,
+        attempt_id: AttemptId,
+        request: &ClaimRequest,
+    ) -> Result<Option<PgRow>> {
+        sqlx::query(sql)
             .bind(id.as_uuid())
             .bind(attempt_id.as_uuid())
             .bind(interval(request.lease))
@@ -474,24 +501,7 @@ impl PgStore {
             .bind(StopReason::DeadlineExhausted.as_str())
             .fetch_optional(&mut *conn)
             .await
-            .map_err(db)?
-        else {
-            return Ok(Some(Claim::NotFound));
-        };
-        let task = row::task(&row).map_err(db)?;
-        if row.try_get::<bool, _>("written").map_err(db)? {
-            let span = tracing::Span::current();
-            span.record("version", task.version);
-            span.record("attempt_id", tracing::field::display(attempt_id));
-            return Ok(Some(written_claim(task, attempt_id, request.worker.clone())));
-        }
-        // Not taken: `task` is this statement's snapshot of the row. An
-        // answer (done, busy, backoff) from it holds.
-        let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
-        Ok(match rules::claim(&task, now) {
-            ClaimRule::Answer(claim) => Some(claim),
-            _ => None,
-        })
+            .map_err(db)
     }
 
     async fn complete_on(
@@ -747,6 +757,15 @@ impl PgStore {
         }
         Ok(rejection)
     }
+}
+
+/// The claim of a row a claim statement wrote, recorded on the span.
+fn taken(row: &PgRow, attempt_id: AttemptId, request: &ClaimRequest) -> Result<Claim> {
+    let task = row::task(row).map_err(db)?;
+    let span = tracing::Span::current();
+    span.record("version", task.version);
+    span.record("attempt_id", tracing::field::display(attempt_id));
+    Ok(written_claim(task, attempt_id, request.worker.clone()))
 }
 
 /// The answer to a claim whose row was written: taken (a lease) or, when the
