@@ -33,9 +33,9 @@ async fn acquire(store: &PgStore, id: taskfence::TaskId) -> Lease {
 }
 
 /// A claim that replaces an earlier attempt (here a retry after a failure):
-/// the first-claim statement leaves the row, the full one moves the attempt
-/// to the journal — two statements, on a path that waited out a backoff or a
-/// lease anyway.
+/// the first-claim statement leaves the row, a read finds it available, and
+/// the full statement moves the attempt to the journal — three statements, on
+/// a path that waited out a backoff or a lease anyway.
 const RETRY_CLAIM: &str = "claim (a retry)";
 
 /// Every operation once, on one connection: submit, claim, renew,
@@ -106,7 +106,7 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
     }
     for (op, wire) in &warm {
         println!("warm {op:<17} {wire:?}");
-        let statements = if op == RETRY_CLAIM { 2 } else { 1 };
+        let statements = if op == RETRY_CLAIM { 3 } else { 1 };
         assert_eq!(
             (wire.simple_queries, wire.parses, wire.executes, wire.requests),
             (0, 0, statements, statements),
@@ -122,7 +122,7 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
         "at most one release ping per pooled operation: {pings}"
     );
     for (op, wire) in &cold {
-        let statements = if op == RETRY_CLAIM { 2 } else { 1 };
+        let statements = if op == RETRY_CLAIM { 3 } else { 1 };
         assert_eq!(
             wire.statements(),
             statements,
@@ -228,7 +228,7 @@ async fn resubmits_are_one_round_trip_and_duplicate_deliveries_and_rejections_tw
         Claim::Completed(_)
     ));
     // A duplicate delivery: the first-claim statement writes nothing and
-    // returns nothing, then the full one answers from its snapshot.
+    // returns nothing, then a read (no row lock) answers.
     let wire = proxy.take();
     assert_eq!(
         (wire.statements(), wire.round_trips()),

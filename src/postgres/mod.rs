@@ -14,9 +14,10 @@
 //!   caller does not already know. A refused write (zero rows) costs one more
 //!   read of the row with the store clock, classified by the same
 //!   [`rules`](crate::rules) functions every backend uses. A task's first
-//!   claim is one; any other claim is two: the first-claim statement writes
-//!   nothing, and a second one answers (a duplicate delivery: busy, done…)
-//!   or takes the task, moving a replaced attempt to the `attempts` journal.
+//!   claim is one. Otherwise the first-claim statement writes nothing, a
+//!   read answers a duplicate delivery (busy, done…) in a second, and a
+//!   retry or takeover takes a third: the statement that moves the replaced
+//!   attempt to the `attempts` journal.
 //! - **The store clock, read after the row lock.** Every statement reads time
 //!   through `<schema>.store_clock()` = `clock_timestamp()`, called once the
 //!   row lock is held; the Rust process's clock is never used. (A task's

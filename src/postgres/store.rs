@@ -426,10 +426,7 @@ impl PgStore {
     async fn claim_on(&self, conn: &mut PgConnection, id: TaskId, request: ClaimRequest) -> Result<Claim> {
         let attempt_id = AttemptId::new();
         // Most claims are a task's first: a statement that writes only an
-        // available row holding no attempt and returns nothing otherwise. Every
-        // other answer (a duplicate delivery, a retry, a takeover, no such
-        // task) comes from the full statement, which moves a replaced
-        // attempt to the journal.
+        // available row holding no attempt and returns nothing otherwise.
         if let Some(row) = self
             .claim_row(conn, &self.sql.claim_fresh, id, attempt_id, &request)
             .await?
@@ -437,14 +434,8 @@ impl PgStore {
             return taken(&row, attempt_id, &request);
         }
         for _ in 0..RACE_RETRIES {
-            if let Some(claim) = self
-                .claim_with(conn, &self.sql.claim, id, attempt_id, &request)
-                .await?
-            {
-                return Ok(claim);
-            }
-            // "Available" means the row changed while the UPDATE waited for
-            // its lock: read it again.
+            // A read answers a duplicate delivery (busy, done, backing off)
+            // without a row lock, so it never queues behind the holder.
             match self.read_on(conn, id).await? {
                 None => return Ok(Claim::NotFound),
                 Some((task, now)) => {
@@ -452,6 +443,15 @@ impl PgStore {
                         return Ok(claim);
                     }
                 }
+            }
+            // Available: a retry or a takeover. The full statement moves the
+            // replaced attempt to the journal; it leaves the row only if it
+            // changed while the statement waited for its lock.
+            if let Some(claim) = self
+                .claim_with(conn, &self.sql.claim, id, attempt_id, &request)
+                .await?
+            {
+                return Ok(claim);
             }
         }
         Err(Error::storage(Raced("claim")))

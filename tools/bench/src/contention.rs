@@ -1,20 +1,16 @@
 //! 32 workers claim the same task at once: exactly one wins, the others are
 //! told `Busy`; how long the losers wait.
 //!
-//! Three claim statements race, round by round in alternating order:
-//! - ours: `PgStore::claim`;
-//! - the ceiling's bare `UPDATE … WHERE id = $1 AND (claimable) RETURNING`;
-//! - a prototype: ours without its row-locking `locked` CTE, so a loser whose
-//!   recheck fails after the wait takes no row lock (see docs/PERFORMANCE.md,
-//!   "32 workers racing for one task").
+//! Two claims race, round by round in alternating order:
+//! - ours: `PgStore::claim` (a loser's first-claim statement writes nothing
+//!   after the wait, then a read answers it `Busy`);
+//! - the ceiling's bare `UPDATE … WHERE id = $1 AND (claimable) RETURNING`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::Row;
 use sqlx::postgres::PgPool;
 use taskfence::{Claim, ClaimRequest, PgStore, Response, TaskStore};
-use uuid::Uuid;
 
 use crate::db::{BenchSchema, LEASE, RESPONSE, Raw};
 use crate::lifecycle::{fresh_key, new_task};
@@ -28,7 +24,6 @@ const RACERS: usize = 32;
 enum Contender {
     Ours,
     Ceiling,
-    Unlocked,
 }
 
 impl Contender {
@@ -36,26 +31,8 @@ impl Contender {
         match self {
             Self::Ours => "ours (`PgStore::claim`)",
             Self::Ceiling => "ceiling (bare `UPDATE … RETURNING`)",
-            Self::Unlocked => "prototype: ours without the `locked` CTE",
         }
     }
-}
-
-/// Ours without the row-locking `locked` CTE: the claim's `UPDATE` alone, as
-/// before that CTE was added (the statement of a task's first claim, as here). A loser waits for the winner, rechecks the
-/// claimable condition on the new row version (EvalPlanQual), fails it and
-/// takes no lock, so it commits without a WAL flush.
-///
-/// `None` when PgStore's claim statement no longer has that shape (the
-/// prototype row is then left out of the report rather than failing the run).
-fn unlocked_claim(schema: &BenchSchema) -> Option<String> {
-    let s = schema.q();
-    let claim = schema.statement("claim_fresh");
-    let lock =
-        format!("WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE),");
-    let guard = "WHERE t.id = (SELECT id FROM locked)";
-    (claim.contains(&lock) && claim.contains(guard))
-        .then(|| claim.replace(&lock, "WITH").replace(guard, "WHERE t.id = $1"))
 }
 
 /// What a racer saw: how long its claim took and whether it won (with the
@@ -66,8 +43,6 @@ struct Race {
     store: PgStore,
     raw: Arc<Raw>,
     pool: PgPool,
-    unlocked: Arc<String>,
-    complete: Arc<String>,
 }
 
 impl Race {
@@ -83,12 +58,7 @@ impl Race {
         let racers: Vec<_> = (0..RACERS)
             .map(|i| {
                 let barrier = barrier.clone();
-                let (store, raw, pool, pre) = (
-                    self.store.clone(),
-                    self.raw.clone(),
-                    self.pool.clone(),
-                    self.unlocked.clone(),
-                );
+                let (store, raw, pool) = (self.store.clone(), self.raw.clone(), self.pool.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
                     let t = Instant::now();
@@ -107,24 +77,6 @@ impl Race {
                         Contender::Ceiling => {
                             let version = raw.try_claim(&pool, id).await?;
                             (t.elapsed(), version, None)
-                        }
-                        Contender::Unlocked => {
-                            let row = sqlx::query(&pre)
-                                .bind(id)
-                                .bind(Uuid::now_v7())
-                                .bind(sqlx::postgres::types::PgInterval {
-                                    months: 0,
-                                    days: 0,
-                                    microseconds: 30_000_000,
-                                })
-                                .bind(format!("w{i}"))
-                                .bind("attempts exhausted")
-                                .bind("deadline exhausted")
-                                .fetch_one(&pool)
-                                .await?;
-                            let took = t.elapsed();
-                            let written: bool = row.try_get("written")?;
-                            (took, written.then(|| row.get::<i64, _>("version")), None)
                         }
                     };
                     Res::Ok(won)
@@ -150,15 +102,6 @@ impl Race {
                         .map_err(|r| format!("winner's completion rejected: {r}"))?;
                 }
                 (Contender::Ceiling, Some(v), _) => self.raw.complete(&self.pool, id, v).await?,
-                (Contender::Unlocked, Some(v), _) => {
-                    sqlx::query(&self.complete)
-                        .bind(id)
-                        .bind(v)
-                        .bind(&RESPONSE[..])
-                        .fetch_optional(&self.pool)
-                        .await?
-                        .ok_or("prototype winner's completion refused")?;
-                }
                 _ => {}
             }
         }
@@ -172,15 +115,8 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
         store: schema.store.clone(),
         raw: Arc::new(Raw::new(&schema)),
         pool: pool.clone(),
-        unlocked: Arc::new(unlocked_claim(&schema).unwrap_or_default()),
-        complete: Arc::new(schema.statement("complete_current")),
     };
-    let mut all = vec![Contender::Ours, Contender::Ceiling];
-    if race.unlocked.is_empty() {
-        eprintln!("[bench]   PgStore's claim has no `locked` CTE to remove: no prototype row");
-    } else {
-        all.push(Contender::Unlocked);
-    }
+    let all = [Contender::Ours, Contender::Ceiling];
     let mut figures: Vec<(Samples, Samples)> = vec![Default::default(); all.len()];
     // Round 0 is a warm-up (statements prepared on every connection).
     for round in 0..=cfg.contention_rounds {
@@ -205,10 +141,8 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
             "{} rounds per claim statement, alternating: a fresh task, 32 tasks released together by a \
              barrier each claim it on their own pooled connection. Every round had exactly one \
              winner (checked, or the run fails); every loser was answered `Busy` (ours) or got no \
-             row. Latency from the barrier to the answer (for ours, including the re-read a loser \
-             makes to classify its refusal). The prototype is ours' claim statement without its \
-             row-locking `locked` CTE, run as plain SQL (not what `PgStore` ships; see \
-             docs/PERFORMANCE.md).",
+             row. Latency from the barrier to the answer (for ours, including the read that \
+             answers a loser once its first-claim statement wrote nothing).",
             cfg.contention_rounds
         ),
     );
