@@ -36,14 +36,18 @@ async fn lock_row(f: &PgFixture, id: TaskId) -> sqlx::Transaction<'static, sqlx:
     tx
 }
 
-/// Whether the store clock has passed `until` (read on the server).
-async fn store_clock_passed(f: &PgFixture, until: time::OffsetDateTime) -> bool {
-    sqlx::query(&format!("SELECT \"{}\".store_clock() > $1", f.schema()))
-        .bind(until)
+/// The store clock, read on the server.
+async fn store_clock(f: &PgFixture) -> time::OffsetDateTime {
+    sqlx::query(&format!("SELECT \"{}\".store_clock()", f.schema()))
         .fetch_one(f.pg_store().pool())
         .await
         .unwrap()
         .get(0)
+}
+
+/// Whether the store clock has passed `until`.
+async fn store_clock_passed(f: &PgFixture, until: time::OffsetDateTime) -> bool {
+    store_clock(f).await > until
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,11 +337,7 @@ async fn first_claim_waiting_behind_a_lock_only_holder_counts_the_wait_against_i
     });
     common::wait_until_blocked(&f, "SET (version, status").await;
     f.advance(Duration::from_secs(10)).await;
-    let released: time::OffsetDateTime = sqlx::query(&format!("SELECT \"{}\".store_clock()", f.schema()))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0);
+    let released = store_clock(&f).await;
     holder.commit().await.unwrap();
     let Claim::Acquired(lease) = waiting.await.unwrap() else {
         panic!("a lock that changed nothing leaves the task available")

@@ -204,6 +204,17 @@ async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
     );
 }
 
+/// Runs one migration file's SQL in the fixture's schema, as the runner does.
+async fn apply(f: &taskfence::testing::PgFixture, sql: &str) {
+    sqlx::raw_sql(&format!(
+        "BEGIN; SET LOCAL search_path TO \"{}\"; {sql} COMMIT;",
+        f.schema()
+    ))
+    .execute(f.pg_store().pool())
+    .await
+    .unwrap();
+}
+
 /// Migration 0005 moves each running attempt from the `attempts` journal into
 /// its task row; a task whose latest attempt stays in the journal (it ended
 /// before the migration) keeps it there, and both go on as usual. The rows
@@ -255,13 +266,7 @@ async fn attempts_from_before_the_row_columns_carry_on() {
     .execute(store.pool())
     .await
     .unwrap();
-    sqlx::raw_sql(&format!(
-        "BEGIN; SET LOCAL search_path TO {s}; {} COMMIT;",
-        include_str!("../migrations/0005_latest_attempt.sql")
-    ))
-    .execute(store.pool())
-    .await
-    .unwrap();
+    apply(&f, include_str!("../migrations/0005_latest_attempt.sql")).await;
 
     let in_journal = format!("SELECT count(*) FROM {s}.attempts WHERE task_id = $1");
     let journal = |id: taskfence::TaskId| {
@@ -331,13 +336,7 @@ async fn handoffs_from_before_the_task_key_carry_on() {
     .execute(store.pool())
     .await
     .unwrap();
-    sqlx::raw_sql(&format!(
-        "BEGIN; SET LOCAL search_path TO {s}; {} COMMIT;",
-        include_str!("../migrations/0006_handoffs_by_task.sql")
-    ))
-    .execute(store.pool())
-    .await
-    .unwrap();
+    apply(&f, include_str!("../migrations/0006_handoffs_by_task.sql")).await;
 
     let indexes: Vec<(String, String)> = sqlx::query_as(
         "SELECT indexname::text, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'handoffs'

@@ -447,27 +447,26 @@ impl PgStore {
             // Available: a retry or a takeover. The full statement moves the
             // replaced attempt to the journal; it leaves the row only if it
             // changed while the statement waited for its lock.
-            if let Some(claim) = self
-                .claim_with(conn, &self.sql.claim, id, attempt_id, &request)
-                .await?
-            {
+            if let Some(claim) = self.claim_full(conn, id, attempt_id, &request).await? {
                 return Ok(claim);
             }
         }
         Err(Error::storage(Raced("claim")))
     }
 
-    /// One claim statement (`sql`): the claim it decides, or `None` when it
-    /// left a row its snapshot shows available.
-    async fn claim_with(
+    /// The full claim statement: the claim it decides, or `None` when it left
+    /// a row its snapshot shows available.
+    async fn claim_full(
         &self,
         conn: &mut PgConnection,
-        sql: &str,
         id: TaskId,
         attempt_id: AttemptId,
         request: &ClaimRequest,
     ) -> Result<Option<Claim>> {
-        let Some(row) = self.claim_row(conn, sql, id, attempt_id, request).await? else {
+        let Some(row) = self
+            .claim_row(conn, &self.sql.claim, id, attempt_id, request)
+            .await?
+        else {
             return Ok(Some(Claim::NotFound));
         };
         if row.try_get::<bool, _>("written").map_err(db)? {
