@@ -32,6 +32,21 @@ pub enum Error {
     /// No task with this id exists in this store (never did, or was purged).
     #[error("task {0} not found")]
     NotFound(TaskId),
+    /// The store's schema (PostgreSQL) or table (DynamoDB) is missing, or
+    /// older than this library: nothing was done. `fix` names what to run
+    /// (`PgStore::migrate`, or `taskfence migrate` from the command line).
+    #[error("the taskfence store is missing or older than this library ({detail}): {fix}")]
+    NotMigrated {
+        /// What is missing or how old it is, naming the schema or table.
+        detail: String,
+        /// What to run.
+        fix: &'static str,
+    },
+    /// The migrations cannot be applied as recorded: an applied migration has
+    /// changed since, or the store was migrated by a newer library. Retrying
+    /// cannot help; nothing was applied.
+    #[error("taskfence migrations: {0}")]
+    Migration(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The backend failed (connection lost, server restarted…). The operation
     /// may or may not have taken effect: read the task before deciding again.
     #[error("storage backend error: {0}")]
@@ -42,6 +57,29 @@ impl Error {
     /// Wraps a backend error.
     pub fn storage(err: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self::Storage(Box::new(err))
+    }
+
+    /// Wraps a migration failure that retrying cannot mend.
+    pub(crate) fn migration(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Migration(Box::new(err))
+    }
+
+    /// A short, stable name of the variant (`not_found`, `invalid_input`,
+    /// `key_conflict`, `not_migrated`, `migration`, `storage`): the `reason`
+    /// label of the metrics, and a field for logs.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::Error::NotFound(taskfence::TaskId::new()).label(), "not_found");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not_found",
+            Self::InvalidInput(_) => "invalid_input",
+            Self::KeyConflict { .. } => "key_conflict",
+            Self::NotMigrated { .. } => "not_migrated",
+            Self::Migration(_) => "migration",
+            Self::Storage(_) => "storage",
+        }
     }
 
     /// `true` when trying the same call again may succeed (a backend failure).

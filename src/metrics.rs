@@ -366,19 +366,14 @@ fn count(op: &'static str, outcome: &'static str, reason: Option<&'static str>) 
     match reason {
         Some(reason) => {
             ::metrics::counter!(OPERATIONS_TOTAL, "operation" => op, "outcome" => outcome, "reason" => reason)
-                .increment(1)
+                .increment(1);
         }
         None => ::metrics::counter!(OPERATIONS_TOTAL, "operation" => op, "outcome" => outcome).increment(1),
     }
 }
 
 fn error_reason(error: &Error) -> &'static str {
-    match error {
-        Error::NotFound(_) => "not_found",
-        Error::InvalidInput(_) => "invalid_input",
-        Error::KeyConflict { .. } => "key_conflict",
-        Error::Storage(_) => "storage",
-    }
+    error.label()
 }
 
 fn rejection_reason(rejection: &Rejection) -> &'static str {

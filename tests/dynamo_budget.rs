@@ -156,8 +156,8 @@ async fn a_claim_decided_on_the_spent_budget_does_not_fail_the_reopened_task() {
                         .unwrap()
                         .is_accepted()
                 );
-            })
-        })
+            });
+        });
     }));
     let config = dynamo::client()
         .config()

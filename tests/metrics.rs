@@ -574,9 +574,8 @@ fn batches_count_each_task() {
             .claim_many(&[a.id, c.id], ClaimRequest::new("w2", LEASE))
             .await?;
         assert!(again.iter().all(Claim::is_acquired));
-        let fresh_a = match again.into_iter().next().unwrap() {
-            Claim::Acquired(lease) => lease,
-            _ => unreachable!(),
+        let Claim::Acquired(fresh_a) = again.into_iter().next().unwrap() else {
+            unreachable!()
         };
         let lease_b = leases.pop().unwrap();
         let results = store

@@ -25,10 +25,10 @@ async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duratio
 /// Holds the task's row lock in an open transaction, as a takeover or renewal in flight would.
 async fn lock_row(f: &PgFixture, id: TaskId) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut tx = f.pg_store().pool().begin().await.unwrap();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT 1 FROM \"{}\".tasks WHERE id = $1 FOR UPDATE",
         f.schema()
-    ))
+    )))
     .bind(id.as_uuid())
     .execute(&mut *tx)
     .await
@@ -38,11 +38,14 @@ async fn lock_row(f: &PgFixture, id: TaskId) -> sqlx::Transaction<'static, sqlx:
 
 /// The store clock, read on the server.
 async fn store_clock(f: &PgFixture) -> time::OffsetDateTime {
-    sqlx::query(&format!("SELECT \"{}\".store_clock()", f.schema()))
-        .fetch_one(f.pg_store().pool())
-        .await
-        .unwrap()
-        .get(0)
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT \"{}\".store_clock()",
+        f.schema()
+    )))
+    .fetch_one(f.pg_store().pool())
+    .await
+    .unwrap()
+    .get(0)
 }
 
 /// Whether the store clock has passed `until`.

@@ -11,13 +11,15 @@ use taskfence::{InputHash, NewTask, PgStore, RequestKey, TaskStore};
 static HOST: sqlx::migrate::Migrator = sqlx::migrate!("tests/host_migrations");
 
 async fn versions(pool: &PgPool, table: &str) -> Vec<i64> {
-    sqlx::query(&format!("SELECT version FROM {table} ORDER BY version"))
-        .fetch_all(pool)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM {table} ORDER BY version"
+    )))
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
 }
 
 /// The versions of the files in `migrations/` (`0001_….sql` → 1), each of
@@ -126,15 +128,161 @@ async fn concurrent_migrators_apply_each_file_once() {
 async fn an_applied_migration_that_changed_is_refused() {
     let f = common::fixture().await;
     let pool = f.pg_store().pool();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE \"{}\".taskfence_migrations SET checksum = '\\x00' WHERE version = 1",
         f.schema()
-    ))
+    )))
     .execute(pool)
     .await
     .unwrap();
     let err = f.pg_store().migrate().await.expect_err("checksum mismatch");
     assert!(err.to_string().contains("checksum"), "{err}");
+    assert!(matches!(err, taskfence::Error::Migration(_)), "{err:?}");
+    assert!(!err.is_retryable(), "a changed migration stays changed");
+}
+
+/// The runner taskfence had before sqlx 0.9 kept its history in a table of
+/// the same name and another shape (`checksum` = SHA-256 of the file,
+/// `applied_at`): the migrator converts it once, applies nothing again, and
+/// refuses a history whose recorded file has changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_from_the_runner_before_sqlx_is_converted_once() {
+    let f = common::fixture().await;
+    let pool = f.pg_store().pool();
+    let history = format!("\"{}\".taskfence_migrations", f.schema());
+    let old_shape = |checksum: &str| {
+        format!(
+            "DROP TABLE {history};
+             CREATE TABLE {history} (version bigint PRIMARY KEY, description text NOT NULL,
+                                     checksum bytea NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+             INSERT INTO {history} (version, description, checksum) VALUES {}",
+            embedded_versions()
+                .iter()
+                .map(|v| format!("({v}, 'file {v}', {checksum})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    // The old runner's checksum of each file, computed by the server from the files' text.
+    let files: Vec<String> = embedded_versions()
+        .iter()
+        .map(|v| {
+            let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
+            let name = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .starts_with(&format!("{v:04}_"))
+                })
+                .unwrap();
+            std::fs::read_to_string(name).unwrap()
+        })
+        .collect();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(old_shape("'\\x00'")))
+        .execute(pool)
+        .await
+        .unwrap();
+    for (v, text) in embedded_versions().iter().zip(&files) {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {history} SET checksum = sha256(convert_to($1, 'UTF8')) WHERE version = $2"
+        )))
+        .bind(text)
+        .bind(v)
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    f.pg_store()
+        .migrate()
+        .await
+        .expect("the old history is converted");
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = 'taskfence_migrations' ORDER BY column_name",
+    )
+    .bind(f.schema())
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(
+        columns.contains(&"success".to_owned()),
+        "sqlx's shape: {columns:?}"
+    );
+    assert_eq!(
+        versions(pool, &history).await,
+        embedded_versions(),
+        "nothing applied twice"
+    );
+    f.pg_store().migrate().await.expect("and then nothing to do");
+    assert!(
+        f.pg_store()
+            .get(taskfence::TaskId::new())
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The same history with a file recorded under other contents: refused, kept.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(old_shape("'\\x00'")))
+        .execute(pool)
+        .await
+        .unwrap();
+    let err = f.pg_store().migrate().await.expect_err("a changed file");
+    assert!(
+        matches!(err, taskfence::Error::Migration(_)) && !err.is_retryable(),
+        "{err:?}"
+    );
+    assert_eq!(
+        versions(pool, &history).await,
+        embedded_versions(),
+        "the old history stays"
+    );
+}
+
+/// A store whose schema was never migrated, or is older than the library,
+/// answers a typed error that names the fix, and it is not retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_old_schema_is_a_typed_error_naming_the_fix() {
+    let db = TempDatabase::create().await;
+    let pool = db.pool(2).await;
+    let store = PgStore::builder(pool.clone())
+        .schema("never_migrated")
+        .build()
+        .unwrap();
+    let new = || NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]));
+    let err = store.submit(new()).await.expect_err("no schema");
+    assert!(matches!(err, taskfence::Error::NotMigrated { .. }), "{err:?}");
+    assert!(!err.is_retryable());
+    assert!(err.to_string().contains("taskfence migrate"), "{err}");
+
+    store.migrate().await.unwrap();
+    // Hide the latest migration from the history: the schema now reads as one behind.
+    let history = |sql: &'static str| sqlx::query(sql).execute(&pool);
+    history("UPDATE never_migrated.taskfence_migrations SET version = -version WHERE version = (SELECT max(version) FROM never_migrated.taskfence_migrations)")
+        .await
+        .unwrap();
+    let behind = PgStore::builder(pool.clone())
+        .schema("never_migrated")
+        .build()
+        .unwrap();
+    let err = behind.submit(new()).await.expect_err("one migration behind");
+    let latest = *embedded_versions().last().unwrap();
+    assert!(
+        matches!(&err, taskfence::Error::NotMigrated { detail, .. } if detail.contains(&format!("at migration {}", latest - 1))),
+        "{err:?}"
+    );
+    history("UPDATE never_migrated.taskfence_migrations SET version = -version WHERE version < 0")
+        .await
+        .unwrap();
+    assert!(
+        behind.submit(new()).await.unwrap().is_created(),
+        "current again, the same store works"
+    );
+    pool.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,10 +327,10 @@ async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
         .await
         .unwrap()
         .into_task();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE {}.tasks SET budget_started_at = NULL WHERE id = $1",
         f.schema()
-    ))
+    )))
     .bind(task.id.as_uuid())
     .execute(store.pool())
     .await
@@ -206,10 +354,10 @@ async fn a_task_from_before_the_budget_columns_keeps_its_first_budget() {
 
 /// Runs one migration file's SQL in the fixture's schema, as the runner does.
 async fn apply(f: &taskfence::testing::PgFixture, sql: &str) {
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "BEGIN; SET LOCAL search_path TO \"{}\"; {sql} COMMIT;",
         f.schema()
-    ))
+    )))
     .execute(f.pg_store().pool())
     .await
     .unwrap();
@@ -253,7 +401,7 @@ async fn attempts_from_before_the_row_columns_carry_on() {
 
     // The pre-0005 shape: every attempt in the journal (a running one with no
     // finish), none in the rows.
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome,
                                    operation_id, error)
          SELECT id, version, attempt_id, attempt_worker, attempt_started_at, attempt_finished_at,
@@ -262,7 +410,7 @@ async fn attempts_from_before_the_row_columns_carry_on() {
          UPDATE {s}.tasks SET attempt_id = NULL, attempt_worker = NULL, attempt_started_at = NULL,
              attempt_finished_at = NULL, attempt_outcome = NULL, attempt_operation_id = NULL,
              attempt_error = NULL;"
-    ))
+    )))
     .execute(store.pool())
     .await
     .unwrap();
@@ -270,7 +418,7 @@ async fn attempts_from_before_the_row_columns_carry_on() {
 
     let in_journal = format!("SELECT count(*) FROM {s}.attempts WHERE task_id = $1");
     let journal = |id: taskfence::TaskId| {
-        sqlx::query_scalar::<_, i64>(&in_journal)
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(in_journal.as_str()))
             .bind(id.as_uuid())
             .fetch_one(store.pool())
     };
@@ -328,11 +476,11 @@ async fn handoffs_from_before_the_task_key_carry_on() {
     for key in ["a", "b", "c"] {
         ids.push(store.submit(common::new_task(key)).await.unwrap().into_task().id);
     }
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "ALTER TABLE {s}.handoffs DROP CONSTRAINT handoffs_pkey;
          ALTER TABLE {s}.handoffs ADD CONSTRAINT handoffs_pkey PRIMARY KEY (id);
          CREATE INDEX handoffs_task ON {s}.handoffs (task_id);"
-    ))
+    )))
     .execute(store.pool())
     .await
     .unwrap();

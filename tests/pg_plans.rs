@@ -58,7 +58,7 @@ fn rows() -> i64 {
 /// submitted `n - i` seconds ago, its id a UUID v7 of that instant (ids in
 /// submission order, as `TaskId::new` makes them).
 async fn fill(pool: &sqlx::PgPool, s: &str, n: i64) {
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {s}.tasks (id, scope, operation, request_key, input_hash, payload, status, version,
              max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, on_ambiguous,
              lease_until, not_before, response, created_at, finished_at, expires_at, budget_started_at)
@@ -79,12 +79,12 @@ async fn fill(pool: &sqlx::PgPool, s: &str, n: i64) {
                               WHEN i % 10 = 8 THEN 'running' ELSE 'failed' END AS st,
                       now() - ($1 - i) * interval '1 second' AS at
                FROM generate_series(1, $1) AS i) AS g"
-    ))
+    )))
     .bind(n)
     .execute(pool)
     .await
     .unwrap();
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {s}.attempts (task_id, number, id, worker, started_at, finished_at, outcome)
          SELECT id, 1, gen_random_uuid(), 'w', created_at, finished_at,
                 CASE status WHEN 'running' THEN 'running' WHEN 'completed' THEN 'completed' ELSE 'expired' END
@@ -95,14 +95,14 @@ async fn fill(pool: &sqlx::PgPool, s: &str, n: i64) {
          INSERT INTO {s}.reopenings (task_id, number, at, by, reason, from_status, version)
          SELECT id, 1, created_at, 'ops', 'quota raised', 'failed', 1 FROM {s}.tasks
          WHERE status = 'failed';"
-    ))
+    )))
     .execute(pool)
     .await
     .unwrap();
     // As autovacuum leaves a table: statistics and the visibility map (which
     // index-only scans rely on). VACUUM runs outside a transaction, one at a time.
     for table in ["tasks", "attempts", "handoffs", "reopenings"] {
-        sqlx::raw_sql(&format!("VACUUM ANALYZE {s}.{table}"))
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {s}.{table}")))
             .execute(pool)
             .await
             .unwrap();
@@ -288,9 +288,9 @@ async fn every_statement_is_index_driven_and_cheap_on_a_large_table() {
     let s = format!("\"{}\"", f.schema());
     let n = rows();
     fill(pool, &s, n).await;
-    let running: Uuid = sqlx::query(&format!(
+    let running: Uuid = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {s}.tasks WHERE status = 'running' LIMIT 1"
-    ))
+    )))
     .fetch_one(pool)
     .await
     .unwrap()
@@ -308,7 +308,7 @@ async fn every_statement_is_index_driven_and_cheap_on_a_large_table() {
     let mut conn = pool.acquire().await.unwrap();
     for (name, sql) in f.pg_store().statements() {
         let explain = format!("EXPLAIN {sql}");
-        let plan: Vec<String> = bind(name, sqlx::query(&explain), running)
+        let plan: Vec<String> = bind(name, sqlx::query(sqlx::AssertSqlSafe(explain.as_str())), running)
             .fetch_all(&mut *conn)
             .await
             .unwrap_or_else(|e| panic!("EXPLAIN {name}: {e}"))
@@ -345,9 +345,9 @@ async fn generic_plans_of_prepared_statements_stay_index_driven_and_below_jit() 
     let s = format!("\"{}\"", f.schema());
     let n = rows();
     fill(pool, &s, n).await;
-    let running: Uuid = sqlx::query(&format!(
+    let running: Uuid = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {s}.tasks WHERE status = 'running' LIMIT 1"
-    ))
+    )))
     .fetch_one(pool)
     .await
     .unwrap()
@@ -369,17 +369,18 @@ async fn generic_plans_of_prepared_statements_stay_index_driven_and_below_jit() 
         } else {
             (format!("({types})"), format!("({args})"))
         };
-        sqlx::raw_sql(&format!("PREPARE tf_{name} {types} AS {sql}"))
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("PREPARE tf_{name} {types} AS {sql}")))
             .execute(&mut *conn)
             .await
             .unwrap_or_else(|e| panic!("PREPARE {name}: {e}"));
-        let plan: Vec<String> = sqlx::raw_sql(&format!("EXPLAIN EXECUTE tf_{name} {args}"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap_or_else(|e| panic!("EXPLAIN EXECUTE {name}: {e}"))
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let plan: Vec<String> =
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("EXPLAIN EXECUTE tf_{name} {args}")))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap_or_else(|e| panic!("EXPLAIN EXECUTE {name}: {e}"))
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
         println!("-- generic {name} ({n} tasks)\n{}\n", plan.join("\n"));
         let total = total_cost(name, &plan);
         assert!(
@@ -403,9 +404,9 @@ async fn operator_reads_measured() {
     let s = format!("\"{}\"", f.schema());
     let n = rows();
     fill(pool, &s, n).await;
-    let failed: Uuid = sqlx::query(&format!(
+    let failed: Uuid = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT id FROM {s}.tasks WHERE status = 'failed' LIMIT 1"
-    ))
+    )))
     .fetch_one(pool)
     .await
     .unwrap()
@@ -416,7 +417,7 @@ async fn operator_reads_measured() {
             continue;
         }
         let explain = format!("EXPLAIN (ANALYZE, BUFFERS) {sql}");
-        let plan: Vec<String> = bind(name, sqlx::query(&explain), failed)
+        let plan: Vec<String> = bind(name, sqlx::query(sqlx::AssertSqlSafe(explain.as_str())), failed)
             .fetch_all(&mut *conn)
             .await
             .unwrap_or_else(|e| panic!("EXPLAIN ANALYZE {name}: {e}"))

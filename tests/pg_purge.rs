@@ -32,10 +32,10 @@ async fn fail(f: &PgFixture, lease: Lease, failure: Failure) {
 /// Rows of `table` whose task is gone.
 async fn orphans(f: &PgFixture, table: &str) -> i64 {
     let s = f.schema();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{s}\".{table} AS c
          WHERE NOT EXISTS (SELECT 1 FROM \"{s}\".tasks AS t WHERE t.id = c.task_id)"
-    ))
+    )))
     .fetch_one(f.pg_store().pool())
     .await
     .unwrap()

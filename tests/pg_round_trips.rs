@@ -121,8 +121,12 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
         pings <= warm.len() as u64 + 1,
         "at most one release ping per pooled operation: {pings}"
     );
-    for (op, wire) in &cold {
-        let statements = if op == RETRY_CLAIM { 3 } else { 1 };
+    for (i, (op, wire)) in cold.iter().enumerate() {
+        // The store's first operation reads the schema's migration version
+        // once before it (a store on an old or missing schema answers
+        // `Error::NotMigrated`); no later one does.
+        let check = u64::from(i == 0);
+        let statements = if op == RETRY_CLAIM { 3 } else { 1 } + check;
         assert_eq!(
             wire.statements(),
             statements,

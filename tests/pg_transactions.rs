@@ -10,21 +10,24 @@ use taskfence::testing::PgFixture;
 use taskfence::{Claim, ClaimRequest, Fenced, Response, Status, TaskStore};
 
 async fn host_table(f: &PgFixture, table: &str) {
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE \"{}\".{table} (id bigint PRIMARY KEY, body text NOT NULL)",
         f.schema()
-    ))
+    )))
     .execute(f.pg_store().pool())
     .await
     .unwrap();
 }
 
 async fn host_rows(f: &PgFixture, table: &str) -> i64 {
-    sqlx::query(&format!("SELECT count(*) FROM \"{}\".{table}", f.schema()))
-        .fetch_one(f.pg_store().pool())
-        .await
-        .unwrap()
-        .get(0)
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{}\".{table}",
+        f.schema()
+    )))
+    .fetch_one(f.pg_store().pool())
+    .await
+    .unwrap()
+    .get(0)
 }
 
 use common::new_task;
@@ -35,10 +38,10 @@ async fn message_and_task_commit_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO \"{}\".messages VALUES (1, 'question')",
         f.schema()
-    ))
+    )))
     .execute(&mut *tx)
     .await
     .unwrap();
@@ -65,10 +68,10 @@ async fn message_and_task_roll_back_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO \"{}\".messages VALUES (1, 'question')",
         f.schema()
-    ))
+    )))
     .execute(&mut *tx)
     .await
     .unwrap();
@@ -99,10 +102,10 @@ async fn reply_and_completion_commit_together() {
         panic!("fresh task")
     };
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
         f.schema()
-    ))
+    )))
     .execute(&mut *tx)
     .await
     .unwrap();
@@ -134,10 +137,10 @@ async fn reply_and_completion_roll_back_together() {
         panic!("fresh task")
     };
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
         f.schema()
-    ))
+    )))
     .execute(&mut *tx)
     .await
     .unwrap();
@@ -201,7 +204,7 @@ async fn an_open_completion_holds_the_row_until_the_caller_commits() {
     tx.commit().await.unwrap();
     match competitor.await.unwrap() {
         Fenced::Rejected(taskfence::Rejection::AlreadyCompleted(t)) => {
-            assert_eq!(t.response, Some(Response::from("in tx")))
+            assert_eq!(t.response, Some(Response::from("in tx")));
         }
         other => panic!("expected AlreadyCompleted, got {other:?}"),
     }

@@ -7,8 +7,6 @@
 //! | [`key`] | [`IdempotencyKey`], [`IdempotencyKeyRejection`], [`IDEMPOTENCY_KEY`] |
 //! | [`problem`] | [`Problem`], [`ProblemTypes`], [`PROBLEM_JSON`] |
 //! | [`submit`] | [`SubmitResponse`], [`TaskBody`] |
-#![forbid(unsafe_code)]
-#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod key;
 pub mod problem;

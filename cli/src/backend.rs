@@ -27,7 +27,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The store named on the command line, not yet connected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// PostgreSQL at `url`, tables in `schema`.
     Postgres {
         /// The connection URL.
@@ -47,7 +47,7 @@ pub enum Target {
 /// Whether each store flag was typed on the command line (rather than read
 /// from the environment): a typed flag wins over the other's variable.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Typed {
+pub(crate) struct Typed {
     /// `--database-url` was typed.
     pub database_url: bool,
     /// `--dynamodb-table` was typed.
@@ -59,7 +59,7 @@ impl Target {
     /// command line (`DATABASE_URL` is often set for an application, and
     /// `--dynamodb-table` then still works); both typed or neither given is a
     /// usage error.
-    pub fn choose(args: &StoreArgs, typed: Typed) -> Result<Self, CliError> {
+    pub(crate) fn choose(args: &StoreArgs, typed: Typed) -> Result<Self, CliError> {
         let pg = || Target::Postgres {
             url: args.database_url.clone().unwrap_or_default(),
             schema: args.schema.clone(),
@@ -87,7 +87,7 @@ impl Target {
 
 /// The concrete store, for what only one backend has.
 #[derive(Clone)]
-pub enum Backend {
+pub(crate) enum Backend {
     /// PostgreSQL.
     Postgres(Arc<PgStore>),
     /// DynamoDB.
@@ -96,7 +96,7 @@ pub enum Backend {
 
 /// A connected store.
 #[derive(Clone)]
-pub struct Store {
+pub(crate) struct Store {
     /// Every command's view of it.
     pub inspect: Arc<dyn Inspect>,
     /// The same store, concretely.
@@ -108,11 +108,11 @@ impl Store {
     /// are measured on it, so a skewed laptop clock changes nothing.
     /// PostgreSQL: the schema's `store_clock()`; DynamoDB: this machine's
     /// clock, which is what a DynamoDB writer stamps with too.
-    pub async fn now(&self) -> Result<OffsetDateTime, CliError> {
+    pub(crate) async fn now(&self) -> Result<OffsetDateTime, CliError> {
         match &self.backend {
             Backend::Postgres(pg) => {
                 let sql = format!("SELECT \"{}\".store_clock()", pg.schema());
-                sqlx::query_scalar::<_, OffsetDateTime>(&sql)
+                sqlx::query_scalar::<_, OffsetDateTime>(sqlx::AssertSqlSafe(sql.as_str()))
                     .fetch_one(pg.pool())
                     .await
                     .map_err(|e| CliError::from(taskfence::Error::storage(e)))
@@ -123,7 +123,7 @@ impl Store {
 
     /// Connects to `target`. With `table_may_be_missing` (the `migrate`
     /// command), a missing DynamoDB table is not an error.
-    pub async fn connect(target: &Target, table_may_be_missing: bool) -> Result<Self, CliError> {
+    pub(crate) async fn connect(target: &Target, table_may_be_missing: bool) -> Result<Self, CliError> {
         match target {
             Target::Postgres { url, schema } => postgres(url, schema).await,
             Target::DynamoDb { table, endpoint } => {
@@ -207,7 +207,7 @@ async fn dynamodb(
 
 /// Whether `table` exists (`DescribeTable`); other failures (credentials,
 /// endpoint) are operational errors.
-pub async fn table_exists(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<bool, CliError> {
+pub(crate) async fn table_exists(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<bool, CliError> {
     match client.describe_table().table_name(table).send().await {
         Ok(_) => Ok(true),
         Err(e)

@@ -21,7 +21,7 @@ Exit codes:
 /// Inspect and repair taskfence tasks on PostgreSQL or DynamoDB.
 #[derive(Debug, Parser)]
 #[command(name = "taskfence", version, after_help = EXIT_CODES)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Where the tasks are.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -37,7 +37,7 @@ pub struct Cli {
 
 /// The store to connect to: PostgreSQL or DynamoDB, one of them.
 #[derive(Debug, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// PostgreSQL connection URL (postgres://user:password@host:5432/db).
     #[arg(
         long,
@@ -63,7 +63,7 @@ pub struct StoreArgs {
 
 /// The commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create or upgrade the store (PostgreSQL: migrations; DynamoDB: create the table if missing).
     Migrate,
     /// Count tasks by status.
@@ -86,7 +86,7 @@ pub enum Command {
 
 /// `taskfence stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// Only this scope.
     #[arg(long)]
     pub scope: Option<String>,
@@ -94,7 +94,7 @@ pub struct StatsArgs {
 
 /// `taskfence list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Only tasks in this status.
     #[arg(long)]
     pub status: Option<StatusArg>,
@@ -124,7 +124,7 @@ pub struct ListArgs {
 /// `taskfence show`: by id or by request key, exactly one.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["id", "key"])))]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     /// The task's id.
     #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
     pub id: Option<TaskId>,
@@ -135,7 +135,7 @@ pub struct ShowArgs {
 
 /// `taskfence retry`.
 #[derive(Debug, Args)]
-pub struct RetryArgs {
+pub(crate) struct RetryArgs {
     /// The task's id.
     #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
     pub id: TaskId,
@@ -155,7 +155,7 @@ pub struct RetryArgs {
 
 /// `taskfence cancel`.
 #[derive(Debug, Args)]
-pub struct CancelArgs {
+pub(crate) struct CancelArgs {
     /// The task's id.
     #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
     pub id: TaskId,
@@ -166,7 +166,7 @@ pub struct CancelArgs {
 
 /// `taskfence purge`.
 #[derive(Debug, Args)]
-pub struct PurgeArgs {
+pub(crate) struct PurgeArgs {
     /// Tasks removed per call to the store.
     #[arg(long, default_value_t = 1000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=MAX_SCAN_LIMIT as u64))]
     pub batch: u64,
@@ -177,7 +177,7 @@ pub struct PurgeArgs {
 
 /// `taskfence stranded`.
 #[derive(Debug, Args)]
-pub struct StrandedArgs {
+pub(crate) struct StrandedArgs {
     /// Handed off longer ago than this (e.g. 15m).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub older_than: Duration,
@@ -191,7 +191,7 @@ pub struct StrandedArgs {
 
 /// `taskfence dispatch-due`.
 #[derive(Debug, Args)]
-pub struct DispatchDueArgs {
+pub(crate) struct DispatchDueArgs {
     /// Print the ids (the only mode: publishing is the pipe's job).
     #[arg(long, required = true)]
     pub print: bool,
@@ -231,7 +231,7 @@ impl From<StatusArg> for Status {
 }
 
 /// A positive duration: `90s`, `15m`, `1h30m`, `2d`, `1h 5m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim())
         .map_err(|_| "not a duration: expected e.g. 90s, 15m, 1h30m or 2d".to_string())?;
     if d.is_zero() {
@@ -263,7 +263,7 @@ fn parse_reason(s: &str) -> Result<String, String> {
 }
 
 /// A task id (a UUID).
-pub fn parse_task_id(s: &str) -> Result<TaskId, String> {
+pub(crate) fn parse_task_id(s: &str) -> Result<TaskId, String> {
     s.trim()
         .parse()
         .map_err(|_| "not a task id: expected a UUID such as 0190b6a2-5c1e-7d3f-9a4b-1c2d3e4f5a6b".into())
@@ -277,7 +277,7 @@ fn parse_cursor(s: &str) -> Result<taskfence::inspect::Cursor, String> {
 
 /// `scope/operation/key`: the first two `/` separate the parts, so the key
 /// (the client's idempotency key, often a path or URL) may contain `/`.
-pub fn parse_key(s: &str) -> Result<RequestKey, String> {
+pub(crate) fn parse_key(s: &str) -> Result<RequestKey, String> {
     let mut parts = s.splitn(3, '/');
     let (Some(scope), Some(operation), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
         return Err("expected scope/operation/key".into());

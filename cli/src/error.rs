@@ -13,7 +13,7 @@ use taskfence::Error;
 
 /// A failure, by what a caller can do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     /// The store could not be reached or failed (exit 1): try again, check the store.
     #[error("{0}")]
     Operational(String),
@@ -30,7 +30,7 @@ pub enum CliError {
 
 impl CliError {
     /// The process exit code: 1 operational, 2 usage, 3 not found, 4 refused.
-    pub fn code(&self) -> ExitCode {
+    pub(crate) fn code(&self) -> ExitCode {
         ExitCode::from(match self {
             CliError::Operational(_) => 1,
             CliError::Usage(_) => 2,
@@ -41,7 +41,7 @@ impl CliError {
 
     /// A clap parse error as one line: clap's own message without its usage
     /// block (`taskfence <cmd> --help` has it).
-    pub fn from_clap(err: &clap::Error) -> Self {
+    pub(crate) fn from_clap(err: &clap::Error) -> Self {
         let rendered = err.render().to_string();
         // The message is everything before the first blank line; clap lists
         // missing arguments on indented lines, which join onto the first.
@@ -73,7 +73,7 @@ impl From<Error> for CliError {
 
 /// A backend error with its causes on one line, and a hint for the one
 /// mistake everyone makes first: a store that was never migrated.
-pub fn storage_message(err: &(dyn StdError + 'static)) -> String {
+pub(crate) fn storage_message(err: &(dyn StdError + 'static)) -> String {
     let mut message = chain(err);
     if missing_tables(err) {
         message.push_str(
@@ -84,7 +84,7 @@ pub fn storage_message(err: &(dyn StdError + 'static)) -> String {
 }
 
 /// `err: cause: cause…`, skipping causes whose text the previous one already shows.
-pub fn chain(err: &(dyn StdError + 'static)) -> String {
+pub(crate) fn chain(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

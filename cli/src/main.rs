@@ -9,7 +9,6 @@
 //! | `commands` | what each command does, as a `Report` |
 //! | `output` | reports as tables or JSON |
 //! | `error` | failures as one line and an exit code |
-#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -20,7 +20,7 @@ use time::format_description::well_known::Rfc3339;
 
 /// What a command has to say.
 #[derive(Debug)]
-pub enum Report {
+pub(crate) enum Report {
     /// `migrate`: what was done to which schema or table.
     Migrated {
         /// `postgres` or `dynamodb`.
@@ -68,7 +68,7 @@ pub enum Report {
 
 impl Report {
     /// The report as text for stdout, `--json` or tables.
-    pub fn render(&self, json: bool, now: OffsetDateTime) -> String {
+    pub(crate) fn render(&self, json: bool, now: OffsetDateTime) -> String {
         if json {
             let mut out = serde_json::to_string_pretty(&self.json()).unwrap_or_default();
             out.push('\n');
@@ -374,7 +374,7 @@ fn timeline(story: &Story) -> String {
 }
 
 /// RFC 3339 UTC to the second.
-pub fn at(t: OffsetDateTime) -> String {
+pub(crate) fn at(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     t.replace_nanosecond(0)
         .unwrap_or(t)
@@ -396,7 +396,7 @@ fn since(t: OffsetDateTime, now: OffsetDateTime) -> Duration {
 }
 
 /// A duration for people: its two largest units, `3d 4h`, `4m 12s`, `850ms`.
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         return format!("{}ms", d.as_millis());
     }

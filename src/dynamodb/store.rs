@@ -870,9 +870,8 @@ impl DynamoStore {
                 .set_transact_items(Some(items.clone()))
                 .send()
                 .await;
-            let err = match sent {
-                Ok(_) => return Ok(Tx::Written),
-                Err(err) => err,
+            let Err(err) = sent else {
+                return Ok(Tx::Written);
             };
             let reasons = match &err {
                 SdkError::ServiceError(service) => match service.err() {

@@ -114,7 +114,10 @@ impl PgStore {
         let span = trace::op("dispatch", None, None, None);
         async move {
             let mut tx = self.pool.begin().await.map_err(db)?;
-            let handoffs: Vec<(i64, TaskId)> = sqlx::query(&self.sql.claim_handoffs)
+            let handoffs: Vec<(i64, TaskId)> = self
+                .sql
+                .claim_handoffs
+                .query()
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(&mut *tx)
                 .await
@@ -140,7 +143,9 @@ impl PgStore {
                 }
             }
             if !marked.is_empty() {
-                sqlx::query(&self.sql.mark_published)
+                self.sql
+                    .mark_published
+                    .query()
                     .bind(&marked)
                     .execute(&mut *tx)
                     .await

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 
@@ -174,11 +175,14 @@ impl PgFixture {
             matches!(table, "tasks" | "attempts" | "handoffs" | "reopenings"),
             "not a taskfence table: {table}"
         );
-        sqlx::query(&format!("SELECT count(*) FROM \"{}\".{table}", self.schema()))
-            .fetch_one(self.store.pool())
-            .await
-            .expect("count rows")
-            .get(0)
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{}\".{table}",
+            self.schema()
+        )))
+        .fetch_one(self.store.pool())
+        .await
+        .expect("count rows")
+        .get(0)
     }
 }
 
@@ -199,7 +203,7 @@ impl Fixture for PgFixture {
             self.schema(),
             offset.as_micros()
         );
-        sqlx::raw_sql(&sql)
+        sqlx::raw_sql(AssertSqlSafe(sql))
             .execute(self.store.pool())
             .await
             .expect("move the store clock");
@@ -207,10 +211,10 @@ impl Fixture for PgFixture {
 
     async fn record_count(&self) -> u64 {
         let s = self.schema();
-        let n: i64 = sqlx::query(&format!(
+        let n: i64 = sqlx::query(AssertSqlSafe(format!(
             "SELECT (SELECT count(*) FROM \"{s}\".tasks) + (SELECT count(*) FROM \"{s}\".attempts)
                   + (SELECT count(*) FROM \"{s}\".handoffs) + (SELECT count(*) FROM \"{s}\".reopenings)"
-        ))
+        )))
         .fetch_one(self.store.pool())
         .await
         .expect("count rows")
@@ -315,9 +319,9 @@ impl Drop for TempSchema {
             runtime.block_on(async {
                 let options: PgConnectOptions = url.parse().ok()?;
                 let mut conn = options.disable_statement_logging().connect().await.ok()?;
-                sqlx::raw_sql(&format!(
+                sqlx::raw_sql(AssertSqlSafe(format!(
                     "SET lock_timeout = '3s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
-                ))
+                )))
                 .execute(&mut conn)
                 .await
                 .ok()?;
@@ -352,7 +356,7 @@ async fn drop_stale_schemas(options: &PgConnectOptions, prefix: &str) {
             .next()
             .and_then(|s| s.parse::<u64>().ok());
         if created.is_some_and(|secs| secs < cutoff) {
-            let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+            let _ = sqlx::raw_sql(AssertSqlSafe(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE")))
                 .execute(&mut conn)
                 .await;
         }

@@ -1,56 +1,77 @@
-//! The embedded migration runner: the SQL files of `migrations/`, applied in
-//! order into the crate's own schema, with its own history table there, so it
-//! never meets the host application's `sqlx migrate` history (`_sqlx_migrations`)
-//! or any other tool's.
+//! The embedded migrations, applied by sqlx's own migrator into the crate's
+//! schema, with their history in a table of that schema
+//! (`<schema>.taskfence_migrations`, sqlx's format), so they never meet the
+//! host application's `sqlx::migrate!` history (`_sqlx_migrations`) or any
+//! other tool's.
+//!
+//! Why sqlx's migrator: since sqlx 0.9 it takes a history table name and
+//! schema of our choosing, so the application and taskfence keep two
+//! histories side by side in one database, each applied by the same code.
+//! The migration files are plain SQL with unqualified names (any tool can run
+//! them with `search_path` set); the migrator runs them on a connection of its
+//! own whose `search_path` is the store's schema, so their checksums are those
+//! of the files as shipped.
+//!
+//! Before sqlx 0.9 the crate had a runner of its own whose history table had
+//! the same name and another shape; [`run`] converts such a table once (under
+//! a lock, checking every recorded file is unchanged) before the migrator reads it.
+
+use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
-use sqlx::postgres::PgConnection;
-use sqlx::{Executor, PgPool, Row};
+use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection, Executor, PgPool, Row, SqlStr};
 
 use super::db;
 use super::schema::{DEFAULT_SCHEMA, Schema};
+use crate::error::Error;
 use crate::store::Result;
 
 /// One embedded migration file.
-struct Migration {
+struct File {
     version: i64,
     description: &'static str,
     sql: &'static str,
 }
 
 /// Every migration of this crate version, oldest first.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
+const FILES: &[File] = &[
+    File {
         version: 1,
         description: "tasks, attempts, handoffs, store_clock",
         sql: include_str!("../../migrations/0001_tasks.sql"),
     },
-    Migration {
+    File {
         version: 2,
         description: "acceptance rule",
         sql: include_str!("../../migrations/0002_acceptance_rule.sql"),
     },
-    Migration {
+    File {
         version: 3,
         description: "retry budgets, reopenings, operator query indexes",
         sql: include_str!("../../migrations/0003_operations.sql"),
     },
-    Migration {
+    File {
         version: 4,
         description: "no foreign keys to tasks",
         sql: include_str!("../../migrations/0004_lifecycle.sql"),
     },
-    Migration {
+    File {
         version: 5,
         description: "the latest attempt in its task row",
         sql: include_str!("../../migrations/0005_latest_attempt.sql"),
     },
-    Migration {
+    File {
         version: 6,
         description: "handoffs keyed by their task",
         sql: include_str!("../../migrations/0006_handoffs_by_task.sql"),
     },
 ];
+
+/// The newest migration this library needs: a store whose history ends
+/// before it is [`Error::NotMigrated`].
+pub(crate) const LATEST: i64 = FILES[FILES.len() - 1].version;
 
 /// The history table, inside the crate's schema.
 pub(crate) const HISTORY_TABLE: &str = "taskfence_migrations";
@@ -65,75 +86,156 @@ struct ChangedMigration {
     schema: String,
 }
 
-/// Applies the pending migrations to `schema`, in one transaction, holding an
-/// advisory lock so concurrent migrators (several replicas starting at once)
-/// apply each file exactly once.
-pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
+/// The migrator for `schema`: every file, history in `<schema>.taskfence_migrations`,
+/// the schema created first.
+fn migrator(schema: &Schema) -> Migrator {
+    let mut migrator = Migrator::with_migrations(
+        FILES
+            .iter()
+            .map(|f| {
+                Migration::new(
+                    f.version,
+                    Cow::Borrowed(f.description),
+                    MigrationType::Simple,
+                    SqlStr::from_static(f.sql),
+                    false,
+                )
+            })
+            .collect(),
+    );
     let q = schema.quoted();
-    let mut tx = pool.begin().await.map_err(db)?;
-    let conn: &mut PgConnection = &mut tx;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(format!("taskfence.migrate.{}", schema.name()))
-        .execute(&mut *conn)
+    migrator.dangerous_set_table_name(format!("{q}.{HISTORY_TABLE}"));
+    migrator.create_schema(q);
+    migrator
+}
+
+/// Applies the pending migrations to `schema`. sqlx's migrator holds its
+/// advisory lock for the run (the application's migrator takes the same one,
+/// so the two never interleave) and applies each file once, in its own
+/// transaction: replicas starting at once are safe.
+pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
+    // A connection of its own, whose search_path is the schema from its
+    // start-up on; closed after the run, so no pooled connection of the
+    // application's ever has that setting.
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("search_path", schema.quoted())]);
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
         .await
         .map_err(db)?;
-    let setup = format!(
-        "CREATE SCHEMA IF NOT EXISTS {q};
-         CREATE TABLE IF NOT EXISTS {q}.{HISTORY_TABLE} (
-             version     bigint PRIMARY KEY,
-             description text NOT NULL,
-             checksum    bytea NOT NULL,
-             applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-         );"
-    );
-    // Several statements: the simple-query protocol (an `&str` without arguments).
-    conn.execute(setup.as_str()).await.map_err(db)?;
-    let applied: Vec<(i64, Vec<u8>)> =
-        sqlx::query(&format!("SELECT version, checksum FROM {q}.{HISTORY_TABLE}"))
-            .fetch_all(&mut *conn)
+    let result = async {
+        adopt_old_history(&mut *own.acquire().await.map_err(db)?, schema).await?;
+        migrator(schema)
+            .run(&own)
             .await
-            .map_err(db)?
-            .iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(db)?;
-    for migration in MIGRATIONS {
-        let checksum = Sha256::digest(migration.sql.as_bytes()).to_vec();
-        match applied.iter().find(|(v, _)| *v == migration.version) {
-            Some((_, done)) if *done == checksum => continue,
-            Some(_) => {
-                return Err(crate::Error::storage(ChangedMigration {
-                    version: migration.version,
-                    schema: schema.name().to_owned(),
-                }));
-            }
-            None => {}
-        }
-        tracing::info!(
-            schema = schema.name(),
-            version = migration.version,
-            "applying taskfence migration"
-        );
-        // SET LOCAL ends with the transaction: the host's search_path is untouched.
-        let script = format!("SET LOCAL search_path TO {q};\n{}", migration.sql);
-        conn.execute(script.as_str()).await.map_err(db)?;
-        sqlx::query(&format!(
-            "INSERT INTO {q}.{HISTORY_TABLE} (version, description, checksum) VALUES ($1, $2, $3)"
-        ))
-        .bind(migration.version)
-        .bind(migration.description)
-        .bind(checksum)
-        .execute(&mut *conn)
+            .map_err(|e| migration_error(e, schema))
+    }
+    .await;
+    own.close().await;
+    result
+}
+
+/// A migration failure: a failed statement or a lost connection is a storage
+/// error (retryable); a history that disagrees with this library is not.
+fn migration_error(err: MigrateError, schema: &Schema) -> Error {
+    match err {
+        MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) => db(e),
+        MigrateError::VersionMismatch(version) => Error::migration(ChangedMigration {
+            version,
+            schema: schema.name().to_owned(),
+        }),
+        other => Error::migration(other),
+    }
+}
+
+/// Converts the history table of the runner taskfence had before sqlx 0.9
+/// (`version, description, checksum = SHA-256 of the file, applied_at`) to
+/// sqlx's shape, once, under a lock; a file recorded with other contents
+/// stops it. Does nothing when there is no such table.
+async fn adopt_old_history(conn: &mut PgConnection, schema: &Schema) -> Result<()> {
+    let q = schema.quoted();
+    let mut tx = conn.begin().await.map_err(db)?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("taskfence.migrate.{}", schema.name()))
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    let old_shape: bool = sqlx::query(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                         WHERE table_schema = $1 AND table_name = $2 AND column_name = 'applied_at')",
+    )
+    .bind(schema.name())
+    .bind(HISTORY_TABLE)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(db)?
+    .get(0);
+    if !old_shape {
+        return Ok(());
+    }
+    let applied = sqlx::query(AssertSqlSafe(format!(
+        "SELECT version, description, checksum, applied_at FROM {q}.{HISTORY_TABLE} ORDER BY version"
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?;
+    tracing::info!(
+        schema = schema.name(),
+        versions = applied.len(),
+        "converting the taskfence migration history to sqlx's format"
+    );
+    tx.execute(AssertSqlSafe(format!(
+        "ALTER TABLE {q}.{HISTORY_TABLE} RENAME TO {HISTORY_TABLE}_before_sqlx;
+         CREATE TABLE {q}.{HISTORY_TABLE} (
+             version BIGINT PRIMARY KEY,
+             description TEXT NOT NULL,
+             installed_on TIMESTAMPTZ NOT NULL DEFAULT now(),
+             success BOOLEAN NOT NULL,
+             checksum BYTEA NOT NULL,
+             execution_time BIGINT NOT NULL
+         );"
+    )))
+    .await
+    .map_err(db)?;
+    let migrator = migrator(schema);
+    for row in &applied {
+        let version: i64 = row.try_get("version").map_err(db)?;
+        let checksum: Vec<u8> = row.try_get("checksum").map_err(db)?;
+        let file = FILES.iter().find(|f| f.version == version);
+        let unchanged = file.is_some_and(|f| Sha256::digest(f.sql.as_bytes()).as_slice() == checksum);
+        let migration = migrator.iter().find(|m| m.version == version);
+        let (true, Some(migration)) = (unchanged, migration) else {
+            return Err(Error::migration(ChangedMigration {
+                version,
+                schema: schema.name().to_owned(),
+            }));
+        };
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {q}.{HISTORY_TABLE} (version, description, installed_on, success, checksum, execution_time)
+             VALUES ($1, $2, $3, true, $4, 0)"
+        )))
+        .bind(version)
+        .bind(migration.description.as_ref())
+        .bind(row.try_get::<time::OffsetDateTime, _>("applied_at").map_err(db)?)
+        .bind(migration.checksum.as_ref())
+        .execute(&mut *tx)
         .await
         .map_err(db)?;
     }
+    tx.execute(AssertSqlSafe(format!(
+        "DROP TABLE {q}.{HISTORY_TABLE}_before_sqlx"
+    )))
+    .await
+    .map_err(db)?;
     tx.commit().await.map_err(db)
 }
 
 /// Applies the embedded migrations to the [`DEFAULT_SCHEMA`] schema.
 ///
-/// Safe to run from every replica at start-up: an advisory lock serializes
-/// concurrent runs and each file is applied once, recorded in
+/// Safe to run from every replica at start-up: sqlx's advisory lock
+/// serializes concurrent runs and each file is applied once, recorded in
 /// `taskfence.taskfence_migrations` (never in the host's `_sqlx_migrations`).
 ///
 /// ```no_run

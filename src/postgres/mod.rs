@@ -77,6 +77,20 @@ pub use migrate::migrate;
 pub use schema::DEFAULT_SCHEMA;
 pub use store::{PgStore, PgStoreBuilder};
 
+/// What to run when the schema is missing or old.
+pub(crate) const MIGRATE_FIX: &str = "apply the migrations: `PgStore::migrate` (or `taskfence::postgres::migrate`), or `taskfence migrate` from the command line";
+
+/// A sqlx error as this crate's: a missing schema, table, column or function
+/// is [`Error::NotMigrated`]; anything else a storage error.
 pub(crate) fn db(err: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(e) = &err {
+        // invalid_schema_name, undefined_table, undefined_column, undefined_function
+        if matches!(e.code().as_deref(), Some("3F000" | "42P01" | "42703" | "42883")) {
+            return Error::NotMigrated {
+                detail: e.message().to_owned(),
+                fix: MIGRATE_FIX,
+            };
+        }
+    }
     Error::storage(err)
 }

@@ -7,6 +7,8 @@
 //! `WHERE` and `SET` of the row being written so that it is evaluated after
 //! the row lock is held (see the [module documentation](super)).
 
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+
 use crate::{AcceptanceRule, Lease};
 
 /// The task columns, in the order [`super::row::task`] reads them by name.
@@ -27,43 +29,68 @@ pub(crate) fn current_only(leases: &[&Lease]) -> bool {
         .all(|l| l.task().acceptance == AcceptanceRule::CurrentAssignment)
 }
 
+/// One rendered statement. Cloning it (once per query) shares the text: sqlx
+/// runs only SQL it is handed as audited (`SqlSafeStr`), and these are
+/// rendered once per store from constants and the validated schema name.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql(SqlStr);
+
+impl Sql {
+    /// The statement, ready to bind.
+    pub(crate) fn query(&self) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(self.0.clone())
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl From<String> for Sql {
+    fn from(text: String) -> Self {
+        Self(AssertSqlSafe(std::sync::Arc::<str>::from(text)).into_sql_str())
+    }
+}
+
 /// The statements of one store, for one schema.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    pub(crate) submit: String,
-    pub(crate) get: String,
-    pub(crate) read: String,
-    pub(crate) find: String,
-    pub(crate) claim: String,
+    pub(crate) submit: Sql,
+    pub(crate) get: Sql,
+    pub(crate) read: Sql,
+    pub(crate) find: Sql,
+    pub(crate) claim: Sql,
     /// `claim` of a row without an attempt (no journal write possible).
-    pub(crate) claim_fresh: String,
-    pub(crate) renew: String,
+    pub(crate) claim_fresh: Sql,
+    pub(crate) renew: Sql,
     /// Any lease's completion.
-    pub(crate) complete: String,
+    pub(crate) complete: Sql,
     /// A current-assignment lease's completion (no journal write possible).
-    pub(crate) complete_current: String,
-    pub(crate) fail: String,
-    pub(crate) release: String,
-    pub(crate) cancel: String,
-    pub(crate) record_operation: String,
-    pub(crate) attempts: String,
-    pub(crate) due: String,
-    pub(crate) purge_expired: String,
-    pub(crate) claim_handoffs: String,
-    pub(crate) mark_published: String,
-    pub(crate) claim_many: String,
-    pub(crate) complete_many: String,
+    pub(crate) complete_current: Sql,
+    pub(crate) fail: Sql,
+    pub(crate) release: Sql,
+    pub(crate) cancel: Sql,
+    pub(crate) record_operation: Sql,
+    pub(crate) attempts: Sql,
+    pub(crate) due: Sql,
+    pub(crate) purge_expired: Sql,
+    pub(crate) claim_handoffs: Sql,
+    pub(crate) mark_published: Sql,
+    pub(crate) claim_many: Sql,
+    pub(crate) complete_many: Sql,
     /// `complete_many` for a batch of current-assignment leases only.
-    pub(crate) complete_many_current: String,
-    pub(crate) read_many: String,
-    pub(crate) retry: String,
-    pub(crate) redispatch: String,
+    pub(crate) complete_many_current: Sql,
+    pub(crate) read_many: Sql,
+    pub(crate) retry: Sql,
+    pub(crate) redispatch: Sql,
     /// [`list_sql`] for every [`ListShape`], by [`ListShape::index`].
-    pub(crate) list: Vec<String>,
-    pub(crate) counts: String,
-    pub(crate) counts_scope: String,
-    pub(crate) story: String,
-    pub(crate) stranded: String,
+    pub(crate) list: Vec<Sql>,
+    pub(crate) counts: Sql,
+    pub(crate) counts_scope: Sql,
+    pub(crate) story: Sql,
+    pub(crate) stranded: Sql,
+    /// The newest applied migration.
+    pub(crate) schema_version: Sql,
 }
 
 /// Which filters a listing has and its order: each combination is its own
@@ -149,78 +176,78 @@ impl Statements {
     /// Every statement by operation name, for `EXPLAIN` and review.
     pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
         vec![
-            ("submit", &self.submit),
-            ("get", &self.get),
-            ("read", &self.read),
-            ("find", &self.find),
-            ("claim", &self.claim),
-            ("claim_fresh", &self.claim_fresh),
-            ("renew", &self.renew),
-            ("complete", &self.complete),
-            ("complete_current", &self.complete_current),
-            ("fail", &self.fail),
-            ("release", &self.release),
-            ("cancel", &self.cancel),
-            ("record_operation", &self.record_operation),
-            ("attempts", &self.attempts),
-            ("due", &self.due),
-            ("purge_expired", &self.purge_expired),
-            ("claim_handoffs", &self.claim_handoffs),
-            ("mark_published", &self.mark_published),
-            ("claim_many", &self.claim_many),
-            ("complete_many", &self.complete_many),
-            ("complete_many_current", &self.complete_many_current),
-            ("read_many", &self.read_many),
-            ("retry", &self.retry),
-            ("redispatch", &self.redispatch),
-            ("list", self.list_of(ListShape::default())),
+            ("submit", self.submit.as_str()),
+            ("get", self.get.as_str()),
+            ("read", self.read.as_str()),
+            ("find", self.find.as_str()),
+            ("claim", self.claim.as_str()),
+            ("claim_fresh", self.claim_fresh.as_str()),
+            ("renew", self.renew.as_str()),
+            ("complete", self.complete.as_str()),
+            ("complete_current", self.complete_current.as_str()),
+            ("fail", self.fail.as_str()),
+            ("release", self.release.as_str()),
+            ("cancel", self.cancel.as_str()),
+            ("record_operation", self.record_operation.as_str()),
+            ("attempts", self.attempts.as_str()),
+            ("due", self.due.as_str()),
+            ("purge_expired", self.purge_expired.as_str()),
+            ("claim_handoffs", self.claim_handoffs.as_str()),
+            ("mark_published", self.mark_published.as_str()),
+            ("claim_many", self.claim_many.as_str()),
+            ("complete_many", self.complete_many.as_str()),
+            ("complete_many_current", self.complete_many_current.as_str()),
+            ("read_many", self.read_many.as_str()),
+            ("retry", self.retry.as_str()),
+            ("redispatch", self.redispatch.as_str()),
+            ("list", self.list_text(ListShape::default())),
             (
                 "list_oldest",
-                self.list_of(ListShape {
+                self.list_text(ListShape {
                     oldest_first: true,
                     ..ListShape::default()
                 }),
             ),
             (
                 "list_status",
-                self.list_of(ListShape {
+                self.list_text(ListShape {
                     status: true,
                     ..ListShape::default()
                 }),
             ),
             (
                 "list_scope",
-                self.list_of(ListShape {
+                self.list_text(ListShape {
                     scope: true,
                     ..ListShape::default()
                 }),
             ),
             (
                 "list_operation",
-                self.list_of(ListShape {
+                self.list_text(ListShape {
                     operation: true,
                     ..ListShape::default()
                 }),
             ),
             (
                 "list_created",
-                self.list_of(ListShape {
+                self.list_text(ListShape {
                     created_after: true,
                     created_before: true,
                     ..ListShape::default()
                 }),
             ),
-            ("counts", &self.counts),
-            ("counts_scope", &self.counts_scope),
-            ("story", &self.story),
-            ("stranded", &self.stranded),
+            ("counts", self.counts.as_str()),
+            ("counts_scope", self.counts_scope.as_str()),
+            ("story", self.story.as_str()),
+            ("stranded", self.stranded.as_str()),
         ]
     }
 
     /// The completion statement of a batch: a current-assignment lease holds
     /// its task's latest attempt (the row's), so no journal row can be the
     /// answering one and the statement leaves the journal out.
-    pub(crate) fn completion_many(&self, leases: &[&Lease]) -> &str {
+    pub(crate) fn completion_many(&self, leases: &[&Lease]) -> &Sql {
         if current_only(leases) {
             &self.complete_many_current
         } else {
@@ -228,8 +255,12 @@ impl Statements {
         }
     }
 
+    fn list_text(&self, shape: ListShape) -> &str {
+        self.list_of(shape).as_str()
+    }
+
     /// The listing statement of `shape`.
-    pub(crate) fn list_of(&self, shape: ListShape) -> &str {
+    pub(crate) fn list_of(&self, shape: ListShape) -> &Sql {
         &self.list[shape.index()]
     }
 
@@ -482,7 +513,7 @@ impl Statements {
             // taken key returns the existing task (the second branch). No row:
             // a racing insert committed after this statement's snapshot, and
             // the caller reads it once more.
-            submit: format!(
+            submit: Sql::from(format!(
                 "WITH created AS (
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
@@ -502,27 +533,27 @@ impl Statements {
                   AND NOT EXISTS (SELECT 1 FROM created)
                 UNION ALL
                 SELECT true, {created_cols} FROM created"
-            ),
-            get: format!("SELECT {cols} FROM {s}.tasks WHERE id = $1"),
+            )),
+            get: Sql::from(format!("SELECT {cols} FROM {s}.tasks WHERE id = $1")),
             // The row and the store clock in one read: what a refused write is classified from.
-            read: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = $1"),
-            find: format!(
+            read: Sql::from(format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = $1")),
+            find: Sql::from(format!(
                 "SELECT {cols} FROM {s}.tasks WHERE scope = $1 AND operation = $2 AND request_key = $3"
-            ),
-            claim,
-            claim_fresh,
+            )),
+            claim: Sql::from(claim),
+            claim_fresh: Sql::from(claim_fresh),
             // $1 id, $2 version, $3 extension.
-            renew: format!(
+            renew: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET lease_until = {s}.store_clock() + $3
                  WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
-            ),
-            complete,
-            complete_current,
+            )),
+            complete: Sql::from(complete),
+            complete_current: Sql::from(complete_current),
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
             // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
-            fail: format!(
+            fail: Sql::from(format!(
                 "WITH {locked},
                 failed AS (
                     UPDATE {s}.tasks AS t
@@ -545,18 +576,18 @@ impl Statements {
                     RETURNING {cols}
                 )
                 SELECT {cols} FROM failed"
-            ),
+            )),
             // $1 id, $2 version.
-            release: format!(
+            release: Sql::from(format!(
                 "WITH {locked}
                 UPDATE {s}.tasks
                 SET status = 'pending', lease_until = NULL, not_before = NULL,
                     attempt_finished_at = {s}.store_clock(), attempt_outcome = 'released'
                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                 RETURNING id"
-            ),
+            )),
             // $1 id, $2 reason.
-            cancel: format!(
+            cancel: Sql::from(format!(
                 "UPDATE {s}.tasks AS t
                 SET (status, lease_until, not_before, finished_at, last_error, attempt_finished_at,
                      attempt_outcome) = (
@@ -567,19 +598,19 @@ impl Statements {
                 )
                 WHERE id = $1 AND status IN ('pending', 'running')
                 RETURNING {cols}"
-            ),
+            )),
             // $1 id, $2 version, $3 operation id. The running attempt is the
             // row's latest, so this is a fenced write of the row, as renew.
-            record_operation: format!(
+            record_operation: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET attempt_operation_id = $3
                  WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING version"
-            ),
-            attempts: format!("SELECT * FROM {} AS x ORDER BY number", journal("$1")),
+            )),
+            attempts: Sql::from(format!("SELECT * FROM {} AS x ORDER BY number", journal("$1"))),
             // $1 limit. The clock is read once (an InitPlan), so it can bound
             // the partial-index range scans; each branch stops after $1 rows.
-            due: format!(
+            due: Sql::from(format!(
                 "WITH clock AS (SELECT {s}.store_clock() AS now)
                  SELECT id FROM (
                      (SELECT id, lease_until AS due_at FROM {s}.tasks
@@ -591,11 +622,11 @@ impl Statements {
                       ORDER BY not_before LIMIT $1)
                  ) AS due
                  ORDER BY due_at, id LIMIT $1"
-            ),
+            )),
             // $1 limit. The batch's attempts, handoffs and reopenings go in the
             // same statement (no foreign key cascades to attempts and handoffs:
             // migration 0004); the command tag counts the tasks.
-            purge_expired: format!(
+            purge_expired: Sql::from(format!(
                 // `id = ANY(ARRAY(…))`, not a join: the batch is an InitPlan
                 // that drives index lookups even in a generic plan, where
                 // `LIMIT $1` is only estimated (a join then hashed the whole table).
@@ -613,21 +644,21 @@ impl Statements {
                      DELETE FROM {s}.handoffs WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
                  DELETE FROM {s}.tasks
                  WHERE id = ANY (ARRAY(SELECT id FROM expired))"
-            ),
+            )),
             // $1 limit.
-            claim_handoffs: format!(
+            claim_handoffs: Sql::from(format!(
                 "SELECT id, task_id FROM {s}.handoffs WHERE published_at IS NULL
                  ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
-            ),
+            )),
             // $1 handoff ids.
-            mark_published: format!(
+            mark_published: Sql::from(format!(
                 "UPDATE {s}.handoffs SET published_at = {s}.store_clock() WHERE id = ANY($1) AND published_at IS NULL"
-            ),
+            )),
             // $1 ids, $2 attempt ids (same order), $3 lease interval, $4 worker,
             // $5/$6 the stop reasons. `claim` for every row of the batch at
             // once: each row is taken or exhausted by the same per-row SET and
             // WHERE; rows not written come back as the statement's snapshot.
-            claim_many: format!(
+            claim_many: Sql::from(format!(
                 "WITH {locked_all_attempt},
                 req AS (SELECT r.rid, r.rattempt FROM unnest($1::uuid[], $2::uuid[]) AS r(rid, rattempt)),
                 claimed AS (
@@ -646,11 +677,11 @@ impl Statements {
                 WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)",
                 claim_set("req.rattempt"),
                 moved("locked_all")
-            ),
-            complete_many: complete_many(true),
-            complete_many_current: complete_many(false),
+            )),
+            complete_many: Sql::from(complete_many(true)),
+            complete_many_current: Sql::from(complete_many(false)),
             // The rows of a batch and the store clock: what refused writes are classified from.
-            read_many: format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)"),
+            read_many: Sql::from(format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)")),
             // $1 id, $2 by, $3 reason, $4 whether $5..$11 are a new policy
             // (max_attempts, initial_backoff_ns, max_backoff_ns, multiplier,
             // jitter, deadline_ns, on_ambiguous) or the stored one stays.
@@ -661,7 +692,7 @@ impl Statements {
             // handoff (so the dispatcher publishes the task again) written by
             // the same statement. Intervals are whole microseconds (no days
             // part, so no time zone's daylight saving moves them).
-            retry: format!(
+            retry: Sql::from(format!(
                 "WITH locked AS MATERIALIZED (SELECT id, status FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE),
                 reopened AS (
                     UPDATE {s}.tasks AS t
@@ -697,28 +728,28 @@ impl Statements {
                     INSERT INTO {s}.handoffs (task_id, created_at) SELECT id, budget_started_at FROM reopened
                 )
                 SELECT {cols} FROM reopened"
-            ),
+            )),
             // $1 ids. A fresh unpublished handoff for each task still pending.
-            redispatch: format!(
+            redispatch: Sql::from(format!(
                 "INSERT INTO {s}.handoffs (task_id, created_at)
                  SELECT id, {s}.store_clock() FROM {s}.tasks WHERE id = ANY($1) AND status = 'pending'"
-            ),
+            )),
             list: (0..ListShape::COUNT)
-                .map(|i| list_sql(s, ListShape::from_index(i)))
+                .map(|i| Sql::from(list_sql(s, ListShape::from_index(i))))
                 .collect(),
             // Every task is counted: one index-only range scan of
             // `tasks_status_id` per status, so every entry of that index is
             // read once (whatever the heap's size; the planner would pick a
             // sequential scan of a small heap for a plain GROUP BY).
-            counts: format!(
+            counts: Sql::from(format!(
                 "SELECT st.status, (SELECT count(*) FROM {s}.tasks AS t WHERE t.status = st.status) AS n
                  FROM (VALUES ('pending'), ('running'), ('completed'), ('failed'), ('cancelled')) AS st(status)"
-            ),
+            )),
             // $1 scope: an index-only scan of that scope in `tasks_scope_id`.
-            counts_scope: format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status"),
+            counts_scope: Sql::from(format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status")),
             // $1 id. The task and its attempts, reopenings and handoffs in one
             // row (one snapshot): each child table as arrays, oldest first.
-            story: format!(
+            story: Sql::from(format!(
                 "SELECT {cols}, a.*, r.*, h.*
                  FROM {s}.tasks AS t
                  CROSS JOIN LATERAL (
@@ -745,14 +776,18 @@ impl Statements {
                      FROM {s}.handoffs AS x WHERE x.task_id = t.id) AS h
                  WHERE t.id = $1",
                 journal("t.id")
-            ),
+            )),
             // $1 older than (interval), $2 limit. Never-claimed pending tasks
             // from the partial index `tasks_unclaimed`, oldest first, whose
             // last publication (or submission, when never published) is older
             // than the cutoff: submitted before it, and no handoff published
             // since (an anti-join on `handoffs_pkey`, keyed by task). The clock is read once
             // (an InitPlan).
-            stranded: format!(
+            schema_version: Sql::from(format!(
+                "SELECT max(version) FROM {s}.{}",
+                super::migrate::HISTORY_TABLE
+            )),
+            stranded: Sql::from(format!(
                 "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() - $1 AS cutoff)
                  SELECT {cols} FROM {s}.tasks AS t
                  WHERE t.status = 'pending' AND t.version = 0
@@ -760,7 +795,7 @@ impl Statements {
                    AND NOT EXISTS (SELECT 1 FROM {s}.handoffs AS h
                                    WHERE h.task_id = t.id AND h.published_at >= (SELECT cutoff FROM clock))
                  ORDER BY t.created_at, t.id LIMIT $2"
-            ),
+            )),
         }
     }
 }

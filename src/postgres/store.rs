@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,7 +27,7 @@ use crate::trace;
 
 use super::row::{self, interval, nanos};
 use super::schema::{DEFAULT_SCHEMA, Schema};
-use super::sql::{self, ListShape, Statements};
+use super::sql::{self, ListShape, Sql, Statements};
 use super::{db, migrate};
 
 /// How often a write that was refused, then found acceptable on the re-read,
@@ -82,6 +83,9 @@ pub struct PgStore {
     pub(super) pool: PgPool,
     pub(super) schema: Schema,
     pub(super) sql: std::sync::Arc<Statements>,
+    /// Set once the schema's history was found current (or this store
+    /// migrated it): until then each operation checks it first.
+    pub(super) migrated: std::sync::Arc<AtomicBool>,
 }
 
 impl fmt::Debug for PgStore {
@@ -122,6 +126,7 @@ impl PgStoreBuilder {
             sql: std::sync::Arc::new(Statements::new(&schema.quoted())),
             pool: self.pool,
             schema,
+            migrated: std::sync::Arc::default(),
         })
     }
 }
@@ -203,7 +208,9 @@ impl PgStore {
     /// # Ok(()) }
     /// ```
     pub async fn migrate(&self) -> Result<()> {
-        migrate::run(&self.pool, &self.schema).await
+        migrate::run(&self.pool, &self.schema).await?;
+        self.migrated.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// [`TaskStore::submit`] on the caller's connection or transaction, so the
@@ -360,7 +367,10 @@ impl PgStore {
         }
         let span = trace::op("redispatch", None, None, None);
         async move {
-            let done = sqlx::query(&self.sql.redispatch)
+            let done = self
+                .sql
+                .redispatch
+                .query()
                 .bind(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
                 .execute(&self.pool)
                 .await
@@ -379,7 +389,10 @@ impl PgStore {
         let id = TaskId::new();
         let deadline = new.policy.deadline;
         for _ in 0..RACE_RETRIES {
-            let row = sqlx::query(&self.sql.submit)
+            let row = self
+                .sql
+                .submit
+                .query()
                 .bind(id.as_uuid())
                 .bind(&new.key.scope)
                 .bind(&new.key.operation)
@@ -486,12 +499,12 @@ impl PgStore {
     async fn claim_row(
         &self,
         conn: &mut PgConnection,
-        sql: &str,
+        sql: &Sql,
         id: TaskId,
         attempt_id: AttemptId,
         request: &ClaimRequest,
     ) -> Result<Option<PgRow>> {
-        sqlx::query(sql)
+        sql.query()
             .bind(id.as_uuid())
             .bind(attempt_id.as_uuid())
             .bind(interval(request.lease))
@@ -516,7 +529,8 @@ impl PgStore {
             &self.sql.complete
         };
         let query = || {
-            sqlx::query(statement)
+            statement
+                .query()
                 .bind(lease.task_id().as_uuid())
                 .bind(version(&lease))
                 .bind(response.as_bytes())
@@ -567,7 +581,9 @@ impl PgStore {
         };
         let deadline_message = StopReason::DeadlineExhausted.message(&failure.message);
         let query = || {
-            sqlx::query(&self.sql.fail)
+            self.sql
+                .fail
+                .query()
                 .bind(lease.task_id().as_uuid())
                 .bind(version(&lease))
                 .bind(stop.as_deref())
@@ -591,7 +607,10 @@ impl PgStore {
 
     async fn cancel_on(&self, conn: &mut PgConnection, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
         for _ in 0..RACE_RETRIES {
-            let row = sqlx::query(&self.sql.cancel)
+            let row = self
+                .sql
+                .cancel
+                .query()
                 .bind(id.as_uuid())
                 .bind(reason)
                 .fetch_optional(&mut *conn)
@@ -619,7 +638,10 @@ impl PgStore {
         // the bound values are then ignored.
         let policy = request.policy.unwrap_or_default();
         for _ in 0..RACE_RETRIES {
-            let row = sqlx::query(&self.sql.retry)
+            let row = self
+                .sql
+                .retry
+                .query()
                 .bind(id.as_uuid())
                 .bind(&request.by)
                 .bind(&request.reason)
@@ -698,7 +720,9 @@ impl PgStore {
     /// # Ok(()) }
     /// ```
     pub async fn get_in(&self, conn: &mut PgConnection, id: TaskId) -> Result<Option<Task>> {
-        sqlx::query(&self.sql.get)
+        self.sql
+            .get
+            .query()
             .bind(id.as_uuid())
             .fetch_optional(conn)
             .await
@@ -708,11 +732,47 @@ impl PgStore {
     }
 
     async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
-        self.pool.acquire().await.map_err(db)
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        self.check_schema(&mut conn).await?;
+        Ok(conn)
+    }
+
+    /// [`Error::NotMigrated`] unless the schema's history reaches this
+    /// library's latest migration. One read, until it passes once.
+    async fn check_schema(&self, conn: &mut PgConnection) -> Result<()> {
+        if self.migrated.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let version: Option<i64> = self
+            .sql
+            .schema_version
+            .query()
+            .fetch_one(conn)
+            .await
+            .map_err(db)?
+            .try_get(0)
+            .map_err(db)?;
+        match version {
+            Some(v) if v >= migrate::LATEST => {
+                self.migrated.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            v => Err(Error::NotMigrated {
+                detail: format!(
+                    "schema {} is at migration {}, this library needs {}",
+                    self.schema.name(),
+                    v.unwrap_or(0),
+                    migrate::LATEST
+                ),
+                fix: super::MIGRATE_FIX,
+            }),
+        }
     }
 
     async fn find_on(&self, conn: &mut PgConnection, key: &RequestKey) -> Result<Option<Task>> {
-        sqlx::query(&self.sql.find)
+        self.sql
+            .find
+            .query()
             .bind(&key.scope)
             .bind(&key.operation)
             .bind(&key.key)
@@ -725,7 +785,10 @@ impl PgStore {
 
     /// The row and the store clock, read together with a fresh snapshot.
     async fn read_on(&self, conn: &mut PgConnection, id: TaskId) -> Result<Option<(Task, OffsetDateTime)>> {
-        let Some(row) = sqlx::query(&self.sql.read)
+        let Some(row) = self
+            .sql
+            .read
+            .query()
             .bind(id.as_uuid())
             .fetch_optional(conn)
             .await
@@ -825,7 +888,9 @@ impl TaskStore for PgStore {
         let span = trace::lease_op("renew", lease);
         async move {
             let query = || {
-                sqlx::query(&self.sql.renew)
+                self.sql
+                    .renew
+                    .query()
                     .bind(lease.task_id().as_uuid())
                     .bind(version(lease))
                     .bind(interval(extend_by))
@@ -864,7 +929,9 @@ impl TaskStore for PgStore {
         let span = trace::lease_op("release", &lease);
         async move {
             let query = || {
-                sqlx::query(&self.sql.release)
+                self.sql
+                    .release
+                    .query()
                     .bind(lease.task_id().as_uuid())
                     .bind(version(&lease))
             };
@@ -888,7 +955,9 @@ impl TaskStore for PgStore {
         let span = trace::lease_op("record_operation", lease);
         async move {
             let query = || {
-                sqlx::query(&self.sql.record_operation)
+                self.sql
+                    .record_operation
+                    .query()
                     .bind(lease.task_id().as_uuid())
                     .bind(version(lease))
                     .bind(operation_id)
@@ -917,7 +986,9 @@ impl TaskStore for PgStore {
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
         let span = trace::op("attempts", Some(id), None, None);
         async move {
-            sqlx::query(&self.sql.attempts)
+            self.sql
+                .attempts
+                .query()
                 .bind(id.as_uuid())
                 .fetch_all(&self.pool)
                 .await
@@ -934,7 +1005,9 @@ impl TaskStore for PgStore {
         limits::check_scan_limit(limit)?;
         let span = trace::op("due", None, None, None);
         async move {
-            sqlx::query(&self.sql.due)
+            self.sql
+                .due
+                .query()
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(&self.pool)
                 .await
@@ -951,7 +1024,10 @@ impl TaskStore for PgStore {
         limits::check_scan_limit(limit)?;
         let span = trace::op("purge_expired", None, None, None);
         async move {
-            let done = sqlx::query(&self.sql.purge_expired)
+            let done = self
+                .sql
+                .purge_expired
+                .query()
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .execute(&self.pool)
                 .await
@@ -975,7 +1051,10 @@ impl TaskStore for PgStore {
         async move {
             let mut conn = self.acquire().await?;
             let attempts: Vec<AttemptId> = ids.iter().map(|_| AttemptId::new()).collect();
-            let rows = sqlx::query(&self.sql.claim_many)
+            let rows = self
+                .sql
+                .claim_many
+                .query()
                 .bind(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
                 .bind(attempts.iter().map(|a| a.as_uuid()).collect::<Vec<_>>())
                 .bind(interval(request.lease))
@@ -1021,7 +1100,10 @@ impl TaskStore for PgStore {
             let mut conn = self.acquire().await?;
             let ids: Vec<_> = completions.iter().map(|(l, _)| l.task_id().as_uuid()).collect();
             let leases: Vec<_> = completions.iter().map(|(l, _)| l).collect();
-            let rows = sqlx::query(self.sql.completion_many(&leases))
+            let rows = self
+                .sql
+                .completion_many(&leases)
+                .query()
                 .bind(&ids)
                 .bind(completions.iter().map(|(l, _)| version(l)).collect::<Vec<_>>())
                 .bind(completions.iter().map(|(_, r)| r.as_bytes()).collect::<Vec<_>>())
@@ -1038,7 +1120,10 @@ impl TaskStore for PgStore {
             let mut reread = if refused.is_empty() {
                 HashMap::new()
             } else {
-                let rows = sqlx::query(&self.sql.read_many)
+                let rows = self
+                    .sql
+                    .read_many
+                    .query()
                     .bind(&refused)
                     .fetch_all(&mut *conn)
                     .await
@@ -1108,7 +1193,7 @@ impl Inspect for PgStore {
                 created_before: query.created_before.is_some(),
                 oldest_first: query.order == Order::OldestFirst,
             };
-            let mut q = sqlx::query(self.sql.list_of(shape));
+            let mut q = self.sql.list_of(shape).query();
             if let Some(status) = query.status {
                 q = q.bind(status.as_str());
             }
@@ -1146,8 +1231,8 @@ impl Inspect for PgStore {
         let span = trace::op("counts", None, None, None);
         async move {
             let rows = match scope {
-                Some(scope) => sqlx::query(&self.sql.counts_scope).bind(scope),
-                None => sqlx::query(&self.sql.counts),
+                Some(scope) => self.sql.counts_scope.query().bind(scope),
+                None => self.sql.counts.query(),
             }
             .fetch_all(&self.pool)
             .await
@@ -1170,7 +1255,9 @@ impl Inspect for PgStore {
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
         let span = trace::op("story", Some(id), None, None);
         async move {
-            sqlx::query(&self.sql.story)
+            self.sql
+                .story
+                .query()
                 .bind(id.as_uuid())
                 .fetch_optional(&self.pool)
                 .await
@@ -1187,7 +1274,10 @@ impl Inspect for PgStore {
         limits::check_page(limit)?;
         let span = trace::op("stranded", None, None, None);
         async move {
-            let rows = sqlx::query(&self.sql.stranded)
+            let rows = self
+                .sql
+                .stranded
+                .query()
                 .bind(interval(older_than))
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(&self.pool)

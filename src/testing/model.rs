@@ -451,10 +451,10 @@ impl Runner<'_> {
                 (t.status, t.lease_until, t.not_before) = (Status::Cancelled, None, None);
             }
             Status::Completed => {
-                assert!(matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))))
+                assert!(matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))));
             }
             Status::Failed => {
-                assert_eq!(got.rejection(), Some(&Rejection::NotRunning(Status::Failed)))
+                assert_eq!(got.rejection(), Some(&Rejection::NotRunning(Status::Failed)));
             }
         }
     }
@@ -488,7 +488,7 @@ impl Runner<'_> {
                 assert!(
                     matches!(got, Fenced::Rejected(Rejection::AlreadyCompleted(_))),
                     "{ctx}: {got:?}"
-                )
+                );
             }
             live => assert_eq!(got.rejection(), Some(&Rejection::NotTerminal(live)), "{ctx}"),
         }

@@ -123,7 +123,7 @@ impl TempDatabase {
         let unique = uuid::Uuid::now_v7().simple().to_string();
         let name = format!("taskfence_db_{}", &unique[unique.len() - 16..]);
         let mut conn = admin.connect().await.expect("connect");
-        sqlx::raw_sql(&format!("CREATE DATABASE \"{name}\""))
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
             .execute(&mut conn)
             .await
             .expect("create database");
@@ -158,10 +158,12 @@ impl Drop for TempDatabase {
                 .ok()?;
             rt.block_on(async {
                 let mut conn = admin.connect().await.ok()?;
-                sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                    .execute(&mut conn)
-                    .await
-                    .ok()?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                )))
+                .execute(&mut conn)
+                .await
+                .ok()?;
                 conn.close().await.ok()
             })
         })
@@ -172,9 +174,11 @@ impl Drop for TempDatabase {
 /// Rows in `schema.table` (both quoted as identifiers): to check that refused
 /// input wrote nothing, or that a run left exactly the rows it should.
 pub async fn row_count(pool: &PgPool, schema: &str, table: &str) -> i64 {
-    sqlx::query(&format!("SELECT count(*) FROM \"{schema}\".\"{table}\""))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("count rows of {schema}.{table}: {e}"))
-        .get(0)
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".\"{table}\""
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("count rows of {schema}.{table}: {e}"))
+    .get(0)
 }

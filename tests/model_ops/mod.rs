@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use taskfence::testing::model::{self, Op};
 
 /// One random step: weights favour claims, completions and clock moves.
-pub fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let worker = 0u8..model::WORKERS as u8;
     prop_oneof![
         2 => (0u8..4, 0u8..2).prop_map(|(key, input)| Op::Submit { key, input }),
@@ -23,18 +23,18 @@ pub fn op() -> impl Strategy<Value = Op> {
 }
 
 /// A whole interleaving of up to `max_len` steps.
-pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+pub(crate) fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), 1..max_len)
 }
 
 /// Shrunk counterexamples found while mutation-testing the rules, replayed
 /// against every backend as named regression tests.
-pub mod regressions {
+pub(crate) mod regressions {
     use taskfence::testing::model::Op::{self, *};
 
     /// Found with the budget check off by one: the third claim after two
     /// expired or failed attempts must answer `Failed`, not acquire a fourth.
-    pub fn claim_after_spent_budget_is_failed() -> Vec<Op> {
+    pub(crate) fn claim_after_spent_budget_is_failed() -> Vec<Op> {
         vec![
             Submit { key: 2, input: 0 },
             Claim { worker: 0, task: 0 },
@@ -54,7 +54,7 @@ pub mod regressions {
     }
 
     /// Found with "done means done" broken: a claim of a completed task must not acquire.
-    pub fn claim_of_completed_task_answers_completed() -> Vec<Op> {
+    pub(crate) fn claim_of_completed_task_answers_completed() -> Vec<Op> {
         vec![
             Submit { key: 0, input: 0 },
             Submit { key: 0, input: 0 },

@@ -13,7 +13,7 @@ use crate::output::Report;
 
 /// PostgreSQL: applies the embedded migrations (idempotent). DynamoDB:
 /// creates the table when it is missing and leaves an existing one alone.
-pub async fn migrate(store: &Store) -> Result<Report, CliError> {
+pub(super) async fn migrate(store: &Store) -> Result<Report, CliError> {
     match &store.backend {
         Backend::Postgres(pg) => {
             pg.migrate().await?;
@@ -43,7 +43,7 @@ pub async fn migrate(store: &Store) -> Result<Report, CliError> {
 /// Calls `purge_expired` batch after batch until a batch comes back short
 /// (nothing left) or `--max` is reached, with a progress line on stderr when
 /// it is a terminal.
-pub async fn purge(store: &Store, args: PurgeArgs) -> Result<Report, CliError> {
+pub(super) async fn purge(store: &Store, args: PurgeArgs) -> Result<Report, CliError> {
     let progress = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
@@ -92,7 +92,7 @@ pub async fn purge(store: &Store, args: PurgeArgs) -> Result<Report, CliError> {
 
 /// Pending tasks nobody claimed, oldest first; with `--redispatch`, hands
 /// them off again (PostgreSQL) or says how to (DynamoDB).
-pub async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report, CliError> {
+pub(super) async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report, CliError> {
     let limit = usize::try_from(args.limit).unwrap_or(MAX_PAGE);
     let tasks = store.inspect.stranded(args.older_than, limit).await?;
     let ids_only = args.redispatch && matches!(store.backend, Backend::DynamoDb(_));
@@ -120,7 +120,7 @@ pub async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report, CliEr
 
 /// The ids to publish again: due tasks (a backoff passed, a lease expired)
 /// and, with `--stranded-older-than`, stranded ones (at most 1000), each once.
-pub async fn dispatch_due(store: &Store, args: DispatchDueArgs) -> Result<Report, CliError> {
+pub(super) async fn dispatch_due(store: &Store, args: DispatchDueArgs) -> Result<Report, CliError> {
     let due = store
         .inspect
         .due(usize::try_from(args.limit).unwrap_or(usize::MAX))

@@ -20,7 +20,7 @@ mod repair;
 
 /// Connects to `target` and runs `command` on it: its report, and the
 /// store's clock when it ran (what ages are measured against).
-pub async fn run(command: Command, target: &Target) -> Result<(Report, OffsetDateTime), CliError> {
+pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, OffsetDateTime), CliError> {
     let migrating = matches!(command, Command::Migrate);
     let store = Store::connect(target, migrating).await?;
     let report = match command {

@@ -8,7 +8,7 @@ use crate::error::CliError;
 use crate::output::Report;
 
 /// Counts by status, in one scope or all.
-pub async fn stats(store: &Store, args: StatsArgs) -> Result<Report, CliError> {
+pub(super) async fn stats(store: &Store, args: StatsArgs) -> Result<Report, CliError> {
     if let Some(scope) = &args.scope {
         taskfence::limits::check_text("scope", scope, taskfence::limits::MAX_SCOPE_LEN)
             .map_err(|e| CliError::Usage(format!("--scope: {e}")))?;
@@ -22,7 +22,7 @@ pub async fn stats(store: &Store, args: StatsArgs) -> Result<Report, CliError> {
 
 /// One page of tasks; `--older-than` / `--newer-than` count back from the
 /// store's clock.
-pub async fn list(store: &Store, args: ListArgs) -> Result<Report, CliError> {
+pub(super) async fn list(store: &Store, args: ListArgs) -> Result<Report, CliError> {
     let now = store.now().await?;
     let mut query = TaskQuery::new().limit(usize::try_from(args.limit).unwrap_or(usize::MAX));
     if let Some(status) = args.status {
@@ -53,7 +53,7 @@ pub async fn list(store: &Store, args: ListArgs) -> Result<Report, CliError> {
 }
 
 /// A task and its story, by id or by request key.
-pub async fn show(store: &Store, args: ShowArgs) -> Result<Report, CliError> {
+pub(super) async fn show(store: &Store, args: ShowArgs) -> Result<Report, CliError> {
     let id = match (args.id, args.key) {
         (Some(id), _) => id,
         (None, Some(key)) => {

@@ -13,7 +13,7 @@ use crate::output::Report;
 /// `--max-attempts` / `--deadline` change the task's stored policy for the
 /// new budget (the rest of it — backoff, jitter — stays); without them the
 /// stored policy is reused as is.
-pub async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
+pub(super) async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
     let by = args.by.unwrap_or_else(operator);
     let mut request = RetryRequest::new(by, args.reason);
     request
@@ -41,7 +41,7 @@ pub async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
 }
 
 /// Cancels a live task; a worker still running it is fenced off.
-pub async fn cancel(store: &Store, args: CancelArgs) -> Result<Report, CliError> {
+pub(super) async fn cancel(store: &Store, args: CancelArgs) -> Result<Report, CliError> {
     taskfence::limits::check_reason(&args.reason).map_err(|e| CliError::Usage(format!("--reason: {e}")))?;
     match store.inspect.cancel(args.id, &args.reason).await? {
         Fenced::Accepted(task) => Ok(Report::Cancelled(Box::new(task))),

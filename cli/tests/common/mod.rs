@@ -13,7 +13,7 @@ use taskfence::{
 
 /// The outcome of one run of the binary.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
@@ -22,7 +22,7 @@ pub struct Run {
 impl Run {
     /// Asserts success and returns stdout.
     #[track_caller]
-    pub fn ok(&self) -> &str {
+    pub(crate) fn ok(&self) -> &str {
         assert_eq!(self.code, 0, "expected success, got {self:#?}");
         &self.stdout
     }
@@ -30,7 +30,7 @@ impl Run {
     /// Asserts exit `code`, nothing on stdout and exactly one line on
     /// stderr, `taskfence: error: …`; returns that line.
     #[track_caller]
-    pub fn failed(&self, code: i32) -> &str {
+    pub(crate) fn failed(&self, code: i32) -> &str {
         assert_eq!(self.code, code, "expected exit {code}, got {self:#?}");
         assert_eq!(self.stdout, "", "nothing on stdout on failure: {self:#?}");
         let line = self.stderr.strip_suffix('\n').unwrap_or(&self.stderr);
@@ -41,14 +41,14 @@ impl Run {
 
     /// Stdout as JSON.
     #[track_caller]
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(self.ok()).unwrap_or_else(|e| panic!("not JSON ({e}): {self:#?}"))
     }
 }
 
 /// The binary with a clean environment for the store flags: each test says
 /// which store it means.
-pub fn taskfence() -> Command {
+pub(crate) fn taskfence() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskfence"));
     for var in [
         "DATABASE_URL",
@@ -63,7 +63,7 @@ pub fn taskfence() -> Command {
 }
 
 /// Runs `cmd` to completion.
-pub fn run(cmd: &mut Command) -> Run {
+pub(crate) fn run(cmd: &mut Command) -> Run {
     let Output {
         status,
         stdout,
@@ -77,21 +77,21 @@ pub fn run(cmd: &mut Command) -> Run {
 }
 
 /// Runs the binary on the fixture's schema with `args`.
-pub fn pg(fixture: &PgFixture, args: &[&str]) -> Run {
+pub(crate) fn pg(fixture: &PgFixture, args: &[&str]) -> Run {
     run(taskfence()
         .args(["--database-url", fixture.url(), "--schema", fixture.schema()])
         .args(args))
 }
 
 /// A fresh fixture (own migrated schema) on the test server.
-pub async fn fixture() -> PgFixture {
+pub(crate) async fn fixture() -> PgFixture {
     taskfence_test_support::fixture().await
 }
 
-pub const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// Submits `scope/operation/key` with `policy`.
-pub async fn submit(
+pub(crate) async fn submit(
     store: &dyn TaskStore,
     scope: &str,
     operation: &str,
@@ -106,7 +106,7 @@ pub async fn submit(
 }
 
 /// Claims `task` as `worker`.
-pub async fn claim(store: &dyn TaskStore, task: &Task, worker: &str) -> Lease {
+pub(crate) async fn claim(store: &dyn TaskStore, task: &Task, worker: &str) -> Lease {
     match store
         .claim(task.id, ClaimRequest::new(worker, LEASE))
         .await
@@ -118,7 +118,7 @@ pub async fn claim(store: &dyn TaskStore, task: &Task, worker: &str) -> Lease {
 }
 
 /// A task that failed terminally: one attempt allowed, a retryable failure.
-pub async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error: &str) -> Task {
+pub(crate) async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error: &str) -> Task {
     let task = submit(
         store,
         scope,
@@ -133,7 +133,7 @@ pub async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error: &str) 
 }
 
 /// A completed task.
-pub async fn completed(store: &dyn TaskStore, scope: &str, key: &str) -> Task {
+pub(crate) async fn completed(store: &dyn TaskStore, scope: &str, key: &str) -> Task {
     let task = submit(store, scope, "chat.reply", key, RetryPolicy::default()).await;
     let lease = claim(store, &task, "worker-1").await;
     store

@@ -279,11 +279,11 @@ async fn replay(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<Re
 }
 
 async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> Result<Vec<u8>, Problem> {
-    let row = sqlx::query(&format!(
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT m.id, m.conversation_id, m.content, to_char(m.created_at AT TIME ZONE 'UTC', {TS}) AS created_at
          FROM reply_tasks AS rt JOIN messages AS m ON m.id = rt.message_id
          WHERE rt.task_id = $1 AND m.user_id = $2"
-    ))
+    )))
     .bind(task_id.as_uuid())
     .bind(&caller.0)
     .fetch_optional(conn)
@@ -378,12 +378,12 @@ async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result
         .map_err(problem::internal)?
         .filter(|t| t.key.scope == caller.0 && t.key.operation == OPERATION)
         .ok_or_else(task_not_found)?;
-    let row = sqlx::query(&format!(
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT rt.message_id, r.content, r.attempt,
                 to_char(r.saved_at AT TIME ZONE 'UTC', {TS}) AS saved_at
          FROM reply_tasks AS rt LEFT JOIN replies AS r ON r.task_id = rt.task_id
          WHERE rt.task_id = $1"
-    ))
+    )))
     .bind(task_id.as_uuid())
     .fetch_optional(&mut *tx)
     .await

@@ -76,9 +76,12 @@ async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), s
         .fetch_one(&mut *tx)
         .await?;
     if !exists {
-        sqlx::raw_sql(&format!("CREATE SCHEMA {}", quote_ident(schema)))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "CREATE SCHEMA {}",
+            quote_ident(schema)
+        )))
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     conn.close().await

@@ -16,8 +16,6 @@
 //! | [`purge`] | the retention sweep beside the worker: `purge_expired` every `--purge-interval` |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
 //! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`] |
-#![forbid(unsafe_code)]
-#![warn(missing_docs, rust_2018_idioms)]
 
 mod api;
 pub mod config;

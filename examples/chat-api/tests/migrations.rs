@@ -13,20 +13,20 @@ use support::{ALICE, TestDb, TestService};
 /// taskfence's, each read from the schema it must be in.
 async fn histories(db: &TestDb) -> (Vec<(i64, bool, Vec<u8>)>, Vec<i64>) {
     let pool = db.fixture.pg_store().pool();
-    let app = sqlx::query(&format!(
+    let app = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT version, success, checksum FROM \"{}\"._sqlx_migrations ORDER BY version",
         db.app_schema.name()
-    ))
+    )))
     .fetch_all(pool)
     .await
     .expect("the app's history is in the app schema")
     .iter()
     .map(|r| (r.get(0), r.get(1), r.get(2)))
     .collect();
-    let taskfence = sqlx::query_scalar(&format!(
+    let taskfence = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT version FROM \"{}\".taskfence_migrations ORDER BY version",
         db.fixture.schema()
-    ))
+    )))
     .fetch_all(pool)
     .await
     .expect("taskfence's history is in its schema");

@@ -212,9 +212,11 @@ async fn postgres(url: &str) -> Result<Arc<dyn TaskStore>, Box<dyn Error>> {
         .await
         // The URL may hold a password: name the flag, not the value.
         .map_err(|e| format!("cannot connect to the --database-url server: {e}"))?;
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {DEMO_SCHEMA} CASCADE"))
-        .execute(&pool)
-        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS {DEMO_SCHEMA} CASCADE"
+    )))
+    .execute(&pool)
+    .await?;
     let store = taskfence::PgStore::builder(pool).schema(DEMO_SCHEMA).build()?;
     store.migrate().await?;
     Ok(Arc::new(store))

@@ -33,8 +33,6 @@
 //! assert_eq!(indexer.visible_entries("handbook").await?.len(), 2);
 //! # Ok(()) }
 //! ```
-#![forbid(unsafe_code)]
-#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 use std::time::Duration;
 
@@ -348,10 +346,10 @@ impl Indexer {
     /// ```
     pub async fn migrate(&self) -> Result<()> {
         let mut tx = self.store.pool().begin().await?;
-        sqlx::raw_sql(&format!(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "CREATE SCHEMA IF NOT EXISTS \"{s}\"; SET LOCAL search_path TO \"{s}\";",
             s = self.schema
-        ))
+        )))
         .execute(&mut *tx)
         .await?;
         sqlx::raw_sql(include_str!("schema.sql"))
@@ -422,28 +420,28 @@ impl Indexer {
         new: NewTask,
     ) -> Result<Submitted> {
         let s = &self.schema;
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO \"{s}\".documents (id) VALUES ($1) ON CONFLICT (id) DO NOTHING"
-        ))
+        )))
         .bind(&work.document)
         .execute(&mut *tx)
         .await?;
         // The app's own record of the version: kept for as long as the
         // document, so it also catches a conflicting re-upload after
         // taskfence's dedup record was purged.
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO \"{s}\".document_versions (document_id, version, content_hash, body)
              VALUES ($1, $2, $3, $4) ON CONFLICT (document_id, version) DO NOTHING"
-        ))
+        )))
         .bind(&work.document)
         .bind(work.version)
         .bind(&hash.as_bytes()[..])
         .bind(body)
         .execute(&mut *tx)
         .await?;
-        let stored: Vec<u8> = sqlx::query_scalar(&format!(
+        let stored: Vec<u8> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT content_hash FROM \"{s}\".document_versions WHERE document_id = $1 AND version = $2"
-        ))
+        )))
         .bind(&work.document)
         .bind(work.version)
         .fetch_one(&mut *tx)
@@ -591,12 +589,12 @@ impl Indexer {
     /// # Ok(()) }
     /// ```
     pub async fn write_entries(&self, conn: &mut PgConnection, job: &Job) -> Result<u64> {
-        let done = sqlx::query(&format!(
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO \"{}\".index_entries (document_id, version, chunk, body)
              SELECT $1, $2, (c.n - 1)::integer, c.body FROM unnest($3::text[]) WITH ORDINALITY AS c(body, n)
              ON CONFLICT (document_id, version, chunk) DO NOTHING",
             self.schema
-        ))
+        )))
         .bind(&job.document)
         .bind(job.version)
         .bind(&job.chunks)
@@ -618,10 +616,10 @@ impl Indexer {
     /// # Ok(()) }
     /// ```
     pub async fn advance_current(&self, conn: &mut PgConnection, job: &Job) -> Result<bool> {
-        let done = sqlx::query(&format!(
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE \"{}\".documents SET current_version = $2 WHERE id = $1 AND current_version < $2",
             self.schema
-        ))
+        )))
         .bind(&job.document)
         .bind(job.version)
         .execute(conn)
@@ -638,10 +636,10 @@ impl Indexer {
     /// # Ok(()) }
     /// ```
     pub async fn current_version(&self, document: &str) -> Result<Option<i64>> {
-        Ok(sqlx::query_scalar(&format!(
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT current_version FROM \"{}\".documents WHERE id = $1",
             self.schema
-        ))
+        )))
         .bind(document)
         .fetch_optional(self.store.pool())
         .await?)
@@ -655,11 +653,11 @@ impl Indexer {
     /// # Ok(()) }
     /// ```
     pub async fn visible_entries(&self, document: &str) -> Result<Vec<Entry>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT document_id, version, chunk, body FROM \"{}\".visible_entries
              WHERE document_id = $1 ORDER BY chunk",
             self.schema
-        ))
+        )))
         .bind(document)
         .fetch_all(self.store.pool())
         .await?;
@@ -677,10 +675,10 @@ impl Indexer {
 
     /// The saved body of a version, if its content hash is the task's input hash.
     async fn version_body(&self, work: &WorkKey, hash: InputHash) -> Result<Option<String>> {
-        let row = sqlx::query(&format!(
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT content_hash, body FROM \"{}\".document_versions WHERE document_id = $1 AND version = $2",
             self.schema
-        ))
+        )))
         .bind(&work.document)
         .bind(work.version)
         .fetch_optional(self.store.pool())

@@ -161,7 +161,7 @@ impl Journal for TracingJournal {
             | Event::Assigned { .. }
             | Event::Revoked { .. }
             | Event::Released { .. } => {
-                tracing::info!(?event)
+                tracing::info!(?event);
             }
             _ => tracing::debug!(?event),
         }

@@ -64,7 +64,7 @@ impl PgPositions {
                 PRIMARY KEY (consumer_group, topic, partition)
             )"
         );
-        sqlx::query(&create)
+        sqlx::query(sqlx::AssertSqlSafe(create.as_str()))
             .execute(store.pool())
             .await
             .map_err(Error::storage)?;
@@ -92,7 +92,7 @@ impl PgPositions {
         partition: i32,
         next: i64,
     ) -> Result<()> {
-        sqlx::query(&self.save)
+        sqlx::query(sqlx::AssertSqlSafe(self.save.as_str()))
             .bind(&self.group)
             .bind(topic)
             .bind(partition)
@@ -111,7 +111,7 @@ impl PgPositions {
 
     /// The saved positions of these partitions (absent: none saved yet).
     pub async fn load(&self, topic: &str, partitions: &[i32]) -> Result<HashMap<i32, i64>> {
-        let rows = sqlx::query(&self.load)
+        let rows = sqlx::query(sqlx::AssertSqlSafe(self.load.as_str()))
             .bind(&self.group)
             .bind(topic)
             .bind(partitions)
@@ -404,10 +404,13 @@ mod tests {
                 .unwrap()
                 .is_accepted()
         );
-        sqlx::query(&format!("DELETE FROM {}.kafka_consumer_positions", s.pg.schema()))
-            .execute(s.pg.pool())
-            .await
-            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {}.kafka_consumer_positions",
+            s.pg.schema()
+        )))
+        .execute(s.pg.pool())
+        .await
+        .unwrap();
         let again = s.store.complete(stale, Response::from("second")).await.unwrap();
         assert!(
             matches!(again, Fenced::Rejected(Rejection::AlreadyCompleted(_))),

@@ -435,7 +435,7 @@ impl SqsWorker {
             // the other worker's lease run out).
             Disposition::RetryAfter { delay, .. } => {
                 self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
-                    .await
+                    .await;
             }
             // We no longer hold the task; the message's own timer brings it back.
             Disposition::Leave(_) => {}

@@ -49,7 +49,7 @@ async fn running_attempts(fixture: &PgFixture, worker: &str, calling: bool) -> V
          AND (attempt_operation_id IS NOT NULL OR NOT $2)",
         fixture.schema()
     );
-    sqlx::query(&sql)
+    sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
         .bind(worker)
         .bind(calling)
         .fetch_all(fixture.pg_store().pool())
@@ -357,10 +357,10 @@ async fn killed_worker_processes_lose_nothing() {
         "no task killed mid-call was recovered: {killed_mid_call:?}"
     );
     // Nothing lost on the way: the outbox is published and the queue is empty.
-    let unpublished: i64 = sqlx::query_scalar(&format!(
+    let unpublished: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}.handoffs WHERE published_at IS NULL",
         fixture.schema()
-    ))
+    )))
     .fetch_one(fixture.pg_store().pool())
     .await
     .unwrap();

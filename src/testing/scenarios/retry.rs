@@ -163,7 +163,7 @@ pub async fn retry_refuses_completed_live_and_unknown_tasks(f: &dyn Fixture) {
 
     match store.retry(done.id, by_ops()).await.unwrap() {
         Fenced::Rejected(Rejection::AlreadyCompleted(saved)) => {
-            assert_eq!(saved.response, Some(Response::from("saved")))
+            assert_eq!(saved.response, Some(Response::from("saved")));
         }
         other => panic!("a completed task cannot be retried, got {other:?}"),
     }

@@ -30,14 +30,14 @@ async fn lease(store: &PgStore) -> Res<Lease> {
 }
 
 /// The textbook completion of `lease`, on a pooled connection.
-pub async fn textbook(pool: &PgPool, select: &str, update: &str, lease: &Lease) -> Res<()> {
+pub(crate) async fn textbook(pool: &PgPool, select: &str, update: &str, lease: &Lease) -> Res<()> {
     let mut tx = pool.begin().await?;
-    sqlx::query(select)
+    sqlx::query(sqlx::AssertSqlSafe(select))
         .bind(lease.task_id().as_uuid())
         .fetch_optional(&mut *tx)
         .await?
         .ok_or("textbook: no such task")?;
-    sqlx::query(update)
+    sqlx::query(sqlx::AssertSqlSafe(update))
         .bind(lease.task_id().as_uuid())
         .bind(i64::try_from(lease.version())?)
         .bind(&RESPONSE[..])
@@ -48,7 +48,7 @@ pub async fn textbook(pool: &PgPool, select: &str, update: &str, lease: &Lease) 
     Ok(())
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     report.section(
         "Completion latency: the textbook locking transaction vs ours",
         &format!(

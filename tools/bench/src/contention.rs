@@ -109,7 +109,7 @@ impl Race {
     }
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let schema = BenchSchema::create(cfg, pool).await?;
     let race = Race {
         store: schema.store.clone(),

@@ -17,13 +17,13 @@ const PREFIX: &str = "taskfence_bench_";
 const RAW_PREFIX: &str = "taskfence_bench_raw_";
 
 /// The payload every benchmarked task carries, and the saved response.
-pub const PAYLOAD: [u8; 64] = [0xab; 64];
-pub const RESPONSE: [u8; 256] = [b'o'; 256];
+pub(crate) const PAYLOAD: [u8; 64] = [0xab; 64];
+pub(crate) const RESPONSE: [u8; 256] = [b'o'; 256];
 
 /// A fresh, migrated schema of its own: a [`PgStore`] on it, and the same
 /// `tasks` table shape (`LIKE … INCLUDING ALL`: columns, checks, indexes) in a
 /// second schema for the hand-written ceiling. Both are dropped when it is.
-pub struct BenchSchema {
+pub(crate) struct BenchSchema {
     pub store: PgStore,
     pub pool: PgPool,
     // Each dropped (`DROP SCHEMA … CASCADE`) when the value is.
@@ -32,17 +32,17 @@ pub struct BenchSchema {
 }
 
 impl BenchSchema {
-    pub async fn create(cfg: &Config, pool: &PgPool) -> Res<Self> {
+    pub(crate) async fn create(cfg: &Config, pool: &PgPool) -> Res<Self> {
         let schema = TempSchema::new(&cfg.url, PREFIX).await;
         let raw = TempSchema::new(&cfg.url, RAW_PREFIX).await;
         let name = schema.name();
         let store = PgStore::builder(pool.clone()).schema(name).build()?;
         store.migrate().await?;
         let raw_name = raw.name();
-        sqlx::raw_sql(&format!(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "CREATE SCHEMA \"{raw_name}\";
              CREATE TABLE \"{raw_name}\".tasks (LIKE \"{name}\".tasks INCLUDING ALL);"
-        ))
+        )))
         .execute(pool)
         .await?;
         eprintln!("[bench] created schemas {name} and {raw_name}");
@@ -55,22 +55,22 @@ impl BenchSchema {
     }
 
     /// The store's schema.
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         self.schema.name()
     }
 
     /// `"schema"`, quoted.
-    pub fn q(&self) -> String {
+    pub(crate) fn q(&self) -> String {
         format!("\"{}\"", self.name())
     }
 
     /// The ceiling's schema, quoted.
-    pub fn raw(&self) -> String {
+    pub(crate) fn raw(&self) -> String {
         format!("\"{}\"", self.raw.name())
     }
 
     /// One of the store's statements by name (`PgStore::statements`).
-    pub fn statement(&self, name: &str) -> String {
+    pub(crate) fn statement(&self, name: &str) -> String {
         self.store
             .statements()
             .into_iter()
@@ -85,9 +85,9 @@ impl BenchSchema {
     /// each task's one attempt in its row (where `PgStore` keeps a task's
     /// latest attempt), one handoff per task (0.1 % of handoffs unpublished);
     /// 64-byte payloads and 256-byte responses. Then `ANALYZE`.
-    pub async fn fill(&self, n: u64) -> Res<()> {
+    pub(crate) async fn fill(&self, n: u64) -> Res<()> {
         let s = self.q();
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {s}.tasks (id, scope, operation, request_key, input_hash, payload, status, version,
                  max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, on_ambiguous,
                  lease_until, not_before, response, created_at, finished_at, expires_at,
@@ -111,15 +111,15 @@ impl BenchSchema {
              FROM (SELECT i, CASE WHEN i % 10 < 7 THEN 'completed' WHEN i % 10 = 7 THEN 'pending'
                                   WHEN i % 10 = 8 THEN 'running' ELSE 'failed' END AS st
                    FROM generate_series(1, $1) AS i) AS g"
-        ))
+        )))
         .bind(i64::try_from(n)?)
         .execute(&self.pool)
         .await?;
-        sqlx::raw_sql(&format!(
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {s}.handoffs (task_id, created_at, published_at)
              SELECT id, created_at, CASE WHEN random() < 0.999 THEN now() END FROM {s}.tasks;
              ANALYZE {s}.tasks; ANALYZE {s}.handoffs;"
-        ))
+        )))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -127,7 +127,7 @@ impl BenchSchema {
 
     /// The estimated total cost of `EXPLAIN <statement>` for a representative
     /// call (the plan the server would run, at this table size).
-    pub async fn plan_cost(&self, name: &str, id: Uuid) -> Res<f64> {
+    pub(crate) async fn plan_cost(&self, name: &str, id: Uuid) -> Res<f64> {
         let sql = self.statement(name);
         let lease = sqlx::postgres::types::PgInterval {
             months: 0,
@@ -135,7 +135,7 @@ impl BenchSchema {
             microseconds: 30_000_000,
         };
         let explain = format!("EXPLAIN {sql}");
-        let q = sqlx::query(&explain);
+        let q = sqlx::query(sqlx::AssertSqlSafe(explain.as_str()));
         let q = match name {
             "claim" | "claim_fresh" => q
                 .bind(id)
@@ -161,12 +161,12 @@ impl BenchSchema {
 
 /// The input hash every benchmark binds for `key` (computed client-side by
 /// ours and by the ceiling alike).
-pub fn input_hash(key: &str) -> InputHash {
+pub(crate) fn input_hash(key: &str) -> InputHash {
     InputHash::of(["conversation-1", key])
 }
 
 /// The hand-written ceiling: the same three steps, one autocommit statement each.
-pub struct Raw {
+pub(crate) struct Raw {
     submit: String,
     claim: String,
     complete: String,
@@ -174,7 +174,7 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub fn new(schema: &BenchSchema) -> Self {
+    pub(crate) fn new(schema: &BenchSchema) -> Self {
         let r = schema.raw();
         Self {
             submit: format!(
@@ -214,8 +214,8 @@ impl Raw {
 
     /// The oldest pending task claimed (`FOR UPDATE SKIP LOCKED`), or `None`
     /// when none is left.
-    pub async fn claim_next(&self, pool: &PgPool) -> Res<Option<(Uuid, i64)>> {
-        let row = sqlx::query(&self.claim_next)
+    pub(crate) async fn claim_next(&self, pool: &PgPool) -> Res<Option<(Uuid, i64)>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(self.claim_next.as_str()))
             .bind(lease_interval())
             .fetch_optional(pool)
             .await?;
@@ -225,14 +225,14 @@ impl Raw {
     }
 
     /// Submit, claim and complete one task; errors if a step is refused.
-    pub async fn lifecycle(&self, pool: &PgPool, key: &str) -> Res<()> {
+    pub(crate) async fn lifecycle(&self, pool: &PgPool, key: &str) -> Res<()> {
         let id = self.submit(pool, key).await?;
         let version = self.claim(pool, id).await?;
         self.complete(pool, id, version).await
     }
 
-    pub async fn submit(&self, pool: &PgPool, key: &str) -> Res<Uuid> {
-        let row = sqlx::query(&self.submit)
+    pub(crate) async fn submit(&self, pool: &PgPool, key: &str) -> Res<Uuid> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(self.submit.as_str()))
             .bind(Uuid::now_v7())
             .bind("user-1")
             .bind("chat.reply")
@@ -245,7 +245,7 @@ impl Raw {
         Ok(row.try_get(0)?)
     }
 
-    pub async fn claim(&self, pool: &PgPool, id: Uuid) -> Res<i64> {
+    pub(crate) async fn claim(&self, pool: &PgPool, id: Uuid) -> Res<i64> {
         Ok(self
             .try_claim(pool, id)
             .await?
@@ -253,8 +253,8 @@ impl Raw {
     }
 
     /// The claim; `None` when the task is not claimable (no row updated).
-    pub async fn try_claim(&self, pool: &PgPool, id: Uuid) -> Res<Option<i64>> {
-        let row = sqlx::query(&self.claim)
+    pub(crate) async fn try_claim(&self, pool: &PgPool, id: Uuid) -> Res<Option<i64>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(self.claim.as_str()))
             .bind(id)
             .bind(lease_interval())
             .fetch_optional(pool)
@@ -262,8 +262,8 @@ impl Raw {
         Ok(row.map(|r| r.try_get(0)).transpose()?)
     }
 
-    pub async fn complete(&self, pool: &PgPool, id: Uuid, version: i64) -> Res<()> {
-        sqlx::query(&self.complete)
+    pub(crate) async fn complete(&self, pool: &PgPool, id: Uuid, version: i64) -> Res<()> {
+        sqlx::query(sqlx::AssertSqlSafe(self.complete.as_str()))
             .bind(id)
             .bind(version)
             .bind(&RESPONSE[..])
@@ -284,7 +284,7 @@ fn lease_interval() -> sqlx::postgres::types::PgInterval {
 }
 
 /// The machine and the server, for the report.
-pub async fn describe(pool: &PgPool) -> Res<Vec<(String, String)>> {
+pub(crate) async fn describe(pool: &PgPool) -> Res<Vec<(String, String)>> {
     let mut out = vec![
         (
             "client cores (nproc)".to_owned(),
@@ -309,7 +309,7 @@ pub async fn describe(pool: &PgPool) -> Res<Vec<(String, String)>> {
         "max_connections",
         "shared_preload_libraries",
     ] {
-        let v: String = sqlx::query(&format!("SHOW {setting}"))
+        let v: String = sqlx::query(sqlx::AssertSqlSafe(format!("SHOW {setting}")))
             .fetch_one(pool)
             .await?
             .get(0);
@@ -333,7 +333,7 @@ fn meminfo_total() -> String {
 }
 
 /// `/proc/loadavg`'s first three fields (1, 5, 15 minutes).
-pub fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -341,4 +341,4 @@ pub fn loadavg() -> String {
 }
 
 /// A fixed 30 s lease.
-pub const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);

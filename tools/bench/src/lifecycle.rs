@@ -18,17 +18,17 @@ use crate::{Config, Res};
 static KEYS: AtomicU64 = AtomicU64::new(0);
 
 /// A request key never used before in this process.
-pub fn fresh_key(prefix: &str) -> String {
+pub(crate) fn fresh_key(prefix: &str) -> String {
     format!("{prefix}-{}", KEYS.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The task every benchmark submits for `key`.
-pub fn new_task(key: &str) -> NewTask {
+pub(crate) fn new_task(key: &str) -> NewTask {
     NewTask::new(RequestKey::new("user-1", "chat.reply", key), db::input_hash(key)).payload(PAYLOAD.to_vec())
 }
 
 /// Ours: submit, claim, complete through the `TaskStore` trait, checking each answer.
-pub async fn ours(store: &dyn TaskStore, key: &str) -> Res<()> {
+pub(crate) async fn ours(store: &dyn TaskStore, key: &str) -> Res<()> {
     let submitted = store.submit(new_task(key)).await?;
     if !submitted.is_created() {
         return Err(format!("submit of a fresh key {key} found an existing task").into());
@@ -49,7 +49,7 @@ pub async fn ours(store: &dyn TaskStore, key: &str) -> Res<()> {
 }
 
 /// Runs `workers` loops of `step` for `secs`; returns completed steps per second.
-pub async fn burst<F, Fut>(workers: usize, secs: f64, step: F) -> Res<f64>
+pub(crate) async fn burst<F, Fut>(workers: usize, secs: f64, step: F) -> Res<f64>
 where
     F: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Res<()>> + Send + 'static,
@@ -111,7 +111,7 @@ async fn side(
     }
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let schema = BenchSchema::create(cfg, pool).await?;
     let store: Arc<dyn TaskStore> = Arc::new(schema.store.clone());
     let raw = Arc::new(Raw::new(&schema));

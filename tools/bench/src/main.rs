@@ -45,8 +45,11 @@ pub enum Mode {
 /// Sizes and repetitions of one run.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// How much to run.
     pub mode: Mode,
+    /// Where the report and the figure go.
     pub out: PathBuf,
+    /// The PostgreSQL server.
     pub url: String,
     /// Only the lifecycle section (ours vs the ceiling), printed, nothing written.
     pub lifecycle_only: bool,
@@ -58,11 +61,13 @@ pub struct Config {
     pub lifecycle_secs: f64,
     /// Rounds, and completions of each kind per round, for textbook vs ours.
     pub completion_rounds: usize,
+    /// Completions of each kind per round.
     pub completion_ops: usize,
     /// Existing rows of the scaling section.
     pub sizes: Vec<u64>,
     /// Rounds, and lifecycles per size per round, of the scaling section.
     pub scale_rounds: usize,
+    /// Lifecycles per size per round.
     pub scale_ops: usize,
     /// `purge_expired(100)` calls per size.
     pub purge_calls: usize,

@@ -8,7 +8,7 @@ use crate::lifecycle::{burst, ours};
 use crate::report::Report;
 use crate::{Config, Res};
 
-pub async fn run(cfg: &Config, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, report: &mut Report) -> Res<()> {
     let mut rows = Vec::new();
     for workers in [1, 8] {
         // A fresh store per measurement, so its maps start empty.

@@ -27,11 +27,11 @@ use crate::stats::{median, ratio};
 use crate::{Config, Res};
 
 /// Tasks per batch of the batched taskfence side (SQS's batch size).
-pub const BATCH: usize = 10;
+pub(crate) const BATCH: usize = 10;
 
 /// The systems, in the report's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum System {
+pub(crate) enum System {
     Ours,
     Batched,
     Ceiling,
@@ -40,7 +40,7 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 5] = [
+    pub(crate) const ALL: [System; 5] = [
         System::Ours,
         System::Batched,
         System::Ceiling,
@@ -48,7 +48,7 @@ impl System {
         System::River,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             System::Ours => "taskfence",
             System::Batched => "taskfence batched",
@@ -213,7 +213,9 @@ async fn taskfence(cfg: &Config, main: &PgPool, workers: usize, n: u64, batch: u
         schema.q()
     );
     wait_for(n, limit(n), || async {
-        Ok(sqlx::query_scalar(&count).fetch_one(&pool).await?)
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
+            .fetch_one(&pool)
+            .await?)
     })
     .await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
@@ -261,10 +263,10 @@ async fn work(store: &PgStore, ids: &[TaskId]) -> Res<()> {
 /// index of pending ids) and the guarded completing `UPDATE`.
 async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rates> {
     let schema = BenchSchema::create(cfg, main).await?;
-    sqlx::query(&format!(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE INDEX tasks_pending_id ON {}.tasks (id) WHERE status = 'pending'",
         schema.raw()
-    ))
+    )))
     .execute(main)
     .await?;
     let pool = own_pool(cfg, workers).await?;
@@ -294,7 +296,9 @@ async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rat
         schema.raw()
     );
     wait_for(n, limit(n), || async {
-        Ok(sqlx::query_scalar(&count).fetch_one(&pool).await?)
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
+            .fetch_one(&pool)
+            .await?)
     })
     .await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
@@ -308,13 +312,13 @@ async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rat
 
 /// A sqlx 0.9 pool (the peers' sqlx) of `W + 4` connections on `database`
 /// (the server's default when `None`), without an acquire-time ping.
-async fn pool09(cfg: &Config, workers: usize, database: Option<&str>) -> Res<sqlx09::PgPool> {
-    let mut options: sqlx09::postgres::PgConnectOptions = cfg.url.parse()?;
+async fn pool09(cfg: &Config, workers: usize, database: Option<&str>) -> Res<sqlx::PgPool> {
+    let mut options: sqlx::postgres::PgConnectOptions = cfg.url.parse()?;
     if let Some(db) = database {
         options = options.database(db);
     }
     let size = u32::try_from(workers + 4)?;
-    Ok(sqlx09::postgres::PgPoolOptions::new()
+    Ok(sqlx::postgres::PgPoolOptions::new()
         .max_connections(size)
         .min_connections(size)
         .test_before_acquire(false)
@@ -329,7 +333,7 @@ async fn pool09(cfg: &Config, workers: usize, database: Option<&str>) -> Res<sql
 /// hour old, left by a killed run, are dropped when the next one is made.
 struct TempDatabase {
     name: String,
-    admin: sqlx09::PgPool,
+    admin: sqlx::PgPool,
 }
 
 #[cfg(feature = "apalis")]
@@ -343,7 +347,7 @@ impl TempDatabase {
             .duration_since(std::time::UNIX_EPOCH)?
             .as_secs();
         let stale: Vec<String> =
-            sqlx09::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
+            sqlx::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
                 .bind(DB_PREFIX)
                 .fetch_all(&admin)
                 .await?;
@@ -353,7 +357,7 @@ impl TempDatabase {
                 .next()
                 .and_then(|s| s.parse::<u64>().ok());
             if born.is_some_and(|b| b + 3600 < now) {
-                sqlx09::query(sqlx09::AssertSqlSafe(format!(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
                     "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
                 )))
                 .execute(&admin)
@@ -361,7 +365,7 @@ impl TempDatabase {
             }
         }
         let name = format!("{DB_PREFIX}{now}_{}", uuid::Uuid::now_v7().simple());
-        sqlx09::query(sqlx09::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
             .execute(&admin)
             .await?;
         eprintln!("[bench] created database {name}");
@@ -369,7 +373,7 @@ impl TempDatabase {
     }
 
     async fn drop_now(self) -> Res<()> {
-        sqlx09::query(sqlx09::AssertSqlSafe(format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
             self.name
         )))
@@ -420,7 +424,7 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
             .collect();
         let counted = wait_for(n, limit(n), || async {
             Ok(
-                sqlx09::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
+                sqlx::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
                     .fetch_one(&pool)
                     .await?,
             )
@@ -468,7 +472,7 @@ async fn river(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
     let schema = TempSchema::new(&cfg.url, "taskfence_bench_river_").await;
     let name = schema.name().to_owned();
     let pool = pool09(cfg, workers, None).await?;
-    sqlx09::query(sqlx09::AssertSqlSafe(format!("CREATE SCHEMA \"{name}\"")))
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{name}\"")))
         .execute(&pool)
         .await?;
     eprintln!("[bench] created schemas {name}");
@@ -499,7 +503,7 @@ async fn river(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
     let mut run = client.start()?;
     let count = format!("SELECT count(*) FROM \"{name}\".river_job WHERE state = 'completed'");
     let counted = wait_for(n, limit(n), || async {
-        Ok(sqlx09::query_scalar(sqlx09::AssertSqlSafe(count.clone()))
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.clone()))
             .fetch_one(&pool)
             .await?)
     })
@@ -525,7 +529,7 @@ fn tasks(cfg: &Config, workers: usize) -> u64 {
     }
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let mut rates: BTreeMap<(usize, System), Vec<Rates>> = BTreeMap::new();
     for round in 0..cfg.peer_rounds {
         for (i, &workers) in cfg.workers.iter().enumerate() {

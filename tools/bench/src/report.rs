@@ -8,7 +8,7 @@ use crate::{Config, Mode, Res, db};
 
 /// One line of the throughput chart: tasks per second at each worker count.
 #[derive(Debug, Clone)]
-pub struct Series {
+pub(crate) struct Series {
     pub name: &'static str,
     /// A peer's line (drawn dotted).
     pub peer: bool,
@@ -16,13 +16,13 @@ pub struct Series {
 }
 
 /// Everything one run measured, as Markdown.
-pub struct Report {
+pub(crate) struct Report {
     md: String,
     series: Vec<Series>,
 }
 
 impl Report {
-    pub fn new(cfg: &Config, machine: Vec<(String, String)>) -> Self {
+    pub(crate) fn new(cfg: &Config, machine: Vec<(String, String)>) -> Self {
         let mut md = String::new();
         let mode = match cfg.mode {
             Mode::Quick => "--quick (CI smoke run: tiny sizes, one round; figures meaningless)",
@@ -43,12 +43,12 @@ impl Report {
     }
 
     /// Starts a section.
-    pub fn section(&mut self, title: &str, intro: &str) {
+    pub(crate) fn section(&mut self, title: &str, intro: &str) {
         let _ = writeln!(self.md, "\n## {title}\n\n{intro}\n");
     }
 
     /// A table with a header row.
-    pub fn table(&mut self, header: &[&str], rows: Vec<Vec<String>>) {
+    pub(crate) fn table(&mut self, header: &[&str], rows: Vec<Vec<String>>) {
         let _ = writeln!(self.md, "| {} |", header.join(" | "));
         let _ = writeln!(self.md, "|{}", " --- |".repeat(header.len()));
         for row in rows {
@@ -58,15 +58,15 @@ impl Report {
     }
 
     /// A paragraph.
-    pub fn note(&mut self, text: &str) {
+    pub(crate) fn note(&mut self, text: &str) {
         let _ = writeln!(self.md, "{text}\n");
     }
 
-    pub fn series(&mut self, s: Series) {
+    pub(crate) fn series(&mut self, s: Series) {
         self.series.push(s);
     }
 
-    pub fn finish(&mut self, elapsed: Duration) {
+    pub(crate) fn finish(&mut self, elapsed: Duration) {
         let _ = writeln!(
             self.md,
             "\nRun took {:.0} s; load average at the end (1/5/15 min): {}.",
@@ -75,12 +75,12 @@ impl Report {
         );
     }
 
-    pub fn markdown(&self) -> &str {
+    pub(crate) fn markdown(&self) -> &str {
         &self.md
     }
 
     /// Writes `bench-results.md` and `throughput.svg` into `dir`.
-    pub fn write(&self, dir: &Path) -> Res<(PathBuf, PathBuf)> {
+    pub(crate) fn write(&self, dir: &Path) -> Res<(PathBuf, PathBuf)> {
         std::fs::create_dir_all(dir)?;
         let md = dir.join("bench-results.md");
         let svg = dir.join("throughput.svg");
@@ -102,7 +102,7 @@ const STYLES: [(&str, &str); 6] = [
 
 /// Processing throughput against workers: one line per series over evenly
 /// spaced worker counts (those of the first series), each point labelled.
-pub fn chart(series: &[Series]) -> String {
+pub(crate) fn chart(series: &[Series]) -> String {
     const W: f64 = 720.0;
     const H: f64 = 440.0;
     const LEFT: f64 = 70.0;

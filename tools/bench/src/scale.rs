@@ -30,7 +30,7 @@ struct Figures {
     costs: Vec<(&'static str, f64)>,
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let mut schemas = Vec::new();
     let mut figures: Vec<Figures> = Vec::new();
     for &n in &cfg.sizes {
@@ -42,10 +42,10 @@ pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
             ..Figures::default()
         };
         eprintln!("[bench]   loaded {n} rows in {:.1} s", f.load_secs);
-        let pending: Uuid = sqlx::query(&format!(
+        let pending: Uuid = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT id FROM {}.tasks WHERE status = 'pending' LIMIT 1",
             schema.q()
-        ))
+        )))
         .fetch_one(pool)
         .await?
         .try_get(0)?;

@@ -4,19 +4,19 @@ use std::time::Duration;
 
 /// Latency samples of one measured operation.
 #[derive(Debug, Default, Clone)]
-pub struct Samples(Vec<Duration>);
+pub(crate) struct Samples(Vec<Duration>);
 
 impl Samples {
-    pub fn push(&mut self, d: Duration) {
+    pub(crate) fn push(&mut self, d: Duration) {
         self.0.push(d);
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
     /// The `p`-th percentile (nearest rank), `p` in 0..=100.
-    pub fn percentile(&self, p: f64) -> Duration {
+    pub(crate) fn percentile(&self, p: f64) -> Duration {
         if self.0.is_empty() {
             return Duration::ZERO;
         }
@@ -26,21 +26,21 @@ impl Samples {
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
 
-    pub fn p50(&self) -> Duration {
+    pub(crate) fn p50(&self) -> Duration {
         self.percentile(50.0)
     }
 
-    pub fn p99(&self) -> Duration {
+    pub(crate) fn p99(&self) -> Duration {
         self.percentile(99.0)
     }
 
-    pub fn max(&self) -> Duration {
+    pub(crate) fn max(&self) -> Duration {
         self.0.iter().copied().max().unwrap_or_default()
     }
 }
 
 /// The median of `values` (the mean of the middle two for an even count).
-pub fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     if values.is_empty() {
         return f64::NAN;
     }
@@ -55,12 +55,12 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// Milliseconds with three decimals.
-pub fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
 
 /// A ratio `a / b` as `1.23×`.
-pub fn ratio(a: f64, b: f64) -> String {
+pub(crate) fn ratio(a: f64, b: f64) -> String {
     if b == 0.0 || !a.is_finite() || !b.is_finite() {
         return "n/a".into();
     }
@@ -68,12 +68,12 @@ pub fn ratio(a: f64, b: f64) -> String {
 }
 
 /// A duration ratio.
-pub fn dratio(a: Duration, b: Duration) -> String {
+pub(crate) fn dratio(a: Duration, b: Duration) -> String {
     ratio(a.as_secs_f64(), b.as_secs_f64())
 }
 
 /// An integer with thousands separators (`1,000,000`).
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {

@@ -106,7 +106,7 @@ async fn sequence(
     Ok(out)
 }
 
-pub async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res<()> {
     let schema = BenchSchema::create(cfg, pool).await?;
     let counter = WireProxy::start_with(cfg.url.parse()?).await;
     // One connection (TLS off so the proxy can read the protocol), no

@@ -106,7 +106,7 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
           SELECT id, version::integer, attempt_outcome FROM {s}.tasks WHERE attempt_id IS NOT NULL)"
     );
     let one = |sql: String| async move {
-        sqlx::query(&sql)
+        sqlx::query(sqlx::AssertSqlSafe(sql.as_str()))
             .fetch_one(pool)
             .await
             .and_then(|r| r.try_get::<i64, _>(0))
@@ -165,9 +165,9 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
         "SELECT coalesce(sum(receives), 0)::bigint FROM {s}.queue"
     ))
     .await?;
-    let dispositions = sqlx::query(&format!(
+    let dispositions = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT disposition, count(*) FROM {s}.deliveries GROUP BY 1 ORDER BY 2 DESC, 1"
-    ))
+    )))
     .fetch_all(pool)
     .await?
     .iter()

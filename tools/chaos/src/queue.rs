@@ -19,7 +19,7 @@ use uuid::Uuid;
 /// The tables' DDL (run once per schema).
 pub async fn setup(pool: &PgPool, schema: &str) -> sqlx::Result<()> {
     let s = quote(schema);
-    sqlx::raw_sql(&format!(
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE SCHEMA IF NOT EXISTS {s};
          CREATE TABLE {s}.queue (
              id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -55,7 +55,7 @@ pub async fn setup(pool: &PgPool, schema: &str) -> sqlx::Result<()> {
              worker      text NOT NULL,
              disposition text NOT NULL
          );"
-    ))
+    )))
     .execute(pool)
     .await
     .map(drop)
@@ -98,10 +98,10 @@ impl Queue {
 
     /// Enqueues `copies` messages for `task_id` (a duplicating publisher).
     pub async fn publish(&self, task_id: Uuid, copies: i32) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.queue (task_id) SELECT $1 FROM generate_series(1, $2)",
             quote(&self.schema)
-        ))
+        )))
         .bind(task_id)
         .bind(copies)
         .execute(&self.pool)
@@ -112,14 +112,14 @@ impl Queue {
     /// Receives up to `limit` visible messages and hides them for `visibility`.
     pub async fn receive(&self, limit: i64, visibility: Duration) -> sqlx::Result<Vec<Message>> {
         let s = quote(&self.schema);
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {s}.queue SET visible_at = clock_timestamp() + $2 * interval '1 millisecond',
                                  receives = receives + 1
              WHERE id IN (SELECT id FROM {s}.queue
                           WHERE acked_at IS NULL AND visible_at <= clock_timestamp()
                           ORDER BY visible_at LIMIT $1 FOR UPDATE SKIP LOCKED)
              RETURNING id, task_id"
-        ))
+        )))
         .bind(limit)
         .bind(millis(visibility))
         .fetch_all(&self.pool)
@@ -136,10 +136,10 @@ impl Queue {
 
     /// Acknowledges (the message never comes back).
     pub async fn ack(&self, id: i64) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.queue SET acked_at = clock_timestamp() WHERE id = $1",
             quote(&self.schema)
-        ))
+        )))
         .bind(id)
         .execute(&self.pool)
         .await
@@ -148,11 +148,11 @@ impl Queue {
 
     /// Makes the message visible again after `delay` (from now).
     pub async fn retry_after(&self, id: i64, delay: Duration) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.queue SET visible_at = clock_timestamp() + $2 * interval '1 millisecond'
              WHERE id = $1 AND acked_at IS NULL",
             quote(&self.schema)
-        ))
+        )))
         .bind(id)
         .bind(millis(delay))
         .execute(&self.pool)
@@ -162,10 +162,10 @@ impl Queue {
 
     /// Keeps the message hidden until `until` (the renewed lease's expiry, store clock).
     pub async fn hide_until(&self, id: i64, until: time::OffsetDateTime) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {}.queue SET visible_at = greatest(visible_at, $2) WHERE id = $1 AND acked_at IS NULL",
             quote(&self.schema)
-        ))
+        )))
         .bind(id)
         .bind(until)
         .execute(&self.pool)
@@ -182,11 +182,11 @@ impl Queue {
         worker: &str,
         takes: Duration,
     ) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.provider_calls (task_id, version, worker, pid, ends_at)
              VALUES ($1, $2, $3, $4, clock_timestamp() + $5 * interval '1 millisecond')",
             quote(&self.schema)
-        ))
+        )))
         .bind(task_id)
         .bind(i64::try_from(version).unwrap_or(i64::MAX))
         .bind(worker)
@@ -205,10 +205,10 @@ impl Queue {
         worker: &str,
         answer: &str,
     ) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.provider_answers (task_id, version, worker, answer) VALUES ($1, $2, $3, $4)",
             quote(&self.schema)
-        ))
+        )))
         .bind(task_id)
         .bind(i64::try_from(version).unwrap_or(i64::MAX))
         .bind(worker)
@@ -221,13 +221,13 @@ impl Queue {
     /// The process id of a worker among `pids` that is in the middle of a
     /// provider call right now (at least 50 ms of it left), if any.
     pub async fn worker_mid_call(&self, pids: &[i32]) -> sqlx::Result<Option<i32>> {
-        sqlx::query_scalar(&format!(
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT pid FROM {}.provider_calls
              WHERE pid = ANY($1) AND started_at > clock_timestamp() - interval '10 seconds'
                AND clock_timestamp() + interval '50 milliseconds' < ends_at
              ORDER BY random() LIMIT 1",
             quote(&self.schema)
-        ))
+        )))
         .bind(pids)
         .fetch_optional(&self.pool)
         .await
@@ -235,10 +235,10 @@ impl Queue {
 
     /// Logs one delivery's disposition (for the report only).
     pub async fn delivered(&self, task_id: Uuid, worker: &str, disposition: &str) -> sqlx::Result<()> {
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {}.deliveries (task_id, worker, disposition) VALUES ($1, $2, $3)",
             quote(&self.schema)
-        ))
+        )))
         .bind(task_id)
         .bind(worker)
         .bind(disposition)

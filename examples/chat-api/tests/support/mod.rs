@@ -15,22 +15,22 @@ use sqlx::PgPool;
 use taskfence::testing::{PgFixture, TempSchema};
 use taskfence_test_support::row_count;
 
-pub const ALICE: &str = "alice-token";
-pub const BOB: &str = "bob-token";
+pub(crate) const ALICE: &str = "alice-token";
+pub(crate) const BOB: &str = "bob-token";
 
 /// How long the test provider takes per call.
-pub const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
+pub(crate) const PROVIDER_LATENCY: Duration = Duration::from_millis(20);
 
 /// A fresh taskfence schema (PgFixture) and an app schema next to it, each
 /// dropped with this value.
-pub struct TestDb {
+pub(crate) struct TestDb {
     pub fixture: PgFixture,
     /// Created and migrated by the first service started on it.
     pub app_schema: TempSchema,
 }
 
 impl TestDb {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let fixture = taskfence_test_support::fixture().await;
         let app_schema = TempSchema::new(fixture.url(), "chat_api_test_").await;
         Self { fixture, app_schema }
@@ -38,7 +38,7 @@ impl TestDb {
 
     /// A pool whose connections put the app's tables in this test's schema:
     /// the same `db::connect` the binary uses.
-    pub async fn app_pool(&self) -> PgPool {
+    pub(crate) async fn app_pool(&self) -> PgPool {
         chat_api::db::connect(self.fixture.url(), Some(self.app_schema.name()), 24)
             .await
             .expect("connect the app pool")
@@ -46,7 +46,7 @@ impl TestDb {
 
     /// Rows in an app table (`messages`, `reply_tasks`, `replies`) or a
     /// taskfence table (`tasks`, `attempts`, `handoffs`).
-    pub async fn count(&self, table: &str) -> i64 {
+    pub(crate) async fn count(&self, table: &str) -> i64 {
         let pool = self.fixture.pg_store().pool();
         match table {
             "messages" | "reply_tasks" | "replies" => row_count(pool, self.app_schema.name(), table).await,
@@ -55,7 +55,7 @@ impl TestDb {
     }
 
     /// Every row count, to assert that a refused request wrote nothing.
-    pub async fn counts(&self) -> [i64; 6] {
+    pub(crate) async fn counts(&self) -> [i64; 6] {
         let mut out = [0; 6];
         for (i, table) in [
             "messages",
@@ -75,7 +75,7 @@ impl TestDb {
 }
 
 /// The config every test runs with: two users, a quick poll.
-pub fn config(db: &TestDb, mode: Mode) -> Config {
+pub(crate) fn config(db: &TestDb, mode: Mode) -> Config {
     let tokens = HashMap::from([
         (ALICE.to_owned(), "alice".to_owned()),
         (BOB.to_owned(), "bob".to_owned()),
@@ -88,21 +88,25 @@ pub fn config(db: &TestDb, mode: Mode) -> Config {
 }
 
 /// The service, started in-process on 127.0.0.1:0 (no listener for `WorkerOnly`).
-pub struct TestService {
+pub(crate) struct TestService {
     service: Service,
     pub api: Option<Api>,
 }
 
 impl TestService {
-    pub async fn start(db: &TestDb, mode: Mode) -> Self {
+    pub(crate) async fn start(db: &TestDb, mode: Mode) -> Self {
         Self::start_with(db, config(db, mode)).await
     }
 
-    pub async fn start_with(db: &TestDb, config: Config) -> Self {
+    pub(crate) async fn start_with(db: &TestDb, config: Config) -> Self {
         Self::start_with_provider(db, config, SimulatedLlm::new(PROVIDER_LATENCY)).await
     }
 
-    pub async fn start_with_provider(db: &TestDb, config: Config, provider: impl ReplyProvider) -> Self {
+    pub(crate) async fn start_with_provider(
+        db: &TestDb,
+        config: Config,
+        provider: impl ReplyProvider,
+    ) -> Self {
         let listener = match config.mode.runs_api() {
             true => Some(
                 tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -122,43 +126,43 @@ impl TestService {
         Self { service, api }
     }
 
-    pub fn service(&self) -> &Service {
+    pub(crate) fn service(&self) -> &Service {
         &self.service
     }
 
-    pub fn api(&self) -> &Api {
+    pub(crate) fn api(&self) -> &Api {
         self.api.as_ref().expect("this service runs the API")
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.service.shutdown().await;
     }
 }
 
 /// One HTTP response, read whole.
 #[derive(Debug, Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
 }
 
 impl Reply {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    pub fn replayed(&self) -> bool {
+    pub(crate) fn replayed(&self) -> bool {
         self.header("idempotent-replayed") == Some("true")
     }
 
     /// Asserts an RFC 9457 problem of this status and type.
-    pub fn assert_problem(&self, status: u16, slug: &str) {
+    pub(crate) fn assert_problem(&self, status: u16, slug: &str) {
         assert_eq!(self.status, status, "{}", String::from_utf8_lossy(&self.body));
         assert_eq!(self.header("content-type"), Some("application/problem+json"));
         let body = self.json();
@@ -170,13 +174,19 @@ impl Reply {
 
 /// A real HTTP client against the running service.
 #[derive(Debug, Clone)]
-pub struct Api {
+pub(crate) struct Api {
     pub base: String,
     pub client: reqwest::Client,
 }
 
 impl Api {
-    pub async fn send(&self, token: &str, conversation: &str, key: Option<&str>, content: &str) -> Reply {
+    pub(crate) async fn send(
+        &self,
+        token: &str,
+        conversation: &str,
+        key: Option<&str>,
+        content: &str,
+    ) -> Reply {
         let mut request = self
             .client
             .post(format!("{}/conversations/{conversation}/messages", self.base))
@@ -188,7 +198,7 @@ impl Api {
         read(request).await
     }
 
-    pub async fn regenerate(&self, token: &str, message_id: &str, key: &str) -> Reply {
+    pub(crate) async fn regenerate(&self, token: &str, message_id: &str, key: &str) -> Reply {
         let request = self
             .client
             .post(format!("{}/messages/{message_id}/regenerate", self.base))
@@ -197,7 +207,7 @@ impl Api {
         read(request).await
     }
 
-    pub async fn task(&self, token: &str, task_id: &str, wait: Option<&str>) -> Reply {
+    pub(crate) async fn task(&self, token: &str, task_id: &str, wait: Option<&str>) -> Reply {
         let url = match wait {
             Some(wait) => format!("{}/tasks/{task_id}?wait={wait}", self.base),
             None => format!("{}/tasks/{task_id}", self.base),
@@ -206,7 +216,7 @@ impl Api {
     }
 
     /// Long-polls until the task has a saved reply (bounded: 30 s per call, 3 calls).
-    pub async fn wait_for_reply(&self, token: &str, task_id: &str) -> Value {
+    pub(crate) async fn wait_for_reply(&self, token: &str, task_id: &str) -> Value {
         for _ in 0..3 {
             let reply = self.task(token, task_id, Some("30s")).await;
             assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
@@ -219,7 +229,7 @@ impl Api {
     }
 }
 
-pub async fn read(request: reqwest::RequestBuilder) -> Reply {
+pub(crate) async fn read(request: reqwest::RequestBuilder) -> Reply {
     let response = request.send().await.expect("the request reaches the service");
     let status = response.status().as_u16();
     let headers = response.headers().clone();
@@ -232,7 +242,7 @@ pub async fn read(request: reqwest::RequestBuilder) -> Reply {
 }
 
 /// `task.id` and `message.id` of a Send or Regenerate response.
-pub fn ids(reply: &Reply) -> (String, String) {
+pub(crate) fn ids(reply: &Reply) -> (String, String) {
     let body = reply.json();
     (
         body["task"]["id"].as_str().expect("task.id").to_owned(),

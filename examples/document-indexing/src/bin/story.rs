@@ -60,9 +60,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let story = tell(&indexer).await;
     for schema in [format!("{run}_tasks"), run] {
-        sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-            .execute(&pool)
-            .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await?;
     }
     story
 }

@@ -10,23 +10,23 @@ use taskfence::{Status, TaskId, TaskStore};
 use taskfence_test_support::{TempSchema, row_count};
 
 /// The lease every test worker takes.
-pub const LEASE: Duration = Duration::from_secs(30);
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// One test's world: taskfence in the fixture's schema, the app in a
 /// [`TempSchema`] of its own. Each schema is dropped with the harness.
-pub struct Harness {
+pub(crate) struct Harness {
     pub fixture: PgFixture,
     pub indexer: Indexer,
     pub app_schema: TempSchema,
 }
 
 impl Harness {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         Self::with(|indexer| indexer).await
     }
 
     /// A harness whose indexer is configured by `configure` before migrating.
-    pub async fn with(configure: impl FnOnce(Indexer) -> Indexer) -> Self {
+    pub(crate) async fn with(configure: impl FnOnce(Indexer) -> Indexer) -> Self {
         let fixture = taskfence_test_support::fixture().await;
         let app_schema = TempSchema::new(fixture.url(), "docidx_test_").await;
         let indexer =
@@ -40,12 +40,12 @@ impl Harness {
     }
 
     /// Moves the store clock forward (leases and retention expire without sleeping).
-    pub async fn advance(&self, by: Duration) {
+    pub(crate) async fn advance(&self, by: Duration) {
         self.fixture.advance(by).await;
     }
 
     /// Rows of one of the app's tables.
-    pub async fn app_rows(&self, table: &str) -> i64 {
+    pub(crate) async fn app_rows(&self, table: &str) -> i64 {
         assert!(matches!(
             table,
             "documents" | "document_versions" | "index_entries"
@@ -54,11 +54,11 @@ impl Harness {
     }
 
     /// Stored entries (visible or not) of one version.
-    pub async fn stored_entries(&self, document: &str, version: i64) -> Vec<String> {
-        sqlx::query_scalar(&format!(
+    pub(crate) async fn stored_entries(&self, document: &str, version: i64) -> Vec<String> {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
             "SELECT body FROM \"{}\".index_entries WHERE document_id = $1 AND version = $2 ORDER BY chunk",
             self.indexer.schema()
-        ))
+        )))
         .bind(document)
         .bind(version)
         .fetch_all(self.indexer.store().pool())
@@ -67,7 +67,7 @@ impl Harness {
     }
 
     /// The bodies readers see for a document, with the version each came from.
-    pub async fn visible(&self, document: &str) -> Vec<(i64, String)> {
+    pub(crate) async fn visible(&self, document: &str) -> Vec<(i64, String)> {
         self.indexer
             .visible_entries(document)
             .await
@@ -77,7 +77,7 @@ impl Harness {
             .collect()
     }
 
-    pub async fn status(&self, task: TaskId) -> Status {
+    pub(crate) async fn status(&self, task: TaskId) -> Status {
         self.indexer
             .store()
             .get(task)
@@ -88,7 +88,7 @@ impl Harness {
     }
 
     /// Uploads and indexes a version to completion, asserting it is done.
-    pub async fn upload_and_index(&self, document: &str, version: i64, body: &str) -> Indexed {
+    pub(crate) async fn upload_and_index(&self, document: &str, version: i64, body: &str) -> Indexed {
         let task = self
             .indexer
             .upload(document, version, body)
@@ -106,9 +106,9 @@ impl Harness {
 }
 
 /// `(version, chunk)` pairs readers should see when `body` of `version` is current.
-pub fn expected_visible(version: i64, body: &str) -> Vec<(i64, String)> {
+pub(crate) fn expected_visible(version: i64, body: &str) -> Vec<(i64, String)> {
     chunk(body).into_iter().map(|c| (version, c)).collect()
 }
 
-pub const V1: &str = "Decision: ship in March.\n\nOwner: Ana.";
-pub const V2: &str = "Decision: ship in April.\n\nOwner: Ben.\n\nRisk: supplier delay.";
+pub(crate) const V1: &str = "Decision: ship in March.\n\nOwner: Ana.";
+pub(crate) const V2: &str = "Decision: ship in April.\n\nOwner: Ben.\n\nRisk: supplier delay.";

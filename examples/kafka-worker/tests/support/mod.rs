@@ -17,12 +17,12 @@ use taskfence::testing::PgFixture;
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, Task, TaskId, TaskStore};
 use taskfence_test_support::process::ChildProcess;
 
-pub use taskfence_test_support::kafka::KafkaBroker;
+pub(crate) use taskfence_test_support::kafka::KafkaBroker;
 
 /// Waits (bounded by `within`) until `check` holds, polling every 100 ms (the
 /// checks read many tasks and ask the broker); returns how long it took, for
 /// the figures.
-pub async fn wait_until<Fut>(what: &str, within: Duration, mut check: impl FnMut() -> Fut) -> Duration
+pub(crate) async fn wait_until<Fut>(what: &str, within: Duration, mut check: impl FnMut() -> Fut) -> Duration
 where
     Fut: Future<Output = bool>,
 {
@@ -37,14 +37,14 @@ where
 }
 
 /// A topic and a consumer group of this run's own.
-pub fn topic_and_group() -> (String, String) {
+pub(crate) fn topic_and_group() -> (String, String) {
     let run = TaskId::new();
     (format!("handoffs-{run}"), format!("reply-workers-{run}"))
 }
 
 /// The `i`th task of a test: request `req-{i}` of `user-1`, carrying `payload`
 /// (the simulated provider's script).
-pub fn new_task(i: usize, payload: String) -> NewTask {
+pub(crate) fn new_task(i: usize, payload: String) -> NewTask {
     NewTask::new(
         RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
         InputHash::of([format!("message-{i}")]),
@@ -55,7 +55,7 @@ pub fn new_task(i: usize, payload: String) -> NewTask {
 /// What the tests of the service binary start from: a broker, a fresh
 /// schema, a topic and group of their own, and the tasks submitted before
 /// the service starts (its dispatcher publishes them from the outbox).
-pub struct ServiceRun {
+pub(crate) struct ServiceRun {
     pub broker: KafkaBroker,
     pub fixture: PgFixture,
     pub topic: String,
@@ -66,7 +66,7 @@ pub struct ServiceRun {
 
 impl ServiceRun {
     /// Creates the topic with `partitions` partitions and submits one task per payload.
-    pub async fn start(partitions: i32, payloads: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) async fn start(partitions: i32, payloads: impl IntoIterator<Item = String>) -> Self {
         let broker = KafkaBroker::start();
         let fixture = taskfence_test_support::fixture().await;
         let (topic, group) = topic_and_group();
@@ -88,7 +88,7 @@ impl ServiceRun {
     }
 
     /// The store the service works on.
-    pub fn pg(&self) -> &PgStore {
+    pub(crate) fn pg(&self) -> &PgStore {
         self.fixture.pg_store()
     }
 
@@ -97,7 +97,12 @@ impl ServiceRun {
     /// `args`; `env` on top of an environment that leaks no settings in
     /// (`RUST_LOG` is passed through it: `tests/service.rs` checks it took
     /// effect). Logs to a temporary file, whose path it returns too.
-    pub fn service(&self, worker: &str, args: &[&str], env: &[(&str, &str)]) -> (ChildProcess, PathBuf) {
+    pub(crate) fn service(
+        &self,
+        worker: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> (ChildProcess, PathBuf) {
         let log_path = std::env::temp_dir().join(format!("kafka-worker-{worker}-{}.log", self.topic));
         eprintln!("{worker} log: {}", log_path.display());
         let log = std::fs::File::create(&log_path).expect("log file");
@@ -127,14 +132,14 @@ impl ServiceRun {
 
 /// Reads a group's committed offsets and the partitions' end offsets, without
 /// joining the group.
-pub struct GroupProbe {
+pub(crate) struct GroupProbe {
     consumer: BaseConsumer,
     topic: String,
     partitions: i32,
 }
 
 impl GroupProbe {
-    pub fn new(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Self {
+    pub(crate) fn new(bootstrap: &str, group: &str, topic: &str, partitions: i32) -> Self {
         let consumer = ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("group.id", group)
@@ -149,7 +154,7 @@ impl GroupProbe {
     }
 
     /// `(committed, end)` per partition; `committed` is `None` before any commit.
-    pub fn positions(&self) -> Vec<(Option<i64>, i64)> {
+    pub(crate) fn positions(&self) -> Vec<(Option<i64>, i64)> {
         let mut tpl = TopicPartitionList::new();
         for p in 0..self.partitions {
             tpl.add_partition(&self.topic, p);
@@ -177,7 +182,7 @@ impl GroupProbe {
 /// Every record of `topic` (partitions `0..partitions`) up to the current
 /// end: `(partition, offset, payload)`. Reads without a group (manual
 /// assignment), so it commits nothing and joins nothing.
-pub fn read_topic(bootstrap: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, Option<Vec<u8>>)> {
+pub(crate) fn read_topic(bootstrap: &str, topic: &str, partitions: i32) -> Vec<(i32, i64, Option<Vec<u8>>)> {
     use rdkafka::message::Message;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)

@@ -14,7 +14,7 @@ use super::Moto;
 
 /// 200 tasks, every message sent twice, 4 workers, a visibility timeout
 /// shorter than the provider call, and every fault of the simulated LLM.
-pub fn scenario() -> Scenario {
+pub(crate) fn scenario() -> Scenario {
     Scenario {
         tasks: 200,
         lose_first_send_ack: true,
@@ -52,7 +52,12 @@ pub fn scenario() -> Scenario {
 /// Runs [`scenario`] on `backend` against a fresh queue on `moto`, checks
 /// every task and the run (reading the tasks back through `store`, the
 /// backend's store), deletes the queue, and returns the report.
-pub async fn run_and_check(moto: &Moto, prefix: &str, backend: Backend, store: Arc<dyn TaskStore>) -> Report {
+pub(crate) async fn run_and_check(
+    moto: &Moto,
+    prefix: &str,
+    backend: Backend,
+    store: Arc<dyn TaskStore>,
+) -> Report {
     let client = local_sqs_client(&moto.endpoint).await;
     let queue_name = format!("{prefix}-{}", uuid::Uuid::now_v7());
     let scenario = scenario();

@@ -4,7 +4,7 @@
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
-pub mod e2e;
+pub(crate) mod e2e;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,13 +14,13 @@ use taskfence_test_support::{ChildProcess, free_port};
 /// The SQS endpoint for a test: `TASKFENCE_SQS_ENDPOINT` when set (the
 /// project's test script starts moto once), otherwise a `moto_server` this
 /// test starts on a free loopback port and stops when dropped.
-pub struct Moto {
+pub(crate) struct Moto {
     pub endpoint: String,
     _server: Option<ChildProcess>,
 }
 
 impl Moto {
-    pub fn start_or_env() -> Self {
+    pub(crate) fn start_or_env() -> Self {
         if let Ok(endpoint) = std::env::var("TASKFENCE_SQS_ENDPOINT") {
             return Self {
                 endpoint,
@@ -50,7 +50,7 @@ impl Moto {
 /// Starts the worker service binary (`target/…/sqs-worker`) on `queue_url`
 /// and the tables in `schema`, configured the way a deployment is: AWS from
 /// the standard environment variables, the rest from `args` and defaults.
-pub fn start_service(
+pub(crate) fn start_service(
     worker_id: &str,
     moto: &Moto,
     database_url: &str,
@@ -79,7 +79,7 @@ pub fn start_service(
 
 /// [`start_service`] with `--store dynamodb` on `table` (DynamoDB at
 /// `dynamodb_endpoint` through `AWS_ENDPOINT_URL_DYNAMODB`): no PostgreSQL.
-pub fn start_service_dynamodb(
+pub(crate) fn start_service_dynamodb(
     worker_id: &str,
     moto: &Moto,
     dynamodb_endpoint: &str,

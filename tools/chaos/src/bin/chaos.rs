@@ -538,7 +538,9 @@ async fn drain(pool: &PgPool, schema: &str, submitted: i64, within: Duration) ->
         quote(schema)
     );
     while Instant::now() < deadline {
-        if let Ok(done) = sqlx::query_scalar::<_, i64>(&sql).fetch_one(pool).await
+        if let Ok(done) = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.as_str()))
+            .fetch_one(pool)
+            .await
             && done >= submitted
         {
             return true;
