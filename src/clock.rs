@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 /// A source of the current instant.
 ///
 /// ```
-/// use taskfence::{Clock, SystemClock};
+/// use taskfence::clock::{Clock, SystemClock};
 /// let now = SystemClock.now();
 /// assert!(now.year() >= 2024);
 /// ```
@@ -23,7 +23,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// The system's wall clock.
 ///
 /// ```
-/// let _ = taskfence::MemoryStore::with_clock(taskfence::SystemClock);
+/// let _ = taskfence::MemoryStore::with_clock(taskfence::clock::SystemClock);
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
@@ -38,7 +38,7 @@ impl Clock for SystemClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use taskfence::{Clock, ManualClock};
+/// use taskfence::clock::{Clock, ManualClock};
 /// let clock = ManualClock::new(time::macros::datetime!(2026-01-01 0:00 UTC));
 /// let before = clock.now();
 /// clock.advance(Duration::from_secs(31));

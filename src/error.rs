@@ -4,6 +4,13 @@ use std::time::Duration;
 
 use crate::task::TaskId;
 
+/// `Result` with this crate's [`Error`].
+///
+/// ```
+/// fn lookup() -> taskfence::Result<()> { Ok(()) }
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
 /// What went wrong in a store operation.
 ///
 /// Rejections of a fenced write (a stale or expired lease) are *not* errors:
@@ -12,7 +19,8 @@ use crate::task::TaskId;
 /// handle them as a normal part of the protocol.
 ///
 /// ```
-/// use taskfence::{Error, InvalidInput};
+/// use taskfence::Error;
+/// use taskfence::error::InvalidInput;
 /// let err = Error::from(InvalidInput::Blank { field: "key" });
 /// assert!(matches!(err, Error::InvalidInput(InvalidInput::Blank { field: "key" })));
 /// assert!(!err.is_retryable());
@@ -42,6 +50,13 @@ pub enum Error {
         /// What to run.
         fix: &'static str,
     },
+    /// One of the application's own writes that the call carried in the same
+    /// transaction (DynamoDB's extra `TransactWriteItems`) was refused by its
+    /// own condition: nothing of the call was written, and the same call is
+    /// refused again. Downcast the detail to the backend's type (DynamoDB:
+    /// [`ExtraRefused`](crate::dynamodb::ExtraRefused), with the item's index and image).
+    #[error("{0}")]
+    ItemRefused(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The migrations cannot be applied as recorded: an applied migration has
     /// changed since, or the store was migrated by a newer library. Retrying
     /// cannot help; nothing was applied.
@@ -65,7 +80,7 @@ impl Error {
     }
 
     /// A short, stable name of the variant (`not_found`, `invalid_input`,
-    /// `key_conflict`, `not_migrated`, `migration`, `storage`): the `reason`
+    /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `storage`): the `reason`
     /// label of the metrics, and a field for logs.
     ///
     /// ```
@@ -78,11 +93,15 @@ impl Error {
             Self::KeyConflict { .. } => "key_conflict",
             Self::NotMigrated { .. } => "not_migrated",
             Self::Migration(_) => "migration",
+            Self::ItemRefused(_) => "item_refused",
             Self::Storage(_) => "storage",
         }
     }
 
     /// `true` when trying the same call again may succeed (a backend failure).
+    /// Every deterministic refusal — bad input, a key bound to other inputs,
+    /// an unknown task, a schema to migrate, the application's own condition —
+    /// is `false`.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Storage(_))
     }
@@ -92,7 +111,8 @@ impl Error {
 ///
 /// ```
 /// use std::time::Duration;
-/// use taskfence::{InputHash, InvalidInput, NewTask, RequestKey};
+/// use taskfence::{InputHash, NewTask, RequestKey};
+/// use taskfence::error::InvalidInput;
 /// let task = NewTask::new(RequestKey::new("user", "op", "a\0b"), InputHash::of(["x"]));
 /// assert_eq!(task.validate(), Err(InvalidInput::ControlCharacter { field: "key", code: 0 }));
 /// ```

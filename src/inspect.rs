@@ -3,7 +3,7 @@
 //!
 //! Reading only, and kept apart from [`TaskStore`] so the hot path's trait
 //! stays small; every backend of this crate implements both, and the
-//! [inspection suite](crate::inspection_suite) checks they answer alike.
+//! [inspection suite](crate::testing::inspection_suite) checks they answer alike.
 //! The `taskfence` command-line tool is built on it.
 //!
 //! ```
@@ -32,8 +32,9 @@ use async_trait::async_trait;
 use time::OffsetDateTime;
 
 use crate::error::InvalidInput;
+use crate::error::Result;
 use crate::limits;
-use crate::store::{Attempt, Reopening, Result, TaskStore};
+use crate::store::{Attempt, Reopening, TaskStore};
 use crate::task::{Status, Task, TaskId};
 
 /// Read-only queries over a store's tasks, for operators and their tools.
@@ -280,6 +281,7 @@ impl FromStr for Cursor {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Page {
     /// The tasks, in the query's order.
     pub tasks: Vec<Task>,
@@ -288,6 +290,16 @@ pub struct Page {
 }
 
 impl Page {
+    /// A page of `tasks`, continuing at `next` (a backend's answer).
+    ///
+    /// ```
+    /// let page = taskfence::inspect::Page::new(Vec::new(), None);
+    /// assert!(page.tasks.is_empty());
+    /// ```
+    pub fn new(tasks: Vec<Task>, next: Option<Cursor>) -> Self {
+        Self { tasks, next }
+    }
+
     /// Builds a page from up to `limit + 1` matching tasks in order: the
     /// extra one, if present, only says that there is a next page.
     pub fn from_overfetch(mut tasks: Vec<Task>, limit: usize) -> Self {
@@ -309,6 +321,7 @@ impl Page {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Counts {
     /// Waiting for a claim (new, released, backing off or retried).
     pub pending: u64,
@@ -361,6 +374,7 @@ impl Counts {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Handoff {
     /// When it was written (store clock).
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
@@ -368,6 +382,21 @@ pub struct Handoff {
     /// When the dispatcher published it, if it has.
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub published_at: Option<OffsetDateTime>,
+}
+
+impl Handoff {
+    /// A handoff written at `created_at`, published at `published_at` (a backend's record).
+    ///
+    /// ```
+    /// let h = taskfence::inspect::Handoff::new(time::OffsetDateTime::now_utc(), None);
+    /// assert!(h.published_at.is_none());
+    /// ```
+    pub fn new(created_at: OffsetDateTime, published_at: Option<OffsetDateTime>) -> Self {
+        Self {
+            created_at,
+            published_at,
+        }
+    }
 }
 
 /// Everything a store knows about one task ([`Inspect::story`]).
@@ -381,14 +410,39 @@ pub struct Handoff {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Story {
     /// The task as it stands.
     pub task: Task,
     /// Every attempt, oldest first.
     pub attempts: Vec<Attempt>,
-    /// Every reopening by [`retry`](TaskStore::retry), oldest first.
+    /// Every reopening by [`reopen`](TaskStore::reopen), oldest first.
     pub reopenings: Vec<Reopening>,
     /// Its handoffs, oldest first: empty on a store without an outbox
     /// ([`MemoryStore`](crate::MemoryStore), DynamoDB, where the application keeps its own).
     pub handoffs: Vec<Handoff>,
+}
+
+impl Story {
+    /// The story of `task` (a backend's answer): its attempts, reopenings and
+    /// handoffs, each oldest first.
+    ///
+    /// ```
+    /// # fn f(task: taskfence::Task) {
+    /// let story = taskfence::inspect::Story::new(task, Vec::new(), Vec::new(), Vec::new());
+    /// # }
+    /// ```
+    pub fn new(
+        task: Task,
+        attempts: Vec<Attempt>,
+        reopenings: Vec<Reopening>,
+        handoffs: Vec<Handoff>,
+    ) -> Self {
+        Self {
+            task,
+            attempts,
+            reopenings,
+            handoffs,
+        }
+    }
 }

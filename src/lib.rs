@@ -2,26 +2,34 @@
 //!
 //! # Crate overview
 //!
+//! The crate root holds what an application uses; each module holds one
+//! concept with its supporting types.
+//!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`task`] | [`TaskId`], [`Task`], [`Status`], [`Response`], [`InputHash`], [`NewTask`] |
-//! | [`policy`] | [`RetryPolicy`], backoff and jitter, [`Failure`] |
-//! | [`store`] | the [`TaskStore`] trait, [`Claim`], [`Lease`], [`Fenced`], [`Rejection`] |
-//! | [`rules`] | the decisions every backend makes, as pure functions |
+//! | [`task`] | [`TaskId`], [`Task`], [`Status`], [`Response`], [`InputHash`], [`NewTask`], [`RequestKey`], `AttemptId` |
+//! | [`policy`] | [`RetryPolicy`], [`Failure`] and its kind, the ambiguous-outcome and acceptance rules |
+//! | [`store`] | the [`TaskStore`] contract: [`Claim`], [`Lease`], [`Fenced`], [`Rejection`], [`Retry`], reopening, attempts |
+//! | [`error`] | [`Error`], [`Result`], `InvalidInput` |
 //! | [`inspect`] | [`Inspect`](inspect::Inspect): list, count and trace tasks; find stranded ones |
-//! | [`intercept`] | wrap a store: forward every call except the ones you change |
+//! | [`intercept`] | wrap a store: forward every call except the ones you change, observe them all |
+//! | [`dispatch`] | re-publish the tasks that need a worker again, on any store |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
-//! | `postgres` | `PgStore`, migrations, the handoff dispatcher (feature `postgres`) |
-//! | `dynamodb` | `DynamoStore`, the table definition (feature `dynamodb`) |
+//! | `postgres` | [`PgStore`], its transaction handle, migrations, the handoff dispatcher (feature `postgres`) |
+//! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
 //! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
-//! | `testing` | the backend conformance suite (feature `testing`) |
-//! | `metrics` | `Observed`: a store wrapper recording metrics and spans per call (feature `metrics`) |
-//! | [`offsets`] | [`OffsetTracker`]: the safe commit position for Kafka-style consumers |
+//! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
+//! | `testing` | the backend conformance suite and the test kit (feature `testing`) |
+//! | [`offsets`] | `OffsetTracker`: the safe commit position for Kafka-style consumers |
+//! | [`clock`] | the store clock of the embedded backends, and a manual one for tests |
 //! | [`limits`] | input limits every backend enforces |
+//! | [`backend`] | for implementing a store: the backend trait and the shared decision rules |
 //! | `serialize` | `serde` for the public data types (feature `serde`) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backend;
 pub mod clock;
+pub mod dispatch;
 pub mod error;
 pub mod inspect;
 pub mod intercept;
@@ -29,10 +37,8 @@ pub mod limits;
 pub mod memory;
 pub mod offsets;
 pub mod policy;
-pub mod rules;
 pub mod store;
 pub mod task;
-mod trace;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -41,15 +47,10 @@ pub mod serialize;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
-#[cfg(feature = "testing")]
-#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
-pub mod testing;
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
-#[cfg(feature = "dynamodb")]
-pub use dynamodb::{DynamoStore, DynamoStoreBuilder};
 
 #[cfg(feature = "runtime")]
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
@@ -59,22 +60,17 @@ pub mod runtime;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use error::{Error, InvalidInput};
-pub use inspect::Inspect;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
+
+pub use error::{Error, Result};
 pub use memory::MemoryStore;
-pub use offsets::OffsetTracker;
-pub use policy::{
-    AcceptanceRule, Failure, FailureKind, OnAmbiguous, Plan, RetryPolicy, StopReason, jitter_unit,
-};
+pub use policy::{Failure, RetryPolicy};
+pub use store::{Claim, ClaimRequest, Fenced, Lease, Rejection, Retry, Submitted, TaskStore};
+pub use task::{InputHash, NewTask, RequestKey, Response, Status, Task, TaskId};
+
+#[cfg(feature = "dynamodb")]
+pub use dynamodb::DynamoStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
-#[cfg(feature = "runtime")]
-pub use runtime::{
-    AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
-};
-pub use store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, Reopening, Result, Retry,
-    RetryRequest, Submitted, TaskStore,
-};
-pub use task::{AttemptId, InputHash, NewTask, RequestKey, Response, Status, Task, TaskId, UnknownStatus};

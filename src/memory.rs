@@ -8,20 +8,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule};
+use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
-use crate::error::Error;
-use crate::inspect::{Counts, Inspect, Order, Page, Story, TaskQuery};
-use crate::limits;
+use crate::error::{Error, Result};
+use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
 use crate::policy::Failure;
-use crate::rules::{self, CancelRule, ClaimRule, ReopenRule};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Reopening, Result, Retry, RetryRequest,
-    Submitted, TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Reopening, Retry, Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
-use crate::trace;
 
-/// An in-process [`TaskStore`]: thread-safe, not durable, with an injectable
+/// An in-process [`TaskStore`](crate::TaskStore): thread-safe, not durable, with an injectable
 /// [`Clock`] so tests expire leases, pass backoffs and deadlines without sleeping.
 ///
 /// Every operation holds one mutex for a few map operations, so each one is
@@ -30,6 +28,7 @@ use crate::trace;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
 /// use std::time::Duration;
+/// use taskfence::clock::ManualClock;
 /// use taskfence::*;
 ///
 /// let clock = ManualClock::default();
@@ -74,7 +73,7 @@ impl MemoryStore {
         Self::with_clock(SystemClock)
     }
 
-    /// A store on the given clock (a [`ManualClock`](crate::ManualClock) in tests).
+    /// A store on the given clock (a [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock + 'static) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -190,10 +189,8 @@ impl State {
 }
 
 #[async_trait]
-impl TaskStore for MemoryStore {
+impl Backend for MemoryStore {
     async fn submit(&self, new: NewTask) -> Result<Submitted> {
-        let _span = trace::op("submit", None, None, None).entered();
-        new.validate()?;
         let mut state = self.lock();
         if let Some(&existing) = state.keys.get(&new.key) {
             let task = &state.tasks[&existing];
@@ -205,7 +202,7 @@ impl TaskStore for MemoryStore {
         let now = self.now();
         let key = new.key.clone();
         let expires_at = now + new.retention;
-        let task = Task::submitted(TaskId::new(), new, now, expires_at);
+        let task = new_task(TaskId::new(), new, now, expires_at);
         tracing::Span::current().record("task_id", tracing::field::display(task.id));
         state.keys.insert(key, task.id);
         state.tasks.insert(task.id, task.clone());
@@ -213,20 +210,16 @@ impl TaskStore for MemoryStore {
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        let _span = trace::op("get", Some(id), None, None).entered();
         Ok(self.lock().tasks.get(&id).cloned())
     }
 
     async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
-        let _span = trace::op("find", None, None, None).entered();
-        key.validate()?;
         let state = self.lock();
         Ok(state.keys.get(key).map(|id| state.tasks[id].clone()))
     }
 
     async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        let span = trace::op("claim", Some(id), None, None).entered();
-        request.validate()?;
+        let span = tracing::Span::current();
         let mut state = self.lock();
         let now = self.now();
         let Some(task) = state.tasks.get(&id) else {
@@ -264,7 +257,7 @@ impl TaskStore for MemoryStore {
                     operation_id: None,
                     error: None,
                 });
-                Ok(Claim::Acquired(Lease::new(
+                Ok(Claim::Acquired(new_lease(
                     task,
                     attempt_id,
                     request.worker,
@@ -275,8 +268,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        let _span = trace::lease_op("renew", lease).entered();
-        limits::check_extension(extend_by)?;
         let outcome = self.fenced(lease, |state, now| {
             let until = now + extend_by;
             state.task_mut(lease.task_id()).lease_until = Some(until);
@@ -284,7 +275,7 @@ impl TaskStore for MemoryStore {
         })?;
         Ok(match outcome {
             Fenced::Accepted(until) => {
-                lease.set_expires_at(until);
+                renewed(lease, until);
                 Fenced::Accepted(())
             }
             Fenced::Rejected(r) => Fenced::Rejected(r),
@@ -292,8 +283,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
-        let _span = trace::lease_op("complete", &lease).entered();
-        limits::check_response(&response)?;
         self.checked(rules::accept, &lease, |state, now| {
             let id = lease.task_id();
             let current = state.task_mut(id).version;
@@ -311,8 +300,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        let _span = trace::lease_op("fail", &lease).entered();
-        failure.validate()?;
         self.fenced(&lease, |state, now| {
             let id = lease.task_id();
             state.finish_attempt(
@@ -345,7 +332,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        let _span = trace::lease_op("release", &lease).entered();
         self.fenced(&lease, |state, now| {
             state.finish_attempt(
                 lease.task_id(),
@@ -362,8 +348,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
-        let _span = trace::op("cancel", Some(id), None, None).entered();
-        limits::check_reason(reason)?;
         let mut state = self.lock();
         let now = self.now();
         let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
@@ -378,8 +362,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        let _span = trace::lease_op("record_operation", lease).entered();
-        limits::check_operation_id(operation_id)?;
         self.fenced(lease, |state, _now| {
             if let Some(attempt) = state
                 .attempts
@@ -392,13 +374,10 @@ impl TaskStore for MemoryStore {
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        let _span = trace::op("attempts", Some(id), None, None).entered();
         Ok(self.lock().attempts.get(&id).cloned().unwrap_or_default())
     }
 
-    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
-        let _span = trace::op("retry", Some(id), None, None).entered();
-        request.validate()?;
+    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
         let mut state = self.lock();
         let now = self.now();
         let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
@@ -422,8 +401,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        let _span = trace::op("due", None, None, None).entered();
-        limits::check_scan_limit(limit)?;
         let state = self.lock();
         let now = self.now();
         let mut due: Vec<(OffsetDateTime, TaskId)> = state
@@ -443,8 +420,6 @@ impl TaskStore for MemoryStore {
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
-        let _span = trace::op("purge_expired", None, None, None).entered();
-        limits::check_scan_limit(limit)?;
         let mut state = self.lock();
         let now = self.now();
         let expired: Vec<(RequestKey, TaskId)> = state
@@ -465,10 +440,8 @@ impl TaskStore for MemoryStore {
 }
 
 #[async_trait]
-impl Inspect for MemoryStore {
+impl InspectBackend for MemoryStore {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
-        let _span = trace::op("list", None, None, None).entered();
-        query.validate()?;
         let state = self.lock();
         let mut tasks: Vec<&Task> = state
             .tasks
@@ -484,10 +457,6 @@ impl Inspect for MemoryStore {
     }
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
-        let _span = trace::op("counts", None, None, None).entered();
-        if let Some(scope) = scope {
-            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
-        }
         let mut counts = Counts::default();
         for task in self.lock().tasks.values() {
             if scope.is_none_or(|s| task.key.scope == s) {
@@ -498,7 +467,6 @@ impl Inspect for MemoryStore {
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
-        let _span = trace::op("story", Some(id), None, None).entered();
         let state = self.lock();
         Ok(state.tasks.get(&id).map(|task| Story {
             task: task.clone(),
@@ -509,9 +477,6 @@ impl Inspect for MemoryStore {
     }
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
-        let _span = trace::op("stranded", None, None, None).entered();
-        limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
-        limits::check_page(limit)?;
         let state = self.lock();
         let cutoff = self.now() - older_than;
         let mut stranded: Vec<&Task> = state

@@ -7,17 +7,16 @@
 
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
+use crate::backend::Plan;
 use crate::error::InvalidInput;
 use crate::limits;
-use crate::task::AttemptId;
 
 /// What a task does after an [ambiguous](FailureKind::Ambiguous) failure: the
 /// request may have reached the provider and no answer came back.
 ///
 /// ```
-/// use taskfence::{OnAmbiguous, RetryPolicy};
+/// use taskfence::RetryPolicy;
+/// use taskfence::policy::OnAmbiguous;
 /// // A chat reply is worth possible duplicate model work…
 /// let chat = RetryPolicy::default().on_ambiguous(OnAmbiguous::Retry);
 /// // …a payment is not: stop and let a person decide.
@@ -48,7 +47,8 @@ pub enum OnAmbiguous {
 /// an operation. They differ only in which completion is accepted.
 ///
 /// ```
-/// use taskfence::{AcceptanceRule, InputHash, NewTask, RequestKey};
+/// use taskfence::{InputHash, NewTask, RequestKey};
+/// use taskfence::policy::AcceptanceRule;
 /// // Immutable inputs: the first answer from any attempt is as good as a later one.
 /// let summary = NewTask::new(RequestKey::new("team-1", "doc.summary", "doc-9@v3"), InputHash::of(["doc-9", "v3"]))
 ///     .acceptance(AcceptanceRule::FirstValidAnswer);
@@ -79,7 +79,7 @@ impl AcceptanceRule {
     /// The lowercase name used in storage and logs.
     ///
     /// ```
-    /// assert_eq!(taskfence::AcceptanceRule::FirstValidAnswer.as_str(), "first_valid_answer");
+    /// assert_eq!(taskfence::policy::AcceptanceRule::FirstValidAnswer.as_str(), "first_valid_answer");
     /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -91,7 +91,7 @@ impl AcceptanceRule {
     /// Parses [`as_str`](Self::as_str)'s output.
     ///
     /// ```
-    /// use taskfence::AcceptanceRule;
+    /// use taskfence::policy::AcceptanceRule;
     /// assert_eq!(AcceptanceRule::parse("current_assignment"), Some(AcceptanceRule::CurrentAssignment));
     /// assert_eq!(AcceptanceRule::parse("any"), None);
     /// ```
@@ -125,6 +125,7 @@ impl AcceptanceRule {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Most claims the task may get (a takeover counts). At least 1.
     pub max_attempts: u32,
@@ -160,27 +161,10 @@ impl Default for RetryPolicy {
     }
 }
 
-/// What [`RetryPolicy::plan`] decided for a failed attempt.
-///
-/// ```
-/// use std::time::Duration;
-/// use taskfence::{FailureKind, Plan, RetryPolicy, StopReason};
-/// let p = RetryPolicy::default().max_attempts(2).jitter(0.0);
-/// assert_eq!(p.plan(FailureKind::Retryable, 1, 0.5), Plan::RetryAfter(Duration::from_secs(1)));
-/// assert_eq!(p.plan(FailureKind::Retryable, 2, 0.5), Plan::Stop(StopReason::AttemptsExhausted));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    /// Schedule another attempt after this delay (the store still checks the deadline).
-    RetryAfter(Duration),
-    /// Make the task terminally `Failed`.
-    Stop(StopReason),
-}
-
 /// Why a task stopped being retried.
 ///
 /// ```
-/// assert_eq!(taskfence::StopReason::DeadlineExhausted.as_str(), "deadline exhausted");
+/// assert_eq!(taskfence::policy::StopReason::DeadlineExhausted.as_str(), "deadline exhausted");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -209,7 +193,7 @@ impl StopReason {
     /// stopped, then the last failure's message.
     ///
     /// ```
-    /// use taskfence::StopReason;
+    /// use taskfence::policy::StopReason;
     /// assert_eq!(StopReason::Permanent.message("400 bad prompt"), "permanent failure: 400 bad prompt");
     /// ```
     pub fn message(self, last_failure: &str) -> String {
@@ -307,7 +291,7 @@ impl RetryPolicy {
     }
 
     /// Decides what a failure of attempt number `attempt` (1-based) leads to.
-    /// `unit` is the jitter draw (see [`jitter_unit`]). The deadline is not
+    /// `unit` is the jitter draw (see [`jitter_unit`](crate::backend::jitter_unit)). The deadline is not
     /// checked here: it needs the store's clock.
     pub fn plan(&self, kind: FailureKind, attempt: u32, unit: f64) -> Plan {
         match kind {
@@ -319,28 +303,6 @@ impl RetryPolicy {
             _ => Plan::RetryAfter(self.delay(attempt, unit)),
         }
     }
-}
-
-/// A jitter draw in `[0, 1)` derived from an attempt id, so backends need no
-/// random number generator and a replay of the same attempt computes the same
-/// delay.
-///
-/// The draw is a hash of the whole id, not its "random" bits: ids made in the
-/// same millisecond by one process carry a counter where UUID v7 leaves room
-/// for randomness, so reading those bits would give attempts that fail
-/// together (a batch hitting one 429) nearly the same delay. Hashing spreads
-/// back-to-back ids uniformly over the range.
-///
-/// ```
-/// use taskfence::{jitter_unit, AttemptId};
-/// let u = jitter_unit(AttemptId::new());
-/// assert!((0.0..1.0).contains(&u));
-/// ```
-pub fn jitter_unit(attempt: AttemptId) -> f64 {
-    let digest = Sha256::digest(attempt.as_uuid().as_bytes());
-    let word = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"));
-    // 53 bits: exactly representable in an f64, so the result stays below 1.
-    (word >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn from_secs_capped(secs: f64, cap: Duration) -> Duration {
@@ -370,7 +332,7 @@ fn out_of_range(
 /// How a failed attempt failed: this decides whether it may be retried.
 ///
 /// ```
-/// use taskfence::FailureKind;
+/// use taskfence::policy::FailureKind;
 /// assert_ne!(FailureKind::Ambiguous, FailureKind::Retryable);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -404,12 +366,14 @@ impl FailureKind {
 /// A failed attempt, as a worker reports it to [`TaskStore::fail`](crate::TaskStore::fail).
 ///
 /// ```
-/// use taskfence::{Failure, FailureKind};
+/// use taskfence::Failure;
+/// use taskfence::policy::FailureKind;
 /// let f = Failure::ambiguous("read timeout after request was sent");
 /// assert_eq!(f.kind, FailureKind::Ambiguous);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Failure {
     /// What happened, for people (stored as the task's `last_error`; no payloads, please).
     pub message: String,
@@ -448,6 +412,8 @@ impl Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::jitter_unit;
+    use crate::task::AttemptId;
 
     #[test]
     fn jitter_of_attempts_made_back_to_back_spreads_over_the_whole_range() {

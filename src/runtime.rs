@@ -69,8 +69,9 @@ use tokio::sync::watch;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::InvalidInput;
+use crate::error::Result;
 use crate::policy::Failure;
-use crate::store::{Claim, ClaimRequest, Fenced, Lease, Rejection, Result, Retry, TaskStore};
+use crate::store::{Claim, ClaimRequest, Fenced, Lease, Rejection, Retry, TaskStore};
 use crate::task::{Response, Status, Task, TaskId};
 
 /// What the queue adapter must do with the message that carried the task id.
@@ -224,6 +225,7 @@ impl LeaseHooks for () {}
 /// assert!(WorkerConfig::new("worker-1", Duration::from_secs(30)).renew_every(Duration::from_secs(30)).validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// Recorded with every attempt, for tracing.
     pub worker_id: String,
@@ -292,7 +294,8 @@ impl WorkerConfig {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use taskfence::runtime::{Worker, WorkerConfig};
-/// use taskfence::{InvalidInput, MemoryStore};
+/// use taskfence::MemoryStore;
+/// use taskfence::error::InvalidInput;
 /// let store = Arc::new(MemoryStore::new());
 /// assert!(Worker::new(store.clone(), WorkerConfig::new("w", Duration::from_secs(30))).is_ok());
 /// let bad = Worker::new(store, WorkerConfig::new("", Duration::from_secs(30)));
@@ -323,7 +326,7 @@ impl Worker {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use taskfence::{runtime::*, *};
+    /// # use taskfence::{clock::ManualClock, error::InvalidInput, runtime::*, *};
     /// let clock = ManualClock::default();
     /// let store = Arc::new(MemoryStore::with_clock(clock.clone()));
     /// let worker = Worker::new(store, WorkerConfig::new("w", Duration::from_secs(30)))?.with_clock(clock);
@@ -338,7 +341,7 @@ impl Worker {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use taskfence::{runtime::*, *};
+    /// # use taskfence::{error::InvalidInput, runtime::*, *};
     /// let worker = Worker::new(Arc::new(MemoryStore::new()), WorkerConfig::new("w", Duration::from_secs(30)))?;
     /// assert_eq!(worker.config().worker_id, "w");
     /// # Ok::<(), InvalidInput>(())

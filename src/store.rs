@@ -8,13 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use crate::error::{Error, InvalidInput};
+use crate::error::{InvalidInput, Result};
 use crate::limits;
 use crate::policy::{Failure, FailureKind, RetryPolicy};
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
-
-/// `Result` with this crate's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The durable side store that decides who may work on a task, whether it is
 /// done already, and which result becomes *the* result.
@@ -47,7 +44,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub trait TaskStore: Send + Sync {
     /// Submits work under a request key. The same key with the same input hash
     /// returns the existing task ([`Submitted::Existing`]); with another input
-    /// hash it fails with [`Error::KeyConflict`]. A new key is always new work.
+    /// hash it fails with [`Error::KeyConflict`](crate::Error::KeyConflict). A new key is always new work.
     async fn submit(&self, task: NewTask) -> Result<Submitted>;
 
     /// Reads a task by id.
@@ -65,7 +62,7 @@ pub trait TaskStore: Send + Sync {
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>>;
 
     /// Saves the response and completes the task, if no response is saved yet
-    /// and the task's [`AcceptanceRule`](crate::AcceptanceRule) accepts this
+    /// and the task's [`AcceptanceRule`](crate::policy::AcceptanceRule) accepts this
     /// lease (by default: the assignment is still current and its lease
     /// unexpired): one atomic decision.
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
@@ -103,11 +100,12 @@ pub trait TaskStore: Send + Sync {
     ///
     /// A completed task is refused with [`Rejection::AlreadyCompleted`], a
     /// live one with [`Rejection::NotTerminal`]; an unknown id is
-    /// [`Error::NotFound`]. Bad input is a typed error and writes nothing.
+    /// [`Error::NotFound`](crate::Error::NotFound). Bad input is a typed error and writes nothing.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
     /// use std::time::Duration;
+    /// use taskfence::store::ReopenRequest;
     /// use taskfence::*;
     /// let store = MemoryStore::new();
     /// let once = RetryPolicy::default().max_attempts(1);
@@ -115,13 +113,13 @@ pub trait TaskStore: Send + Sync {
     /// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { unreachable!() };
     /// store.fail(lease, Failure::retryable("provider down")).await?;
     ///
-    /// let reopened = store.retry(task.id, RetryRequest::new("alice", "provider fixed")).await?;
-    /// let reopened = reopened.accepted().expect("a failed task can be retried");
+    /// let reopened = store.reopen(task.id, ReopenRequest::new("alice", "provider fixed")).await?;
+    /// let reopened = reopened.accepted().expect("a failed task can be reopened");
     /// assert_eq!((reopened.status, reopened.attempts_left()), (Status::Pending, 1));
     /// assert!(store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await?.is_acquired());
     /// # Ok(()) }
     /// ```
-    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>>;
+    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>>;
 
     /// Up to `limit` tasks to re-dispatch: a backoff that has passed, or a
     /// lease that has expired. Reading only; publishing twice is harmless.
@@ -152,9 +150,7 @@ pub trait TaskStore: Send + Sync {
     /// assert!(matches!(claims[1], Claim::NotFound));
     /// # Ok(()) }
     /// ```
-    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
-        claim_one_by_one(ids, request, |id, request| self.claim(id, request)).await
-    }
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>>;
 
     /// Completes several leases (a batch of finished work), each fenced on its
     /// own exactly as [`complete`](Self::complete) would decide it, in order:
@@ -180,65 +176,7 @@ pub trait TaskStore: Send + Sync {
     /// assert!(saved[0].as_ref().is_ok_and(|f| f.is_accepted()));
     /// # Ok(()) }
     /// ```
-    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
-        complete_one_by_one(completions, |lease, response| self.complete(lease, response)).await
-    }
-}
-
-/// [`TaskStore::claim_many`] made of single claims: checks the batch, then
-/// claims in order. Backends without a batch request (and wrappers) use it.
-pub(crate) async fn claim_one_by_one<F, Fut>(
-    ids: &[TaskId],
-    request: ClaimRequest,
-    mut claim: F,
-) -> Result<Vec<Claim>>
-where
-    F: FnMut(TaskId, ClaimRequest) -> Fut,
-    Fut: std::future::Future<Output = Result<Claim>>,
-{
-    limits::check_batch(ids.iter().copied())?;
-    request.validate()?;
-    let mut claims = Vec::with_capacity(ids.len());
-    for &id in ids {
-        claims.push(claim(id, request.clone()).await?);
-    }
-    Ok(claims)
-}
-
-/// [`TaskStore::complete_many`] made of single completions: checks the batch,
-/// then completes in order; a task that is gone is that item's `NotFound`.
-pub(crate) async fn complete_one_by_one<F, Fut>(
-    completions: Vec<(Lease, Response)>,
-    mut complete: F,
-) -> Result<Vec<Result<Fenced<Task>>>>
-where
-    F: FnMut(Lease, Response) -> Fut,
-    Fut: std::future::Future<Output = Result<Fenced<Task>>>,
-{
-    check_completions(&completions)?;
-    let mut out = Vec::with_capacity(completions.len());
-    for (lease, response) in completions {
-        match complete(lease, response).await {
-            Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
-            Err(e) => return Err(e),
-            Ok(fenced) => out.push(Ok(fenced)),
-        }
-    }
-    Ok(out)
-}
-
-/// The input checks of [`TaskStore::complete_many`], for every backend.
-///
-/// ```
-/// # fn f(batch: Vec<(taskfence::Lease, taskfence::Response)>) -> Result<(), taskfence::InvalidInput> {
-/// taskfence::store::check_completions(&batch)?;
-/// # Ok(()) }
-/// ```
-pub fn check_completions(completions: &[(Lease, Response)]) -> Result<(), InvalidInput> {
-    limits::check_batch(completions.iter().map(|(lease, _)| lease.task_id()))?;
-    completions
-        .iter()
-        .try_for_each(|(_, response)| limits::check_response(response))
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>>;
 }
 
 /// What [`TaskStore::submit`] did.
@@ -286,6 +224,7 @@ impl Submitted {
 /// assert!(ClaimRequest::new("", Duration::from_secs(30)).validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimRequest {
     /// The worker's id, recorded with the attempt.
     pub worker: String,
@@ -309,18 +248,20 @@ impl ClaimRequest {
     }
 }
 
-/// Who reopens a task with [`TaskStore::retry`], why, and the budget it gets.
+/// Who reopens a task with [`TaskStore::reopen`], why, and the budget it gets.
 ///
 /// ```
 /// use std::time::Duration;
-/// use taskfence::{RetryPolicy, RetryRequest};
-/// let request = RetryRequest::new("alice@ops", "quota raised")
+/// use taskfence::RetryPolicy;
+/// use taskfence::store::ReopenRequest;
+/// let request = ReopenRequest::new("alice@ops", "quota raised")
 ///     .policy(RetryPolicy::default().max_attempts(3).deadline(Duration::from_secs(3600)));
 /// assert!(request.validate().is_ok());
-/// assert!(RetryRequest::new("", "why").validate().is_err());
+/// assert!(ReopenRequest::new("", "why").validate().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-pub struct RetryRequest {
+#[non_exhaustive]
+pub struct ReopenRequest {
     /// Who asked (an operator, a tool): recorded with the reopening.
     pub by: String,
     /// Why: recorded with the reopening.
@@ -329,7 +270,7 @@ pub struct RetryRequest {
     pub policy: Option<RetryPolicy>,
 }
 
-impl RetryRequest {
+impl ReopenRequest {
     /// A retry by `by` for `reason`, under the task's stored policy.
     pub fn new(by: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
@@ -353,15 +294,16 @@ impl RetryRequest {
     }
 }
 
-/// One [`TaskStore::retry`] of a task, as its story records it.
+/// One [`TaskStore::reopen`] of a task, as its story records it.
 ///
 /// ```
-/// # fn f(r: taskfence::Reopening) {
+/// # fn f(r: taskfence::store::Reopening) {
 /// println!("reopened #{} by {} at version {}: {}", r.number, r.by, r.version, r.reason);
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Reopening {
     /// The task.
     pub task_id: TaskId,
@@ -378,6 +320,36 @@ pub struct Reopening {
     pub from: Status,
     /// The assignment version then: the new budget's base.
     pub version: u64,
+}
+
+impl Reopening {
+    /// The `number`th reopening of `task_id` (a backend's record): at `at`,
+    /// by `by` for `reason`, from status `from` at assignment version `version`.
+    ///
+    /// ```
+    /// use taskfence::store::Reopening;
+    /// let r = Reopening::new(taskfence::TaskId::new(), 1, time::OffsetDateTime::now_utc(), "ops", "fixed", taskfence::Status::Failed, 3);
+    /// assert_eq!(r.number, 1);
+    /// ```
+    pub fn new(
+        task_id: TaskId,
+        number: u32,
+        at: OffsetDateTime,
+        by: impl Into<String>,
+        reason: impl Into<String>,
+        from: Status,
+        version: u64,
+    ) -> Self {
+        Self {
+            task_id,
+            number,
+            at,
+            by: by.into(),
+            reason: reason.into(),
+            from,
+            version,
+        }
+    }
 }
 
 /// The answer to [`TaskStore::claim`].
@@ -418,6 +390,25 @@ impl Claim {
     pub fn is_acquired(&self) -> bool {
         matches!(self, Claim::Acquired(_))
     }
+
+    /// A short, stable name of the variant (`acquired`, `completed`, `busy`,
+    /// `backoff`, `failed`, `cancelled`, `not_found`): the `outcome` label
+    /// of the metrics, and a field for logs.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::Claim::NotFound.label(), "not_found");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            Claim::Acquired(_) => "acquired",
+            Claim::Completed(_) => "completed",
+            Claim::Busy { .. } => "busy",
+            Claim::Backoff { .. } => "backoff",
+            Claim::Failed(_) => "failed",
+            Claim::Cancelled(_) => "cancelled",
+            Claim::NotFound => "not_found",
+        }
+    }
 }
 
 /// One assignment's right to work on a task: the fencing token (assignment
@@ -448,9 +439,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Builds a lease. Backends call this when a claim succeeds; `task` is the
-    /// task as it stands after the claim (status `Running`, version incremented).
-    pub fn new(task: Task, attempt_id: AttemptId, worker: String, expires_at: OffsetDateTime) -> Self {
+    /// Builds a lease ([`backend::new_lease`](crate::backend::new_lease)).
+    pub(crate) fn new(task: Task, attempt_id: AttemptId, worker: String, expires_at: OffsetDateTime) -> Self {
         Self {
             task,
             attempt_id,
@@ -491,8 +481,8 @@ impl Lease {
     pub fn expires_at(&self) -> OffsetDateTime {
         self.expires_at
     }
-    /// Records a new expiry after a successful renewal. Backends call this.
-    pub fn set_expires_at(&mut self, at: OffsetDateTime) {
+    /// Records a new expiry after a successful renewal ([`backend::renewed`](crate::backend::renewed)).
+    pub(crate) fn set_expires_at(&mut self, at: OffsetDateTime) {
         self.expires_at = at;
     }
 }
@@ -523,10 +513,38 @@ pub enum Rejection {
     /// The task is not running (cancelled, failed, released or retrying).
     #[error("task is {0}, not running")]
     NotRunning(Status),
-    /// A [retry](TaskStore::retry) of a task that is still pending or
+    /// A [reopening](TaskStore::reopen) of a task that is still pending or
     /// running: only a failed or cancelled task can be reopened.
-    #[error("task is {0}: only a failed or cancelled task can be retried")]
+    #[error("task is {0}: only a failed or cancelled task can be reopened")]
     NotTerminal(Status),
+    /// A [reopening](TaskStore::reopen) of a task whose request key names
+    /// newer work now (its dedup record expired and a new submission took
+    /// the key): reopening would give one key two live tasks.
+    #[error("the request key now names task {current}: this task cannot be reopened")]
+    KeyReused {
+        /// The task the key names now.
+        current: TaskId,
+    },
+}
+
+impl Rejection {
+    /// A short, stable name of the variant (`already_completed`,
+    /// `superseded`, `lease_expired`, `not_running`, `not_terminal`,
+    /// `key_reused`): the `reason` label of the metrics, and a field for logs.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::Rejection::LeaseExpired.label(), "lease_expired");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            Rejection::AlreadyCompleted(_) => "already_completed",
+            Rejection::Superseded { .. } => "superseded",
+            Rejection::LeaseExpired => "lease_expired",
+            Rejection::NotRunning(_) => "not_running",
+            Rejection::NotTerminal(_) => "not_terminal",
+            Rejection::KeyReused { .. } => "key_reused",
+        }
+    }
 }
 
 /// The outcome of a fenced write: accepted, or rejected with the reason.
@@ -608,14 +626,14 @@ pub enum Retry {
         attempts_left: u32,
     },
     /// No retry: the task is terminally `Failed` (permanent failure, ambiguous
-    /// with [`OnAmbiguous::Stop`](crate::OnAmbiguous::Stop), attempts or deadline exhausted).
+    /// with [`OnAmbiguous::Stop`](crate::policy::OnAmbiguous::Stop), attempts or deadline exhausted).
     Exhausted(Box<Task>),
 }
 
 /// How an attempt ended.
 ///
 /// ```
-/// assert_eq!(taskfence::AttemptOutcome::Expired.as_str(), "expired");
+/// assert_eq!(taskfence::store::AttemptOutcome::Expired.as_str(), "expired");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttemptOutcome {
@@ -632,7 +650,7 @@ pub enum AttemptOutcome {
     /// The task was cancelled while it ran.
     Cancelled,
     /// It still held the lease when an earlier attempt's answer was saved
-    /// (only under [`AcceptanceRule::FirstValidAnswer`](crate::AcceptanceRule::FirstValidAnswer)).
+    /// (only under [`AcceptanceRule::FirstValidAnswer`](crate::policy::AcceptanceRule::FirstValidAnswer)).
     Overtaken,
 }
 
@@ -672,12 +690,13 @@ impl AttemptOutcome {
 /// One claim of a task, as [`TaskStore::attempts`] reports it.
 ///
 /// ```
-/// # fn f(a: taskfence::Attempt) {
+/// # fn f(a: taskfence::store::Attempt) {
 /// println!("attempt {} by {}: {:?}", a.number, a.worker, a.outcome);
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Attempt {
     /// The attempt's id.
     pub id: AttemptId,
@@ -699,4 +718,35 @@ pub struct Attempt {
     pub operation_id: Option<String>,
     /// The failure message it reported, if any.
     pub error: Option<String>,
+}
+
+impl Attempt {
+    /// An attempt as its claim starts it: running, nothing recorded yet (a
+    /// backend's record; it sets the other fields as the attempt goes on).
+    ///
+    /// ```
+    /// use taskfence::store::{Attempt, AttemptOutcome};
+    /// use taskfence::task::AttemptId;
+    /// let a = Attempt::started(AttemptId::new(), taskfence::TaskId::new(), 1, "w", time::OffsetDateTime::now_utc());
+    /// assert_eq!(a.outcome, AttemptOutcome::Running);
+    /// ```
+    pub fn started(
+        id: AttemptId,
+        task_id: TaskId,
+        number: u32,
+        worker: impl Into<String>,
+        started_at: OffsetDateTime,
+    ) -> Self {
+        Self {
+            id,
+            task_id,
+            number,
+            worker: worker.into(),
+            started_at,
+            finished_at: None,
+            outcome: AttemptOutcome::Running,
+            operation_id: None,
+            error: None,
+        }
+    }
 }

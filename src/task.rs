@@ -81,7 +81,7 @@ uuid_id! {
     /// replaces the [`TaskId`]: several attempts belong to one task.
     ///
     /// ```
-    /// use taskfence::AttemptId;
+    /// use taskfence::task::AttemptId;
     /// assert_ne!(AttemptId::new(), AttemptId::new());
     /// ```
     AttemptId
@@ -335,6 +335,7 @@ impl RequestKey {
 /// assert!(task.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NewTask {
     /// Scope, operation and idempotency key.
     pub key: RequestKey,
@@ -419,6 +420,7 @@ impl NewTask {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Task {
     /// Stable identity.
     pub id: TaskId,
@@ -436,12 +438,12 @@ pub struct Task {
     /// Retry budget and backoff.
     pub policy: RetryPolicy,
     /// The assignment version at which the current retry budget began: 0, or
-    /// the version when an operator last [retried](crate::TaskStore::retry)
+    /// the version when an operator last [reopened](crate::TaskStore::reopen)
     /// the task. `version - budget_base` attempts count against the policy;
     /// the version itself never goes back, so an old lease can never save.
     pub budget_base: u64,
     /// When the current retry budget began: `created_at`, or the instant of
-    /// the last [retry](crate::TaskStore::retry). The policy's deadline counts from here.
+    /// the last [reopening](crate::TaskStore::reopen). The policy's deadline counts from here.
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub budget_started_at: OffsetDateTime,
     /// Which attempts may save the response (chosen at submission, never changed).
@@ -515,7 +517,7 @@ impl Task {
     }
 
     /// Attempts made in the current retry budget: all of them, unless an
-    /// operator [retried](crate::TaskStore::retry) the task with a fresh budget.
+    /// operator [reopened](crate::TaskStore::reopen) the task with a fresh budget.
     pub fn attempts_in_budget(&self) -> u32 {
         u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX)
     }

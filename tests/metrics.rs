@@ -7,8 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use taskfence::clock::ManualClock;
 use taskfence::inspect::{Inspect, TaskQuery};
-use taskfence::metrics::Observed;
+use taskfence::intercept::Intercepted;
+use taskfence::metrics::{self, Observed, Recorder};
+use taskfence::store::ReopenRequest;
+use taskfence::testing::acquire;
 use taskfence::testing::{Fixture, InspectFixture, MemoryFixture};
 use taskfence::*;
 use tracing::field::{Field, Visit};
@@ -25,7 +29,7 @@ struct ObservedFixture(MemoryFixture);
 #[async_trait::async_trait]
 impl Fixture for ObservedFixture {
     fn store(&self) -> Arc<dyn TaskStore> {
-        Arc::new(Observed::from_arc(self.0.store()))
+        Arc::new(Intercepted::new(self.0.store(), Recorder))
     }
     async fn advance(&self, by: Duration) {
         self.0.advance(by).await;
@@ -37,18 +41,18 @@ impl Fixture for ObservedFixture {
 
 impl InspectFixture for ObservedFixture {
     fn inspector(&self) -> Arc<dyn Inspect> {
-        Arc::new(Observed::from_arc(self.0.inspector()))
+        Arc::new(Intercepted::new(self.0.inspector(), Recorder))
     }
 }
 
 mod conformance {
     use super::*;
-    taskfence::conformance_suite!(async { ObservedFixture(MemoryFixture::new()) });
+    taskfence::testing::conformance_suite!(async { ObservedFixture(MemoryFixture::new()) });
 }
 
 mod inspection {
     use super::*;
-    taskfence::inspection_suite!(async { ObservedFixture(MemoryFixture::new()) });
+    taskfence::testing::inspection_suite!(async { ObservedFixture(MemoryFixture::new()) });
 }
 
 // ---------------------------------------------------------------------------
@@ -217,7 +221,7 @@ where
         .build()
         .unwrap();
     let clock = ManualClock::default();
-    let store = Observed::new(MemoryStore::with_clock(clock.clone()));
+    let store = metrics::observe(MemoryStore::with_clock(clock.clone()));
     ::metrics::with_local_recorder(&recorder, || {
         tracing::subscriber::with_default(subscriber, || runtime.block_on(scenario(store, clock)))
     })
@@ -263,13 +267,6 @@ fn new_task(key: &str) -> NewTask {
     )
 }
 
-async fn acquire(store: &impl TaskStore, id: TaskId, worker: &str) -> Lease {
-    match store.claim(id, ClaimRequest::new(worker, LEASE)).await.unwrap() {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected to acquire, got {other:?}"),
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Metrics.
 
@@ -307,7 +304,7 @@ fn fenced_writes_count_accepted_and_rejected_by_reason() {
         ));
         assert!(matches!(
             store
-                .retry(task.id, RetryRequest::new("op", "why"))
+                .reopen(task.id, ReopenRequest::new("op", "why"))
                 .await?
                 .rejection(),
             Some(Rejection::AlreadyCompleted(_))
@@ -328,13 +325,13 @@ fn fenced_writes_count_accepted_and_rejected_by_reason() {
     assert_eq!(m.ops("renew", "accepted", None), 1);
     assert_eq!(m.ops("record_operation", "accepted", None), 1);
     assert_eq!(m.ops("cancel", "rejected", Some("already_completed")), 1);
-    assert_eq!(m.ops("retry", "rejected", Some("already_completed")), 1);
+    assert_eq!(m.ops("reopen", "rejected", Some("already_completed")), 1);
     assert_eq!(m.ops("get", "found", None), 1);
     assert_eq!(m.ops("get", "absent", None), 1);
     assert_eq!(m.ops("attempts", "ok", None), 1);
     // Nothing else was counted: 15 calls, 15 increments.
     assert_eq!(m.ops_total(), 15);
-    assert_eq!(m.counter("taskfence_tasks_retried_total", &[]), 0);
+    assert_eq!(m.counter("taskfence_tasks_reopened_total", &[]), 0);
     assert_eq!(m.samples("complete"), 3);
     assert_eq!(m.samples("claim"), 3);
     assert_eq!(m.samples("submit"), 2);
@@ -355,7 +352,7 @@ fn errors_count_by_kind() {
             Err(Error::NotFound(_))
         ));
         assert!(matches!(
-            store.retry(TaskId::new(), RetryRequest::new("op", "why")).await,
+            store.reopen(TaskId::new(), ReopenRequest::new("op", "why")).await,
             Err(Error::NotFound(_))
         ));
         // A blank worker: invalid input, nothing claimed.
@@ -381,7 +378,7 @@ fn errors_count_by_kind() {
     let m = &seen.metrics;
     assert_eq!(m.ops("submit", "error", Some("key_conflict")), 1);
     assert_eq!(m.ops("cancel", "error", Some("not_found")), 1);
-    assert_eq!(m.ops("retry", "error", Some("not_found")), 1);
+    assert_eq!(m.ops("reopen", "error", Some("not_found")), 1);
     assert_eq!(m.ops("claim", "error", Some("invalid_input")), 1);
     assert_eq!(m.ops("due", "error", Some("invalid_input")), 1);
     assert_eq!(m.ops("claim_many", "error", Some("invalid_input")), 1);
@@ -419,7 +416,7 @@ fn terminal_failures_retries_and_warnings() {
             // Reopened by an operator, then its worker's lease expires with
             // the budget spent: the next claim makes it terminal.
             let reopened = store
-                .retry(a.id, RetryRequest::new("alice", "provider fixed"))
+                .reopen(a.id, ReopenRequest::new("alice", "provider fixed"))
                 .await?;
             assert!(reopened.is_accepted());
             let _crashed = acquire(&store, a.id, "w").await;
@@ -435,7 +432,7 @@ fn terminal_failures_retries_and_warnings() {
             let c = store.submit(new_task("c")).await?.into_task();
             assert!(matches!(
                 store
-                    .retry(c.id, RetryRequest::new("alice", "why"))
+                    .reopen(c.id, ReopenRequest::new("alice", "why"))
                     .await?
                     .rejection(),
                 Some(Rejection::NotTerminal(_))
@@ -457,9 +454,9 @@ fn terminal_failures_retries_and_warnings() {
     assert_eq!(m.ops("fail", "accepted", Some("exhausted")), 2);
     assert_eq!(m.ops("claim", "failed", None), 2);
     assert_eq!(m.ops("claim_many", "failed", None), 1);
-    assert_eq!(m.ops("retry", "accepted", None), 1);
-    assert_eq!(m.ops("retry", "rejected", Some("not_terminal")), 1);
-    assert_eq!(m.counter("taskfence_tasks_retried_total", &[]), 1);
+    assert_eq!(m.ops("reopen", "accepted", None), 1);
+    assert_eq!(m.ops("reopen", "rejected", Some("not_terminal")), 1);
+    assert_eq!(m.counter("taskfence_tasks_reopened_total", &[]), 1);
 
     let warnings = seen.terminal_warnings();
     assert_eq!(warnings.len(), 4, "{warnings:#?}");

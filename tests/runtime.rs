@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use taskfence::clock::Clock;
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{
     AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker, WorkerConfig,
 };
 use taskfence::{
-    Claim, ClaimRequest, Clock, Error, Failure, Fenced, InputHash, Lease, MemoryStore, NewTask, Rejection,
+    Claim, ClaimRequest, Error, Failure, Fenced, InputHash, Lease, MemoryStore, NewTask, Rejection,
     RequestKey, Response, RetryPolicy, Status, Task, TaskId, TaskStore,
 };
 use time::OffsetDateTime;

@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use taskfence::clock::ManualClock;
+use taskfence::policy::{AcceptanceRule, OnAmbiguous};
+use taskfence::store::{Attempt, AttemptOutcome};
 use taskfence::{
-    AcceptanceRule, Attempt, AttemptOutcome, Claim, ClaimRequest, Failure, InputHash, ManualClock,
-    MemoryStore, NewTask, OnAmbiguous, RequestKey, Response, RetryPolicy, Status, Task, TaskId, TaskStore,
+    Claim, ClaimRequest, Failure, InputHash, MemoryStore, NewTask, RequestKey, Response, RetryPolicy, Status,
+    Task, TaskId, TaskStore,
 };
 
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) -> serde_json::Value {
@@ -125,7 +128,7 @@ fn enums_use_their_storage_names() {
         AttemptOutcome::Running,
         AttemptOutcome::Expired,
         AttemptOutcome::Overtaken,
-        AttemptOutcome::Failed(taskfence::FailureKind::Ambiguous),
+        AttemptOutcome::Failed(taskfence::policy::FailureKind::Ambiguous),
     ] {
         assert_eq!(round_trip(&outcome), outcome.as_str());
     }

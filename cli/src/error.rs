@@ -120,9 +120,9 @@ mod tests {
             ExitCode::from(3)
         );
         assert_eq!(
-            code(CliError::from(Error::from(taskfence::InvalidInput::Blank {
-                field: "by"
-            }))),
+            code(CliError::from(Error::from(
+                taskfence::error::InvalidInput::Blank { field: "by" }
+            ))),
             ExitCode::from(2)
         );
     }

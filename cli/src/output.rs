@@ -14,7 +14,8 @@ use comfy_table::{Table, presets};
 use serde::Serialize;
 use serde_json::json;
 use taskfence::inspect::{Counts, Page, Story};
-use taskfence::{AttemptOutcome, Status, Task, TaskId};
+use taskfence::store::AttemptOutcome;
+use taskfence::{Status, Task, TaskId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 

@@ -165,7 +165,10 @@ async fn show_tells_the_story_by_id_and_by_key() {
     let store = f.store();
     let task = failed(&*store, "tenant-a", "req/with/slashes", "provider down").await;
     let reopened = store
-        .retry(task.id, taskfence::RetryRequest::new("alice", "quota raised"))
+        .reopen(
+            task.id,
+            taskfence::store::ReopenRequest::new("alice", "quota raised"),
+        )
         .await
         .unwrap();
     assert!(reopened.is_accepted());

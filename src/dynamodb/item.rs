@@ -25,7 +25,7 @@ pub(crate) const TASK_SK: &str = "T";
 pub(crate) const KEY_SK: &str = "K";
 /// Sort key prefix of attempt items.
 pub(crate) const ATTEMPT_PREFIX: &str = "A#";
-/// Sort key prefix of reopening items (one per [`retry`](crate::TaskStore::retry)).
+/// Sort key prefix of reopening items (one per [`reopen`](crate::TaskStore::reopen)).
 pub(crate) const REOPENING_PREFIX: &str = "R#";
 
 // Attribute names, once.

@@ -10,14 +10,14 @@
 //! - **One table, four kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
 //!   with many attempts never nears the 400 KB item limit), its reopenings
-//!   by [`retry`](crate::TaskStore::retry) (`sk = R#<number>`), and its dedup
+//!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), and its dedup
 //!   record (`pk = K#<scope, operation, key>`, `sk = K`).
 //! - **Every decision one conditional request.** A fenced write is one
 //!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
 //!   guard: version, status, the lease against the writer's clock (a running
 //!   task has no response). The attempt item changes in the same
 //!   transaction. A refused write asks for `ALL_OLD` and is classified from
-//!   that image by the same [`rules`](crate::rules) functions every backend
+//!   that image by the same [`rules`](crate::backend::rules) functions every backend
 //!   uses: no extra read.
 //! - **Submission is atomic**: the dedup record and the task are put in one
 //!   transaction, each on `attribute_not_exists`. The same key with other
@@ -27,7 +27,7 @@
 //!   submit 1 (a repeat 2: the refused transaction, then the task),
 //!   claim 2 (a read, then the transaction: the new attempt's item is keyed
 //!   by the new version, which only a read tells), renew 1, complete 1,
-//!   fail 1, release 1, record_operation 1, cancel 2, retry 2, get 1, find 2,
+//!   fail 1, release 1, record_operation 1, cancel 2, reopen 2, get 1, find 2,
 //!   attempts 1 (per 1 MB page), due 1 (per page of the index),
 //!   purge_expired 1 + 4 per purged task; `claim_many` of *n* one
 //!   `BatchGetItem` per 100 plus one transaction per task (concurrent),
@@ -38,7 +38,7 @@
 //!   what each reads is in `docs/DYNAMODB.md`.
 //! - **Time is the writer's clock.** DynamoDB has no clock to compare with
 //!   in a condition: each store compares leases with its own
-//!   [`Clock`](crate::Clock) (injectable, [`DynamoStoreBuilder::clock`]).
+//!   [`Clock`](crate::clock::Clock) (injectable, [`DynamoStoreBuilder::clock`]).
 //!   Under *any* skew, at most one response is saved and a superseded
 //!   assignment never saves: versions, not clocks, decide those. *When* a
 //!   lease counts as expired depends on bounded skew: a fast clock may take
@@ -51,13 +51,14 @@
 //!   dedup record gets a TTL ([`TTL`]) when its task turns terminal, as a
 //!   backstop; `purge_expired` still removes expired records itself.
 //! - **The application's writes in the same transaction**:
-//!   [`DynamoStore::submit_with`] and [`DynamoStore::complete_with`] take
-//!   extra `TransactWriteItem`s that commit with the task's change or not at
-//!   all.
+//!   [`DynamoStore::with`] takes the application's `TransactWriteItem`s,
+//!   which commit with a submission or a completion or not at all
+//!   ([`WithItems`], side by side with PostgreSQL's transaction handle).
 //!
 //! | module | what it holds |
 //! | --- | --- |
 //! | `store` | [`DynamoStore`], [`DynamoStoreBuilder`], every operation |
+//! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
@@ -67,17 +68,19 @@ pub(crate) mod fixture;
 mod item;
 mod store;
 mod table;
+mod with;
 
-pub use store::{DynamoStore, DynamoStoreBuilder, ExtraRefused};
+pub use store::{DynamoStore, DynamoStoreBuilder};
 pub use table::{
     DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,
     TTL, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD, create_table,
 };
+pub use with::{ExtraRefused, WithItems};
 
 /// Largest payload this backend stores, in bytes: the task item holds the
 /// payload, the response ([`MAX_RESPONSE_LEN`]) and up to 8 KiB of error
 /// text, and must stay under DynamoDB's 400 KB item limit. Larger payloads
-/// are [`InvalidInput`](crate::InvalidInput), nothing written.
+/// are [`InvalidInput`](crate::error::InvalidInput), nothing written.
 ///
 /// ```
 /// assert!(taskfence::dynamodb::MAX_PAYLOAD_LEN < taskfence::limits::MAX_PAYLOAD_LEN);
@@ -91,8 +94,7 @@ pub const MAX_PAYLOAD_LEN: usize = 160 * 1024;
 /// ```
 pub const MAX_RESPONSE_LEN: usize = 200 * 1024;
 
-/// Most items the application may add to [`DynamoStore::submit_with`] or
-/// [`DynamoStore::complete_with`]: DynamoDB's 100 items per transaction,
+/// Most items the application may give [`DynamoStore::with`]: DynamoDB's 100 items per transaction,
 /// less the store's own (at most four).
 ///
 /// ```

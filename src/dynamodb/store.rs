@@ -20,24 +20,25 @@ use aws_sdk_dynamodb::types::{
 use time::OffsetDateTime;
 use tracing::Instrument;
 
+use crate::backend::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
+use crate::backend::{Backend, InspectBackend, entry, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
-use crate::error::{Error, InvalidInput};
-use crate::inspect::{Counts, Cursor, Inspect, Order, Page, Story, TaskQuery};
+use crate::error::{Error, InvalidInput, Result};
+use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
-use crate::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Reopening, Result, Retry, RetryRequest,
-    Submitted, TaskStore,
+    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, ReopenRequest, Reopening, Retry,
+    Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
-use crate::trace;
 
 use super::item::{self, Item, at, b, n, s};
 use super::table::{
     DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,
     TTL, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD,
 };
+use super::with::{ExtraRefused, WithItems};
 use super::{MAX_EXTRA_ITEMS, MAX_PAYLOAD_LEN, MAX_RESPONSE_LEN};
 
 /// How often a write refused by a condition, whose `ALL_OLD` image then says
@@ -54,7 +55,7 @@ const BATCH_GET: usize = 100;
 /// a listing) has in flight at once.
 const CONCURRENCY: usize = 32;
 
-/// The DynamoDB [`TaskStore`]: one table, conditional writes, leases on the
+/// The DynamoDB [`TaskStore`](crate::TaskStore): one table, conditional writes, leases on the
 /// writer's clock (see the [module documentation](crate::dynamodb)).
 ///
 /// Cheap to clone. The application builds the `Client` (credentials, region,
@@ -93,7 +94,7 @@ impl fmt::Debug for DynamoStore {
 ///
 /// ```no_run
 /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
-/// let clock = taskfence::ManualClock::default();
+/// let clock = taskfence::clock::ManualClock::default();
 /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(clock).build()?;
 /// # Ok(()) }
 /// ```
@@ -110,7 +111,7 @@ impl DynamoStoreBuilder {
     ///
     /// ```no_run
     /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
-    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::SystemClock).build()?;
+    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::clock::SystemClock).build()?;
     /// # Ok(()) }
     /// ```
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
@@ -144,31 +145,6 @@ impl DynamoStoreBuilder {
             clock: self.clock,
         })
     }
-}
-
-/// An item the application added to [`DynamoStore::submit_with`] or
-/// [`DynamoStore::complete_with`] was refused by its own condition: the
-/// transaction was cancelled, nothing of it (the task's change included) was
-/// written. Comes as [`Error::Storage`]; downcast to read it.
-///
-/// ```
-/// # fn f(err: taskfence::Error) {
-/// use taskfence::dynamodb::ExtraRefused;
-/// if let taskfence::Error::Storage(e) = &err {
-///     if let Some(refused) = e.downcast_ref::<ExtraRefused>() {
-///         println!("extra item {} refused; its item was {:?}", refused.index, refused.item);
-///     }
-/// }
-/// # }
-/// ```
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("the application's transaction item {index} was refused by its condition; nothing was written")]
-pub struct ExtraRefused {
-    /// Its position in the `extra` vector.
-    pub index: usize,
-    /// Its item before the request, when the item asked for
-    /// `ReturnValuesOnConditionCheckFailure::AllOld` and existed.
-    pub item: Option<HashMap<String, AttributeValue>>,
 }
 
 /// A write kept being refused while its `ALL_OLD` image said it should pass,
@@ -287,6 +263,34 @@ enum Tx {
     /// Item 0 (the task, or the dedup record of a submit) failed its
     /// condition; here is its image before the request (`None`: no such item).
     Refused(Option<Item>),
+    /// The dedup record at the position the caller named failed its
+    /// condition: the request key names other work now.
+    KeyTaken(Option<Item>),
+}
+
+/// Where a transaction's items are: the application's own from `extra_from`
+/// on, and the task's dedup record, when the caller's condition on it can
+/// fail, at `key_at`.
+#[derive(Clone, Copy)]
+struct Layout {
+    extra_from: usize,
+    key_at: Option<usize>,
+}
+
+impl Layout {
+    /// Only taskfence's items, none of whose refusals but item 0's is expected.
+    const OWN: Layout = Layout {
+        extra_from: usize::MAX,
+        key_at: None,
+    };
+
+    /// The application's items from `extra_from` on.
+    fn extra_from(extra_from: usize) -> Self {
+        Self {
+            extra_from,
+            key_at: None,
+        }
+    }
 }
 
 /// The guard of a fenced write (guarantee 5), as a condition on the task item:
@@ -392,7 +396,7 @@ impl DynamoStore {
     ///
     /// ```no_run
     /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
-    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::SystemClock).build()?;
+    /// let store = taskfence::DynamoStore::builder(client, "taskfence").clock(taskfence::clock::SystemClock).build()?;
     /// # Ok(()) }
     /// ```
     pub fn builder(client: Client, table: impl Into<String>) -> DynamoStoreBuilder {
@@ -425,12 +429,11 @@ impl DynamoStore {
         &self.client
     }
 
-    /// [`TaskStore::submit`] with the application's own items in the same
-    /// `TransactWriteItems`: the user's message and the new task commit
-    /// together or not at all. When the key exists already (the same task, or
-    /// [`Error::KeyConflict`]) or an `extra` item's condition fails
-    /// ([`ExtraRefused`]), nothing of `extra` is written either. At most
-    /// [`MAX_EXTRA_ITEMS`] extra items.
+    /// The writes that can carry the application's own items in the same
+    /// `TransactWriteItems` (the user's message with its task, the reply with
+    /// its completion): all of them are written, or none. DynamoDB's
+    /// counterpart of `PgStore::on` (the operations in the caller's
+    /// PostgreSQL transaction); see [`WithItems`].
     ///
     /// ```no_run
     /// # async fn f(store: taskfence::DynamoStore, new: taskfence::NewTask) -> taskfence::Result<()> {
@@ -441,59 +444,26 @@ impl DynamoStore {
     ///     .item("body", AttributeValue::S("What are the key decisions?".into()))
     ///     .build()
     ///     .expect("table and item are set");
-    /// let extra = vec![TransactWriteItem::builder().put(message).build()];
-    /// let task = store.submit_with(new, extra).await?.into_task();
+    /// let items = vec![TransactWriteItem::builder().put(message).build()];
+    /// let task = store.with(items).submit(new).await?.into_task();
     /// # Ok(()) }
     /// ```
-    pub async fn submit_with(&self, new: NewTask, extra: Vec<TransactWriteItem>) -> Result<Submitted> {
-        validate_new(&new)?;
-        check_extra(extra.len())?;
-        let span = trace::op("submit", None, None, None);
-        self.submit_on(new, extra).instrument(span).await
-    }
-
-    /// [`TaskStore::complete`] with the application's own items in the same
-    /// `TransactWriteItems`: the reply written into the application's table
-    /// and the task's completion commit together or not at all. A refused
-    /// completion ([`Fenced::Rejected`]) or a refused `extra` item
-    /// ([`ExtraRefused`]) writes nothing. At most [`MAX_EXTRA_ITEMS`] extra items.
-    ///
-    /// ```no_run
-    /// # async fn f(store: taskfence::DynamoStore, lease: taskfence::Lease) -> taskfence::Result<()> {
-    /// use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-    /// let reply = Put::builder()
-    ///     .table_name("replies")
-    ///     .item("task_id", AttributeValue::S(lease.task_id().to_string()))
-    ///     .item("body", AttributeValue::S("Here are the key decisions…".into()))
-    ///     .build()
-    ///     .expect("table and item are set");
-    /// let extra = vec![TransactWriteItem::builder().put(reply).build()];
-    /// match store.complete_with(lease, "saved".into(), extra).await? {
-    ///     taskfence::Fenced::Accepted(_) => { /* reply and completion are both written */ }
-    ///     taskfence::Fenced::Rejected(_) => { /* neither: someone else's answer stands */ }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn complete_with(
-        &self,
-        lease: Lease,
-        response: Response,
-        extra: Vec<TransactWriteItem>,
-    ) -> Result<Fenced<Task>> {
-        check_response(&response)?;
-        check_extra(extra.len())?;
-        let span = trace::lease_op("complete", &lease);
-        self.complete_on(lease, response, extra).instrument(span).await
+    pub fn with(&self, items: Vec<TransactWriteItem>) -> WithItems<'_> {
+        WithItems::new(self, items)
     }
 
     fn now(&self) -> OffsetDateTime {
         self.clock.now()
     }
 
-    async fn submit_on(&self, new: NewTask, extra: Vec<TransactWriteItem>) -> Result<Submitted> {
+    pub(super) async fn submit_items(
+        &self,
+        new: NewTask,
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<Submitted> {
         let now = self.now();
         let expires_at = now + new.retention;
-        let task = Task::submitted(TaskId::new(), new, now, expires_at);
+        let task = new_task(TaskId::new(), new, now, expires_at);
         let (key_item, task_item) = item::new_items(&task);
         let put = |item: Item| {
             let put = Put::builder()
@@ -509,7 +479,10 @@ impl DynamoStore {
         let mut items = vec![put(key_item), put(task_item)];
         items.extend(extra);
         for _ in 0..RACE_RETRIES {
-            match self.transact("submit", items.clone(), 2).await? {
+            match self
+                .transact("submit", items.clone(), Layout::extra_from(2))
+                .await?
+            {
                 Tx::Written => {
                     tracing::Span::current().record("task_id", tracing::field::display(task.id));
                     return Ok(Submitted::Created(task));
@@ -520,25 +493,26 @@ impl DynamoStore {
                     if hash != task.input_hash {
                         return Err(Error::KeyConflict { existing });
                     }
-                    match self.get_on(existing).await? {
+                    match self.read_task(existing).await? {
                         Some(found) => return Ok(Submitted::Existing(found)),
                         None => continue, // purged between the two requests
                     }
                 }
+                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
             }
         }
         Err(Error::storage(Raced("submit")))
     }
 
-    async fn get_on(&self, id: TaskId) -> Result<Option<Task>> {
-        self.get_item_on(id)
+    async fn read_task(&self, id: TaskId) -> Result<Option<Task>> {
+        self.read_item(id)
             .await?
             .map(|i| item::task(&i).map_err(Error::storage))
             .transpose()
     }
 
     /// The task item, read consistently.
-    async fn get_item_on(&self, id: TaskId) -> Result<Option<Item>> {
+    async fn read_item(&self, id: TaskId) -> Result<Option<Item>> {
         let out = self
             .client
             .get_item()
@@ -551,8 +525,8 @@ impl DynamoStore {
         Ok(out.item)
     }
 
-    async fn claim_on(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        let Some(task) = self.get_on(id).await? else {
+    async fn claim_task(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        let Some(task) = self.read_task(id).await? else {
             return Ok(Claim::NotFound);
         };
         self.claim_read(id, task, request).await
@@ -638,14 +612,14 @@ impl DynamoStore {
                 let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
                 items.push(finish_if_running(AttemptOutcome::Expired, now).update(&self.table, key));
             }
-            match self.transact("claim", items, usize::MAX).await? {
+            match self.transact("claim", items, Layout::OWN).await? {
                 Tx::Written => {
                     return Ok(match decided {
                         Some(until) => {
                             let span = tracing::Span::current();
                             span.record("version", next.version);
                             span.record("attempt_id", tracing::field::display(attempt_id));
-                            Claim::Acquired(Lease::new(next, attempt_id, request.worker, until))
+                            Claim::Acquired(new_lease(next, attempt_id, request.worker, until))
                         }
                         None => Claim::Failed(next),
                     });
@@ -653,12 +627,13 @@ impl DynamoStore {
                 Tx::Refused(None) => return Ok(Claim::NotFound),
                 // Decide again on the item as it is now: no extra read.
                 Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
+                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
             }
         }
         Err(Error::storage(Raced("claim")))
     }
 
-    async fn complete_on(
+    pub(super) async fn complete_items(
         &self,
         lease: Lease,
         response: Response,
@@ -705,7 +680,10 @@ impl DynamoStore {
                 let key = item::key_of(pk.clone(), &item::attempt_sk(expected.version));
                 items.push(finish_if_running(AttemptOutcome::Overtaken, now).update(&self.table, key));
             }
-            match self.transact("complete", items, extra_from).await? {
+            match self
+                .transact("complete", items, Layout::extra_from(extra_from))
+                .await?
+            {
                 Tx::Written => return Ok(Fenced::Accepted(done)),
                 Tx::Refused(None) => return Err(Error::NotFound(id)),
                 Tx::Refused(Some(old)) => {
@@ -716,6 +694,7 @@ impl DynamoStore {
                     }
                     expected = old;
                 }
+                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
             }
         }
         Err(Error::storage(Raced("complete")))
@@ -725,8 +704,8 @@ impl DynamoStore {
     /// reopened task, its dedup record (live again: no TTL, retention
     /// restarted) and the reopening item in one transaction conditioned on
     /// the state read, like a cancellation; a refusal decides again on its image.
-    async fn retry_on(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
-        let found = self.get_item_on(id).await?.ok_or(Error::NotFound(id))?;
+    async fn reopen_task(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
+        let found = self.read_item(id).await?.ok_or(Error::NotFound(id))?;
         let mut task = item::task(&found).map_err(Error::storage)?;
         let mut reopenings = item::reopenings(&found).map_err(Error::storage)?;
         let pk = item::task_pk(id);
@@ -799,16 +778,28 @@ impl DynamoStore {
                 record.update(&self.table, item::key_of(item::key_pk(&task.key), item::KEY_SK)),
                 TransactWriteItem::builder().put(put).build(),
             ];
-            match self.transact("retry", items, usize::MAX).await? {
+            let layout = Layout {
+                extra_from: usize::MAX,
+                key_at: Some(1),
+            };
+            match self.transact("reopen", items, layout).await? {
                 Tx::Written => return Ok(Fenced::Accepted(next)),
                 Tx::Refused(None) => return Err(Error::NotFound(id)),
+                Tx::KeyTaken(record) => {
+                    // DynamoDB's TTL removed the record and a new submission
+                    // took the key: reopening would give one key two live tasks.
+                    let Some(Ok((current, _))) = record.as_ref().map(item::dedup) else {
+                        return Err(Error::storage(Raced("reopen")));
+                    };
+                    return Ok(Fenced::Rejected(Rejection::KeyReused { current }));
+                }
                 Tx::Refused(Some(old)) => {
                     task = item::task(&old).map_err(Error::storage)?;
                     reopenings = item::reopenings(&old).map_err(Error::storage)?;
                 }
             }
         }
-        Err(Error::storage(Raced("retry")))
+        Err(Error::storage(Raced("reopen")))
     }
 
     /// Runs a fenced write of `lease`: `items` builds the transaction for the
@@ -825,7 +816,7 @@ impl DynamoStore {
         for _ in 0..RACE_RETRIES {
             let now = self.now();
             let (items, value) = items(now);
-            match self.transact(op, items, usize::MAX).await? {
+            match self.transact(op, items, Layout::OWN).await? {
                 Tx::Written => return Ok(Fenced::Accepted(value)),
                 Tx::Refused(None) => return Err(Error::NotFound(lease.task_id())),
                 Tx::Refused(Some(old)) => {
@@ -835,6 +826,7 @@ impl DynamoStore {
                         return Ok(Fenced::Rejected(rejection));
                     }
                 }
+                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
             }
         }
         Err(Error::storage(Raced(op)))
@@ -856,12 +848,7 @@ impl DynamoStore {
     /// Sends a transaction. A cancellation is read item by item: a failed
     /// condition on item 0 is [`Tx::Refused`] with its image, on an item at
     /// or after `extra_from` it is the application's [`ExtraRefused`].
-    async fn transact(
-        &self,
-        op: &'static str,
-        items: Vec<TransactWriteItem>,
-        extra_from: usize,
-    ) -> Result<Tx> {
+    async fn transact(&self, op: &'static str, items: Vec<TransactWriteItem>, layout: Layout) -> Result<Tx> {
         let mut conflicts = 0;
         loop {
             let sent = self
@@ -888,11 +875,14 @@ impl DynamoStore {
                 if i == 0 {
                     return Ok(Tx::Refused(image));
                 }
-                if i >= extra_from {
-                    return Err(Error::storage(ExtraRefused {
-                        index: i - extra_from,
+                if layout.key_at == Some(i) {
+                    return Ok(Tx::KeyTaken(image));
+                }
+                if i >= layout.extra_from {
+                    return Err(Error::ItemRefused(Box::new(ExtraRefused {
+                        index: i - layout.extra_from,
                         item: image,
-                    }));
+                    })));
                 }
                 return Err(Error::storage(Inconsistent(format!(
                     "{op}: taskfence item {i} of the transaction failed its condition"
@@ -1073,19 +1063,18 @@ impl DynamoStore {
     }
 }
 
-/// [`NewTask::validate`] and this backend's payload limit.
-fn validate_new(new: &NewTask) -> Result<(), InvalidInput> {
-    new.validate()?;
+/// This backend's payload limit, below the crate's (an item is at most 400 KB).
+pub(super) fn check_payload(new: &NewTask) -> Result<(), InvalidInput> {
     limits::check_len("payload", new.payload.len(), MAX_PAYLOAD_LEN)
 }
 
-/// [`limits::check_response`] and this backend's response limit.
-fn check_response(response: &Response) -> Result<(), InvalidInput> {
-    limits::check_response(response)?;
+/// This backend's response limit, below the crate's.
+pub(super) fn check_response(response: &Response) -> Result<(), InvalidInput> {
     limits::check_len("response", response.len(), MAX_RESPONSE_LEN)
 }
 
-fn check_extra(count: usize) -> Result<(), InvalidInput> {
+/// At most [`MAX_EXTRA_ITEMS`] of the application's items in one transaction.
+pub(super) fn check_extra(count: usize) -> Result<(), InvalidInput> {
     if count > MAX_EXTRA_ITEMS {
         return Err(InvalidInput::OutOfRange {
             field: "extra transaction items",
@@ -1098,298 +1087,243 @@ fn check_extra(count: usize) -> Result<(), InvalidInput> {
 }
 
 #[async_trait]
-impl TaskStore for DynamoStore {
+impl Backend for DynamoStore {
     async fn submit(&self, new: NewTask) -> Result<Submitted> {
-        validate_new(&new)?;
-        let span = trace::op("submit", None, None, None);
-        self.submit_on(new, Vec::new()).instrument(span).await
+        check_payload(&new)?;
+        self.submit_items(new, Vec::new()).await
     }
 
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        let span = trace::op("get", Some(id), None, None);
-        self.get_on(id).instrument(span).await
+        self.read_task(id).await
     }
 
     async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
-        key.validate()?;
-        let span = trace::op("find", None, None, None);
-        async move {
-            let out = self
-                .client
-                .get_item()
-                .table_name(&*self.table)
-                .set_key(Some(item::key_of(item::key_pk(key), item::KEY_SK)))
-                .consistent_read(true)
-                .send()
-                .await
-                .map_err(Error::storage)?;
-            let Some(record) = out.item() else { return Ok(None) };
-            let (id, _) = item::dedup(record).map_err(Error::storage)?;
-            self.get_on(id).await
-        }
-        .instrument(span)
-        .await
+        let out = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::key_pk(key), item::KEY_SK)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(Error::storage)?;
+        let Some(record) = out.item() else { return Ok(None) };
+        let (id, _) = item::dedup(record).map_err(Error::storage)?;
+        self.read_task(id).await
     }
 
     async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        request.validate()?;
-        let span = trace::op("claim", Some(id), None, None);
-        self.claim_on(id, request).instrument(span).await
+        self.claim_task(id, request).await
     }
 
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        limits::check_extension(extend_by)?;
-        let span = trace::lease_op("renew", lease);
-        async move {
-            for _ in 0..RACE_RETRIES {
-                let now = self.now();
-                let until = now + extend_by;
-                let e = fence(Expr::default(), lease.version(), now)
-                    .set(item::LEASE_UNTIL, at(until))
-                    .set(DUE_AT, at(until));
-                let sent = self
-                    .client
-                    .update_item()
-                    .table_name(&*self.table)
-                    .set_key(Some(item::key_of(item::task_pk(lease.task_id()), item::TASK_SK)))
-                    .update_expression(e.update_expression())
-                    .set_condition_expression(e.condition())
-                    .set_expression_attribute_names(e.names())
-                    .set_expression_attribute_values(e.values())
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .send()
-                    .await;
-                match sent {
-                    Ok(_) => {
-                        lease.set_expires_at(until);
-                        return Ok(Fenced::Accepted(()));
-                    }
-                    Err(SdkError::ServiceError(service))
-                        if matches!(service.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
-                    {
-                        let UpdateItemError::ConditionalCheckFailedException(refused) = service.into_err()
-                        else {
-                            unreachable!("matched above")
-                        };
-                        let Some(old) = refused.item() else {
-                            return Err(Error::NotFound(lease.task_id()));
-                        };
-                        let old = item::task(old).map_err(Error::storage)?;
-                        if let Err(rejection) = rules::fence(&old, lease.version(), now) {
-                            tracing::debug!(%rejection, "fenced write rejected");
-                            return Ok(Fenced::Rejected(rejection));
-                        }
-                    }
-                    Err(err) => return Err(Error::storage(err)),
+        for _ in 0..RACE_RETRIES {
+            let now = self.now();
+            let until = now + extend_by;
+            let e = fence(Expr::default(), lease.version(), now)
+                .set(item::LEASE_UNTIL, at(until))
+                .set(DUE_AT, at(until));
+            let sent = self
+                .client
+                .update_item()
+                .table_name(&*self.table)
+                .set_key(Some(item::key_of(item::task_pk(lease.task_id()), item::TASK_SK)))
+                .update_expression(e.update_expression())
+                .set_condition_expression(e.condition())
+                .set_expression_attribute_names(e.names())
+                .set_expression_attribute_values(e.values())
+                .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+                .send()
+                .await;
+            match sent {
+                Ok(_) => {
+                    renewed(lease, until);
+                    return Ok(Fenced::Accepted(()));
                 }
+                Err(SdkError::ServiceError(service))
+                    if matches!(service.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+                {
+                    let UpdateItemError::ConditionalCheckFailedException(refused) = service.into_err() else {
+                        unreachable!("matched above")
+                    };
+                    let Some(old) = refused.item() else {
+                        return Err(Error::NotFound(lease.task_id()));
+                    };
+                    let old = item::task(old).map_err(Error::storage)?;
+                    if let Err(rejection) = rules::fence(&old, lease.version(), now) {
+                        tracing::debug!(%rejection, "fenced write rejected");
+                        return Ok(Fenced::Rejected(rejection));
+                    }
+                }
+                Err(err) => return Err(Error::storage(err)),
             }
-            Err(Error::storage(Raced("renew")))
         }
-        .instrument(span)
-        .await
+        Err(Error::storage(Raced("renew")))
     }
 
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
         check_response(&response)?;
-        let span = trace::lease_op("complete", &lease);
-        self.complete_on(lease, response, Vec::new())
-            .instrument(span)
-            .await
+        self.complete_items(lease, response, Vec::new()).await
     }
 
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        failure.validate()?;
-        let span = trace::lease_op("fail", &lease);
-        async {
-            let pk = item::task_pk(lease.task_id());
-            self.fenced_tx("fail", rules::fence, &lease, |now| {
-                // The fence pins the item to the lease's own state, so the
-                // decision is made on the lease's snapshot.
-                let mut task = lease.task().clone();
-                task.status = Status::Running;
-                let mut e = fence(Expr::default(), lease.version(), now);
-                let mut items = Vec::new();
-                let retry = match rules::after_failure(&task, lease.attempt_id(), failure.kind, now) {
-                    Ok(not_before) => {
-                        e = e
-                            .set(item::STATUS, s(Status::Pending.as_str()))
-                            .set(item::NOT_BEFORE, at(not_before))
-                            .set(item::LAST_ERROR, s(&failure.message))
-                            .set(DUE_SHARD, s(DUE_INDEX))
-                            .set(DUE_AT, at(not_before))
-                            .remove(item::LEASE_UNTIL);
-                        Retry::Scheduled {
-                            not_before,
-                            attempts_left: task.attempts_left(),
-                        }
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx("fail", rules::fence, &lease, |now| {
+            // The fence pins the item to the lease's own state, so the
+            // decision is made on the lease's snapshot.
+            let mut task = lease.task().clone();
+            task.status = Status::Running;
+            let mut e = fence(Expr::default(), lease.version(), now);
+            let mut items = Vec::new();
+            let retry = match rules::after_failure(&task, lease.attempt_id(), failure.kind, now) {
+                Ok(not_before) => {
+                    e = e
+                        .set(item::STATUS, s(Status::Pending.as_str()))
+                        .set(item::NOT_BEFORE, at(not_before))
+                        .set(item::LAST_ERROR, s(&failure.message))
+                        .set(DUE_SHARD, s(DUE_INDEX))
+                        .set(DUE_AT, at(not_before))
+                        .remove(item::LEASE_UNTIL);
+                    Retry::Scheduled {
+                        not_before,
+                        attempts_left: task.attempts_left(),
                     }
-                    Err(reason) => {
-                        let message = reason.message(&failure.message);
-                        e = terminal(e, &mut task, Status::Failed, now, Some(message));
-                        items.push(self.dedup_ttl(&task));
-                        Retry::Exhausted(Box::new(task.clone()))
-                    }
-                };
-                items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
-                items.push(
-                    Expr::default()
-                        .set(item::FINISHED_AT, at(now))
-                        .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
-                        .set(item::ERROR, s(&failure.message))
-                        .update(
-                            &self.table,
-                            item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                        ),
-                );
-                (items, retry)
-            })
-            .await
-        }
-        .instrument(span)
+                }
+                Err(reason) => {
+                    let message = reason.message(&failure.message);
+                    e = terminal(e, &mut task, Status::Failed, now, Some(message));
+                    items.push(self.dedup_ttl(&task));
+                    Retry::Exhausted(Box::new(task.clone()))
+                }
+            };
+            items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
+            items.push(
+                Expr::default()
+                    .set(item::FINISHED_AT, at(now))
+                    .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
+                    .set(item::ERROR, s(&failure.message))
+                    .update(
+                        &self.table,
+                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                    ),
+            );
+            (items, retry)
+        })
         .await
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        let span = trace::lease_op("release", &lease);
-        async {
-            let pk = item::task_pk(lease.task_id());
-            self.fenced_tx("release", rules::fence, &lease, |now| {
-                let task = fence(Expr::default(), lease.version(), now)
-                    .set(item::STATUS, s(Status::Pending.as_str()))
-                    .remove(item::LEASE_UNTIL)
-                    .remove(item::NOT_BEFORE)
-                    .remove(DUE_SHARD)
-                    .remove(DUE_AT);
-                let attempt = Expr::default()
-                    .set(item::FINISHED_AT, at(now))
-                    .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
-                let items = vec![
-                    task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                    attempt.update(
-                        &self.table,
-                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                    ),
-                ];
-                (items, ())
-            })
-            .await
-        }
-        .instrument(span)
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx("release", rules::fence, &lease, |now| {
+            let task = fence(Expr::default(), lease.version(), now)
+                .set(item::STATUS, s(Status::Pending.as_str()))
+                .remove(item::LEASE_UNTIL)
+                .remove(item::NOT_BEFORE)
+                .remove(DUE_SHARD)
+                .remove(DUE_AT);
+            let attempt = Expr::default()
+                .set(item::FINISHED_AT, at(now))
+                .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
+            let items = vec![
+                task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                attempt.update(
+                    &self.table,
+                    item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                ),
+            ];
+            (items, ())
+        })
         .await
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
-        limits::check_reason(reason)?;
-        let span = trace::op("cancel", Some(id), None, None);
-        async move {
-            let mut task = self.get_on(id).await?.ok_or(Error::NotFound(id))?;
-            let pk = item::task_pk(id);
-            for _ in 0..RACE_RETRIES {
-                if let CancelRule::Answer(answer) = rules::cancel(&task) {
-                    return Ok(answer);
-                }
-                let now = self.now();
-                let mut next = task.clone();
-                let e = terminal(
-                    unchanged(Expr::default(), &task),
-                    &mut next,
-                    Status::Cancelled,
-                    now,
-                    Some(reason.to_owned()),
-                );
-                let mut items = vec![
-                    e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                    self.dedup_ttl(&task),
-                ];
-                if task.version > 0 {
-                    let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
-                    items.push(finish_if_running(AttemptOutcome::Cancelled, now).update(&self.table, key));
-                }
-                match self.transact("cancel", items, usize::MAX).await? {
-                    Tx::Written => return Ok(Fenced::Accepted(next)),
-                    Tx::Refused(None) => return Err(Error::NotFound(id)),
-                    Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
-                }
+        let mut task = self.read_task(id).await?.ok_or(Error::NotFound(id))?;
+        let pk = item::task_pk(id);
+        for _ in 0..RACE_RETRIES {
+            if let CancelRule::Answer(answer) = rules::cancel(&task) {
+                return Ok(answer);
             }
-            Err(Error::storage(Raced("cancel")))
+            let now = self.now();
+            let mut next = task.clone();
+            let e = terminal(
+                unchanged(Expr::default(), &task),
+                &mut next,
+                Status::Cancelled,
+                now,
+                Some(reason.to_owned()),
+            );
+            let mut items = vec![
+                e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                self.dedup_ttl(&task),
+            ];
+            if task.version > 0 {
+                let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
+                items.push(finish_if_running(AttemptOutcome::Cancelled, now).update(&self.table, key));
+            }
+            match self.transact("cancel", items, Layout::OWN).await? {
+                Tx::Written => return Ok(Fenced::Accepted(next)),
+                Tx::Refused(None) => return Err(Error::NotFound(id)),
+                Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
+                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+            }
         }
-        .instrument(span)
-        .await
+        Err(Error::storage(Raced("cancel")))
     }
 
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        limits::check_operation_id(operation_id)?;
-        let span = trace::lease_op("record_operation", lease);
-        async {
-            let pk = item::task_pk(lease.task_id());
-            self.fenced_tx("record_operation", rules::fence, lease, |now| {
-                let items = vec![
-                    fence(Expr::default(), lease.version(), now)
-                        .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                    Expr::default().set(item::OPERATION_ID, s(operation_id)).update(
-                        &self.table,
-                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                    ),
-                ];
-                (items, ())
-            })
-            .await
-        }
-        .instrument(span)
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx("record_operation", rules::fence, lease, |now| {
+            let items = vec![
+                fence(Expr::default(), lease.version(), now)
+                    .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                Expr::default().set(item::OPERATION_ID, s(operation_id)).update(
+                    &self.table,
+                    item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                ),
+            ];
+            (items, ())
+        })
         .await
     }
 
-    async fn retry(&self, id: TaskId, request: RetryRequest) -> Result<Fenced<Task>> {
-        request.validate()?;
-        let span = trace::op("retry", Some(id), None, None);
-        self.retry_on(id, request).instrument(span).await
+    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
+        self.reopen_task(id, request).await
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        let span = trace::op("attempts", Some(id), None, None);
-        async move {
-            self.attempt_items(id)
-                .await?
-                .iter()
-                .map(|i| item::attempt(i, id).map_err(Error::storage))
-                .collect()
-        }
-        .instrument(span)
-        .await
+        self.attempt_items(id)
+            .await?
+            .iter()
+            .map(|i| item::attempt(i, id).map_err(Error::storage))
+            .collect()
     }
 
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        limits::check_scan_limit(limit)?;
-        let span = trace::op("due", None, None, None);
-        async move {
-            let entries = self
-                .query_all(
-                    Some(DUE_INDEX),
-                    "#shard = :shard AND #at <= :now",
-                    HashMap::from([
-                        ("#shard".to_owned(), DUE_SHARD.to_owned()),
-                        ("#at".to_owned(), DUE_AT.to_owned()),
-                    ]),
-                    HashMap::from([
-                        (":shard".to_owned(), s(DUE_INDEX)),
-                        (":now".to_owned(), at(self.now())),
-                    ]),
-                    Some(limit),
-                )
-                .await?;
-            entries
-                .iter()
-                .map(|e| {
-                    let pk = e
-                        .get(PARTITION_KEY)
-                        .and_then(|v| v.as_s().ok())
-                        .map_or("", String::as_str);
-                    item::task_id_of_pk(pk).map_err(Error::storage)
-                })
-                .collect()
-        }
-        .instrument(span)
-        .await
+        let entries = self
+            .query_all(
+                Some(DUE_INDEX),
+                "#shard = :shard AND #at <= :now",
+                HashMap::from([
+                    ("#shard".to_owned(), DUE_SHARD.to_owned()),
+                    ("#at".to_owned(), DUE_AT.to_owned()),
+                ]),
+                HashMap::from([
+                    (":shard".to_owned(), s(DUE_INDEX)),
+                    (":now".to_owned(), at(self.now())),
+                ]),
+                Some(limit),
+            )
+            .await?;
+        entries
+            .iter()
+            .map(|e| {
+                let pk = e
+                    .get(PARTITION_KEY)
+                    .and_then(|v| v.as_s().ok())
+                    .map_or("", String::as_str);
+                item::task_id_of_pk(pk).map_err(Error::storage)
+            })
+            .collect()
     }
 
     /// One consistent `BatchGetItem` per 100 tasks, then each task's
@@ -1397,103 +1331,84 @@ impl TaskStore for DynamoStore {
     /// concurrent: fencing stays per task, a refused or lost condition is
     /// decided again for that task alone.
     async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
-        limits::check_batch(ids.iter().copied())?;
-        request.validate()?;
-        let span = trace::op("claim_many", None, None, None);
-        async move {
-            let mut items = self.batch_get(ids).await?;
-            let mut read: Vec<Option<Task>> = Vec::with_capacity(ids.len());
-            for id in ids {
-                read.push(match items.remove(id) {
-                    Some(found) => Some(item::task(&found).map_err(Error::storage)?),
-                    None => None,
-                });
-            }
-            let claims = Self::concurrently(ids.len(), |i| {
-                let (store, id, task, request) = (self.clone(), ids[i], read[i].take(), request.clone());
-                let span = trace::op("claim", Some(id), None, None);
-                async move {
-                    match task {
-                        None => Ok(Claim::NotFound),
-                        Some(task) => store.claim_read(id, task, request).await,
-                    }
-                }
-                .instrument(span)
-            })
-            .await?;
-            claims.into_iter().collect()
+        let mut items = self.batch_get(ids).await?;
+        let mut read: Vec<Option<Task>> = Vec::with_capacity(ids.len());
+        for id in ids {
+            read.push(match items.remove(id) {
+                Some(found) => Some(item::task(&found).map_err(Error::storage)?),
+                None => None,
+            });
         }
-        .instrument(span)
-        .await
+        let claims = Self::concurrently(ids.len(), |i| {
+            let (store, id, task, request) = (self.clone(), ids[i], read[i].take(), request.clone());
+            let span = entry::span("claim", Some(id));
+            async move {
+                match task {
+                    None => Ok(Claim::NotFound),
+                    Some(task) => store.claim_read(id, task, request).await,
+                }
+            }
+            .instrument(span)
+        })
+        .await?;
+        claims.into_iter().collect()
     }
 
     /// Each completion is its own conditional transaction (no read, as
-    /// [`complete`](TaskStore::complete)), the transactions concurrent.
+    /// [`complete`](crate::TaskStore::complete)), the transactions concurrent.
     async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
-        crate::store::check_completions(&completions)?;
         completions
             .iter()
             .try_for_each(|(_, response)| check_response(response))?;
-        let span = trace::op("complete_many", None, None, None);
-        async move {
-            let mut completions: Vec<Option<(Lease, Response)>> = completions.into_iter().map(Some).collect();
-            let saved = Self::concurrently(completions.len(), |i| {
-                let store = self.clone();
-                let (lease, response) = completions[i].take().expect("each completion is taken once");
-                let span = trace::lease_op("complete", &lease);
-                async move { store.complete_on(lease, response, Vec::new()).await }.instrument(span)
-            })
-            .await?;
-            let mut out = Vec::with_capacity(saved.len());
-            for result in saved {
-                match result {
-                    Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
-                    Err(e) => return Err(e),
-                    Ok(fenced) => out.push(Ok(fenced)),
-                }
+        let mut completions: Vec<Option<(Lease, Response)>> = completions.into_iter().map(Some).collect();
+        let saved = Self::concurrently(completions.len(), |i| {
+            let store = self.clone();
+            let (lease, response) = completions[i].take().expect("each completion is taken once");
+            let span = entry::lease_span("complete", &lease);
+            async move { store.complete_items(lease, response, Vec::new()).await }.instrument(span)
+        })
+        .await?;
+        let mut out = Vec::with_capacity(saved.len());
+        for result in saved {
+            match result {
+                Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
+                Err(e) => return Err(e),
+                Ok(fenced) => out.push(Ok(fenced)),
             }
-            Ok(out)
         }
-        .instrument(span)
-        .await
+        Ok(out)
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
-        limits::check_scan_limit(limit)?;
-        let span = trace::op("purge_expired", None, None, None);
-        async move {
-            let now = self.now();
-            let entries = self
-                .query_all(
-                    Some(PURGE_INDEX),
-                    "#shard = :shard AND #at <= :now",
-                    HashMap::from([
-                        ("#shard".to_owned(), PURGE_SHARD.to_owned()),
-                        ("#at".to_owned(), PURGE_AT.to_owned()),
-                    ]),
-                    HashMap::from([
-                        (":shard".to_owned(), s(PURGE_INDEX)),
-                        (":now".to_owned(), at(now)),
-                    ]),
-                    Some(limit),
-                )
-                .await?;
-            let mut purged = 0;
-            for entry in &entries {
-                let pk = entry
-                    .get(PARTITION_KEY)
-                    .and_then(|v| v.as_s().ok())
-                    .map_or("", String::as_str);
-                let id = item::task_id_of_pk(pk).map_err(Error::storage)?;
-                let key = item::request_key(entry).map_err(Error::storage)?;
-                if self.purge_one(id, &key, now).await? {
-                    purged += 1;
-                }
+        let now = self.now();
+        let entries = self
+            .query_all(
+                Some(PURGE_INDEX),
+                "#shard = :shard AND #at <= :now",
+                HashMap::from([
+                    ("#shard".to_owned(), PURGE_SHARD.to_owned()),
+                    ("#at".to_owned(), PURGE_AT.to_owned()),
+                ]),
+                HashMap::from([
+                    (":shard".to_owned(), s(PURGE_INDEX)),
+                    (":now".to_owned(), at(now)),
+                ]),
+                Some(limit),
+            )
+            .await?;
+        let mut purged = 0;
+        for entry in &entries {
+            let pk = entry
+                .get(PARTITION_KEY)
+                .and_then(|v| v.as_s().ok())
+                .map_or("", String::as_str);
+            let id = item::task_id_of_pk(pk).map_err(Error::storage)?;
+            let key = item::request_key(entry).map_err(Error::storage)?;
+            if self.purge_one(id, &key, now).await? {
+                purged += 1;
             }
-            Ok(purged)
         }
-        .instrument(span)
-        .await
+        Ok(purged)
     }
 }
 
@@ -1716,153 +1631,127 @@ impl DynamoStore {
 }
 
 #[async_trait]
-impl Inspect for DynamoStore {
+impl InspectBackend for DynamoStore {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
-        query.validate()?;
-        let span = trace::op("list", None, None, None);
-        async move {
-            let want = query.limit + 1;
-            let statuses: Vec<Status> = query.status.map_or(STATUSES.to_vec(), |s| vec![s]);
-            let found = Self::concurrently(statuses.len(), |i| {
-                let (store, query, status) = (self.clone(), query.clone(), statuses[i]);
-                async move { store.status_ids(status, &query, want).await }
-            })
-            .await?;
-            // Each status's ids are in order: their merge is, too.
-            let mut ids = Vec::new();
-            for status_ids in found {
-                ids.extend(status_ids?);
-            }
-            ids.sort_unstable();
-            if query.order == Order::NewestFirst {
-                ids.reverse();
-            }
-            let more = ids.len() > query.limit;
-            ids.truncate(query.limit);
-            let mut items = self.batch_get(&ids).await?;
-            let mut tasks = Vec::with_capacity(ids.len());
-            for id in &ids {
-                let Some(found) = items.remove(id) else { continue }; // purged meanwhile
-                let task = item::task(&found).map_err(Error::storage)?;
-                // The index lags the table a moment: the table's word is final.
-                if query.matches(&task) {
-                    tasks.push(task);
-                }
-            }
-            let next = more.then(|| Cursor::from(ids[ids.len() - 1]));
-            Ok(Page { tasks, next })
+        let want = query.limit + 1;
+        let statuses: Vec<Status> = query.status.map_or(STATUSES.to_vec(), |s| vec![s]);
+        let found = Self::concurrently(statuses.len(), |i| {
+            let (store, query, status) = (self.clone(), query.clone(), statuses[i]);
+            async move { store.status_ids(status, &query, want).await }
+        })
+        .await?;
+        // Each status's ids are in order: their merge is, too.
+        let mut ids = Vec::new();
+        for status_ids in found {
+            ids.extend(status_ids?);
         }
-        .instrument(span)
-        .await
+        ids.sort_unstable();
+        if query.order == Order::NewestFirst {
+            ids.reverse();
+        }
+        let more = ids.len() > query.limit;
+        ids.truncate(query.limit);
+        let mut items = self.batch_get(&ids).await?;
+        let mut tasks = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let Some(found) = items.remove(id) else { continue }; // purged meanwhile
+            let task = item::task(&found).map_err(Error::storage)?;
+            // The index lags the table a moment: the table's word is final.
+            if query.matches(&task) {
+                tasks.push(task);
+            }
+        }
+        let next = more.then(|| Cursor::from(ids[ids.len() - 1]));
+        Ok(Page { tasks, next })
     }
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
-        if let Some(scope) = scope {
-            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+        let scope = scope.map(str::to_owned);
+        let counted = Self::concurrently(STATUSES.len(), |i| {
+            let (store, scope) = (self.clone(), scope.clone());
+            async move { store.count_status(STATUSES[i], scope).await }
+        })
+        .await?;
+        let mut counts = Counts::default();
+        for (status, n) in STATUSES.into_iter().zip(counted) {
+            counts.add(status, n?);
         }
-        let span = trace::op("counts", None, None, None);
-        async move {
-            let scope = scope.map(str::to_owned);
-            let counted = Self::concurrently(STATUSES.len(), |i| {
-                let (store, scope) = (self.clone(), scope.clone());
-                async move { store.count_status(STATUSES[i], scope).await }
-            })
-            .await?;
-            let mut counts = Counts::default();
-            for (status, n) in STATUSES.into_iter().zip(counted) {
-                counts.add(status, n?);
-            }
-            Ok(counts)
-        }
-        .instrument(span)
-        .await
+        Ok(counts)
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
-        let span = trace::op("story", Some(id), None, None);
-        async move {
-            // The task's partition holds it all, in order: attempts (A#),
-            // reopenings (R#), the task (T). One consistent query.
-            let items = self
-                .query_all(
-                    None,
-                    "#pk = :pk",
-                    HashMap::from([("#pk".to_owned(), PARTITION_KEY.to_owned())]),
-                    HashMap::from([(":pk".to_owned(), s(item::task_pk(id)))]),
-                    None,
-                )
-                .await?;
-            let mut story = Story {
-                task: match items.iter().find(|i| sort_key(i) == item::TASK_SK) {
-                    Some(found) => item::task(found).map_err(Error::storage)?,
-                    None => return Ok(None),
-                },
-                attempts: Vec::new(),
-                reopenings: Vec::new(),
-                handoffs: Vec::new(),
-            };
-            for found in &items {
-                let sk = sort_key(found);
-                if sk.starts_with(item::ATTEMPT_PREFIX) {
-                    story
-                        .attempts
-                        .push(item::attempt(found, id).map_err(Error::storage)?);
-                } else if sk.starts_with(item::REOPENING_PREFIX) {
-                    story
-                        .reopenings
-                        .push(item::reopening(found, id).map_err(Error::storage)?);
-                }
+        // The task's partition holds it all, in order: attempts (A#),
+        // reopenings (R#), the task (T). One consistent query.
+        let items = self
+            .query_all(
+                None,
+                "#pk = :pk",
+                HashMap::from([("#pk".to_owned(), PARTITION_KEY.to_owned())]),
+                HashMap::from([(":pk".to_owned(), s(item::task_pk(id)))]),
+                None,
+            )
+            .await?;
+        let mut story = Story {
+            task: match items.iter().find(|i| sort_key(i) == item::TASK_SK) {
+                Some(found) => item::task(found).map_err(Error::storage)?,
+                None => return Ok(None),
+            },
+            attempts: Vec::new(),
+            reopenings: Vec::new(),
+            handoffs: Vec::new(),
+        };
+        for found in &items {
+            let sk = sort_key(found);
+            if sk.starts_with(item::ATTEMPT_PREFIX) {
+                story
+                    .attempts
+                    .push(item::attempt(found, id).map_err(Error::storage)?);
+            } else if sk.starts_with(item::REOPENING_PREFIX) {
+                story
+                    .reopenings
+                    .push(item::reopening(found, id).map_err(Error::storage)?);
             }
-            Ok(Some(story))
         }
-        .instrument(span)
-        .await
+        Ok(Some(story))
     }
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
-        limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
-        limits::check_page(limit)?;
-        let span = trace::op("stranded", None, None, None);
-        async move {
-            let cutoff = self.now() - older_than;
-            let mut stranded = Vec::new();
-            let mut start = None;
-            loop {
-                let want = limit - stranded.len();
-                let page = self
-                    .client
-                    .query()
-                    .table_name(&*self.table)
-                    .index_name(UNCLAIMED_INDEX)
-                    .key_condition_expression("#shard = :shard AND #at < :before")
-                    .expression_attribute_names("#shard", UNCLAIMED_SHARD)
-                    .expression_attribute_names("#at", UNCLAIMED_AT)
-                    .expression_attribute_values(":shard", s(UNCLAIMED_INDEX))
-                    .expression_attribute_values(":before", item::unclaimed_before(cutoff))
-                    .limit(i32::try_from(want).unwrap_or(i32::MAX))
-                    .set_exclusive_start_key(start)
-                    .send()
-                    .await
-                    .map_err(Error::storage)?;
-                let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
-                let mut items = self.batch_get(&ids).await?;
-                for id in ids {
-                    let Some(found) = items.remove(&id) else { continue };
-                    let task = item::task(&found).map_err(Error::storage)?;
-                    // Claimed or cancelled since the index saw it: not stranded.
-                    if task.status == Status::Pending && task.version == 0 && task.created_at < cutoff {
-                        stranded.push(task);
-                    }
-                }
-                start = page.last_evaluated_key().cloned();
-                if start.is_none() || stranded.len() >= limit {
-                    stranded.truncate(limit);
-                    return Ok(stranded);
+        let cutoff = self.now() - older_than;
+        let mut stranded = Vec::new();
+        let mut start = None;
+        loop {
+            let want = limit - stranded.len();
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(UNCLAIMED_INDEX)
+                .key_condition_expression("#shard = :shard AND #at < :before")
+                .expression_attribute_names("#shard", UNCLAIMED_SHARD)
+                .expression_attribute_names("#at", UNCLAIMED_AT)
+                .expression_attribute_values(":shard", s(UNCLAIMED_INDEX))
+                .expression_attribute_values(":before", item::unclaimed_before(cutoff))
+                .limit(i32::try_from(want).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(Error::storage)?;
+            let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
+            let mut items = self.batch_get(&ids).await?;
+            for id in ids {
+                let Some(found) = items.remove(&id) else { continue };
+                let task = item::task(&found).map_err(Error::storage)?;
+                // Claimed or cancelled since the index saw it: not stranded.
+                if task.status == Status::Pending && task.version == 0 && task.created_at < cutoff {
+                    stranded.push(task);
                 }
             }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || stranded.len() >= limit {
+                stranded.truncate(limit);
+                return Ok(stranded);
+            }
         }
-        .instrument(span)
-        .await
     }
 }
 

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::error::Error;
-use crate::store::Result;
+use crate::error::Result;
 
 /// Partition key of every item (`S`): `T#<task id>` for a task and its
 /// attempts, `K#…` for a dedup record.

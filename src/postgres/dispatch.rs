@@ -1,39 +1,21 @@
 //! The handoff dispatcher: publishes the transactional outbox that
-//! [`submit`](crate::TaskStore::submit) writes with each task, and re-publishes
-//! tasks that need a worker again.
+//! [`submit`](crate::TaskStore::submit) writes with each task. (Tasks that
+//! need a worker again are re-published by
+//! [`dispatch_due`](crate::dispatch::dispatch_due), on any store.)
 
 use std::future::Future;
 
 use sqlx::Row;
 use tracing::Instrument;
 
+use crate::dispatch::Dispatched;
+use crate::error::Result;
 use crate::limits;
-use crate::store::{Result, TaskStore};
+
+use crate::backend::entry;
 use crate::task::TaskId;
-use crate::trace;
 
 use super::{PgStore, db};
-
-/// What one [`PgStore::dispatch`] or [`PgStore::dispatch_due`] round did.
-///
-/// ```
-/// # fn f(d: taskfence::postgres::Dispatched<std::io::Error>) {
-/// println!("published {} tasks", d.published.len());
-/// if let Some((task, err)) = d.failed {
-///     eprintln!("publishing {task} failed, will retry next round: {err}");
-/// }
-/// # }
-/// ```
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Dispatched<E> {
-    /// The tasks published (and, for handoffs, marked published), in order.
-    pub published: Vec<TaskId>,
-    /// The first task whose publication failed (with `dispatch_batches`, the
-    /// first task of the batch that failed), with the error; the round stopped
-    /// there and those handoffs stay pending for the next round.
-    pub failed: Option<(TaskId, E)>,
-}
 
 impl PgStore {
     /// Publishes up to `limit` pending handoffs (the transactional outbox):
@@ -47,7 +29,7 @@ impl PgStore {
     ///
     /// `publish` must return only once the message is *durably* in the queue
     /// (the broker acknowledged it). A task that was never claimed is not
-    /// [`due`](TaskStore::due), so a handoff marked published while its message
+    /// [`due`](crate::TaskStore::due), so a handoff marked published while its message
     /// only sat in process memory would be lost with the process.
     ///
     /// ```no_run
@@ -103,7 +85,7 @@ impl PgStore {
     {
         limits::check_scan_limit(limit)?;
         if batch == 0 || batch > limits::MAX_BATCH {
-            return Err(crate::InvalidInput::OutOfRange {
+            return Err(crate::error::InvalidInput::OutOfRange {
                 field: "batch",
                 value: batch.to_string(),
                 min: "1".into(),
@@ -111,7 +93,7 @@ impl PgStore {
             }
             .into());
         }
-        let span = trace::op("dispatch", None, None, None);
+        let span = entry::span("dispatch", None);
         async move {
             let mut tx = self.pool.begin().await.map_err(db)?;
             let handoffs: Vec<(i64, TaskId)> = self
@@ -156,38 +138,5 @@ impl PgStore {
         }
         .instrument(span)
         .await
-    }
-
-    /// Re-publishes up to `limit` tasks that need a worker again: leases that
-    /// expired (a worker crashed) and backoffs that passed (see
-    /// [`TaskStore::due`], index-driven). A task stays due until a worker claims
-    /// it, so a later round may publish it again: claims make that harmless.
-    ///
-    /// ```no_run
-    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
-    /// let round = store.dispatch_due(100, |task_id| async move { Ok::<(), std::io::Error>(()) }).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn dispatch_due<F, Fut, E>(&self, limit: usize, mut publish: F) -> Result<Dispatched<E>>
-    where
-        F: FnMut(TaskId) -> Fut + Send,
-        Fut: Future<Output = std::result::Result<(), E>> + Send,
-        E: Send,
-    {
-        let due = self.due(limit).await?;
-        let mut published = Vec::with_capacity(due.len());
-        for task_id in due {
-            if let Err(err) = publish(task_id).await {
-                return Ok(Dispatched {
-                    published,
-                    failed: Some((task_id, err)),
-                });
-            }
-            published.push(task_id);
-        }
-        Ok(Dispatched {
-            published,
-            failed: None,
-        })
     }
 }

@@ -26,7 +26,7 @@ use sqlx::{AssertSqlSafe, Connection, Executor, PgPool, Row, SqlStr};
 use super::db;
 use super::schema::{DEFAULT_SCHEMA, Schema};
 use crate::error::Error;
-use crate::store::Result;
+use crate::error::Result;
 
 /// One embedded migration file.
 struct File {

@@ -2,10 +2,12 @@
 //!
 //! Everything lives in the crate's own schema (default [`DEFAULT_SCHEMA`],
 //! configurable with [`PgStoreBuilder::schema`]): the tables `tasks`,
-//! `attempts`, `handoffs` and `reopenings`, the function `store_clock()`, and the embedded
-//! runner's history table `taskfence_migrations`. The SQL files are in the
-//! crate's `migrations/` directory; [`migrate`] / [`PgStore::migrate`] apply
-//! them.
+//! `attempts`, `handoffs` and `reopenings`, the function `store_clock()`, and the
+//! migration history `taskfence_migrations` (sqlx's format, beside — never in —
+//! the application's `_sqlx_migrations`). The SQL files are in the crate's
+//! `migrations/` directory; [`migrate`] / [`PgStore::migrate`] apply them. A
+//! store whose schema is missing or older than the library answers
+//! [`Error::NotMigrated`].
 //!
 //! - **One round trip per operation.** Submit, claim, renew, complete, fail,
 //!   release and record_operation are each one statement: a chain of
@@ -13,7 +15,7 @@
 //!   latest attempt; submit also writes the handoff) and returns what the
 //!   caller does not already know. A refused write (zero rows) costs one more
 //!   read of the row with the store clock, classified by the same
-//!   [`rules`](crate::rules) functions every backend uses. A task's first
+//!   [`rules`](crate::backend::rules) functions every backend uses. A task's first
 //!   claim is one. Otherwise the first-claim statement writes nothing, a
 //!   read answers a duplicate delivery (busy, done…) in a second, and a
 //!   retry or takeover takes a third: the statement that moves the replaced
@@ -33,18 +35,19 @@
 //!   plain guarded `UPDATE` would not, when the lock holder only locked the
 //!   row. The argument step by step, the SQL and the plans at 10⁶ rows are in
 //!   `docs/POSTGRES.md` in the repository.
-//! - **Inside the caller's transaction.** [`PgStore::submit_in`],
-//!   [`PgStore::claim_in`], [`PgStore::complete_in`], [`PgStore::fail_in`],
-//!   [`PgStore::cancel_in`] and [`PgStore::retry_in`] run on a `&mut PgConnection` — typically
-//!   `&mut *tx` — so the application's own writes and the task's commit or
-//!   roll back together. Use Read Committed (PostgreSQL's default): under
-//!   Repeatable Read a concurrent update surfaces as a serialization failure
+//! - **Inside the caller's transaction.** [`PgStore::on`] gives every
+//!   operation on a `&mut PgConnection` — typically `&mut *tx` — so the
+//!   application's own writes and the task's commit or roll back together
+//!   ([`OnConnection`]). The pool path runs the same code on a pooled
+//!   connection. Use Read Committed (PostgreSQL's default): under Repeatable
+//!   Read a concurrent update surfaces as a serialization failure
 //!   ([`Error::Storage`]).
 //! - **The handoff.** [`submit`](crate::TaskStore::submit) writes a handoff
 //!   row in the same statement as the task (a transactional outbox).
-//!   [`PgStore::dispatch`] publishes them; [`PgStore::dispatch_due`]
-//!   re-publishes tasks whose lease expired or whose backoff passed. A
-//!   [`retry`](crate::TaskStore::retry) writes a fresh handoff with the
+//!   [`PgStore::dispatch`] publishes them;
+//!   [`dispatch_due`](crate::dispatch::dispatch_due) re-publishes tasks
+//!   whose lease expired or whose backoff passed. A
+//!   [`reopen`](crate::TaskStore::reopen) writes a fresh handoff with the
 //!   reopening, and [`PgStore::redispatch`] writes one for tasks whose
 //!   message was lost ([`Inspect::stranded`](crate::inspect::Inspect::stranded)).
 //! - **Operator queries.** [`Inspect`](crate::inspect::Inspect) reads through
@@ -53,26 +56,30 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | `store` | [`PgStore`], [`PgStoreBuilder`], every operation |
-//! | `dispatch` | the handoff dispatcher, [`Dispatched`] |
+//! | `store` | [`PgStore`], [`PgStoreBuilder`], the pool path of every operation |
+//! | `conn` | [`OnConnection`]: every operation on the caller's connection |
+//! | `ops` | the operations themselves, on one connection, input already checked |
+//! | `dispatch` | the handoff dispatcher ([`PgStore::dispatch`]) |
 //! | `schema` | [`DEFAULT_SCHEMA`], validated schema names |
 //! | `sql` | the statements, rendered per schema ([`PgStore::statements`]) |
 //! | `row` | rows to domain values: the only place that knows column types |
-//! | `migrate` | [`migrate`], the embedded migration runner |
+//! | `migrate` | [`migrate`], the embedded migrations on sqlx's migrator |
 //! | `fixture` | [`PgFixture`](crate::testing::PgFixture), [`TempSchema`](crate::testing::TempSchema) (feature `testing`) |
 
 use crate::error::Error;
 
+mod conn;
 mod dispatch;
 #[cfg(feature = "testing")]
 pub(crate) mod fixture;
 mod migrate;
+mod ops;
 mod row;
 mod schema;
 mod sql;
 mod store;
 
-pub use dispatch::Dispatched;
+pub use conn::OnConnection;
 pub use migrate::migrate;
 pub use schema::DEFAULT_SCHEMA;
 pub use store::{PgStore, PgStoreBuilder};

@@ -9,7 +9,8 @@
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
-use crate::{AcceptanceRule, Lease};
+use crate::policy::AcceptanceRule;
+use crate::store::Lease;
 
 /// The task columns, in the order [`super::row::task`] reads them by name.
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
@@ -81,7 +82,7 @@ pub(crate) struct Statements {
     /// `complete_many` for a batch of current-assignment leases only.
     pub(crate) complete_many_current: Sql,
     pub(crate) read_many: Sql,
-    pub(crate) retry: Sql,
+    pub(crate) reopen: Sql,
     pub(crate) redispatch: Sql,
     /// [`list_sql`] for every [`ListShape`], by [`ListShape::index`].
     pub(crate) list: Vec<Sql>,
@@ -198,7 +199,7 @@ impl Statements {
             ("complete_many", self.complete_many.as_str()),
             ("complete_many_current", self.complete_many_current.as_str()),
             ("read_many", self.read_many.as_str()),
-            ("retry", self.retry.as_str()),
+            ("reopen", self.reopen.as_str()),
             ("redispatch", self.redispatch.as_str()),
             ("list", self.list_text(ListShape::default())),
             (
@@ -692,7 +693,7 @@ impl Statements {
             // handoff (so the dispatcher publishes the task again) written by
             // the same statement. Intervals are whole microseconds (no days
             // part, so no time zone's daylight saving moves them).
-            retry: Sql::from(format!(
+            reopen: Sql::from(format!(
                 "WITH locked AS MATERIALIZED (SELECT id, status FROM {s}.tasks WHERE id = $1 FOR NO KEY UPDATE),
                 reopened AS (
                     UPDATE {s}.tasks AS t

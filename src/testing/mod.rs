@@ -1,5 +1,6 @@
 //! The backend conformance suite: the same scenarios against any [`TaskStore`],
-//! so every backend, ours and third parties', proves the same guarantees.
+//! so every backend, ours and third parties', proves the same guarantees; a
+//! model-based test; and the test kit every backend's tests share.
 //!
 //! A backend provides a [`Fixture`]: a fresh, isolated store, a way to move
 //! the store's clock forward, and a count of persisted records (to check that
@@ -8,9 +9,16 @@
 //!
 //! ```
 //! // tests/conformance.rs of a backend crate (needs tokio with "macros" and "rt-multi-thread")
-//! taskfence::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
+//! taskfence::testing::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
 //! # fn main() {}
 //! ```
+//!
+//! | item | what it is for |
+//! | --- | --- |
+//! | [`conformance_suite!`], [`inspection_suite!`] | one test per scenario of [`scenarios`] |
+//! | [`model_suite!`] | random interleavings checked against the reference [`model`], plus its kept counterexamples |
+//! | [`new_task`], [`acquire`], [`fail_accepted`], [`one_winner`], [`race`], [`runtime`] | the test kit |
+//! | [`MemoryFixture`], `PgFixture`, `TempSchema`, `DynamoFixture` | fixtures of this crate's backends |
 //!
 //! The expression is a future, evaluated once per test, that yields a value
 //! implementing [`Fixture`] (so a backend can create a database or schema). Each scenario panics with a message naming
@@ -26,8 +34,19 @@ use crate::inspect::Inspect;
 use crate::memory::MemoryStore;
 use crate::store::TaskStore;
 
+mod kit;
 pub mod model;
 pub mod scenarios;
+
+pub use crate::__conformance_suite as conformance_suite;
+pub use crate::__inspection_suite as inspection_suite;
+pub use crate::__model_suite as model_suite;
+pub use kit::{
+    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, key, new_task, one_winner, request, runtime,
+};
+
+#[doc(hidden)]
+pub use proptest as __proptest;
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
@@ -111,13 +130,14 @@ impl Fixture for MemoryFixture {
 /// future yielding a fresh [`Fixture`], evaluated once per test.
 ///
 /// ```
-/// taskfence::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
+/// taskfence::testing::conformance_suite!(async { taskfence::testing::MemoryFixture::new() });
 /// # fn main() {}
 /// ```
+#[doc(hidden)]
 #[macro_export]
-macro_rules! conformance_suite {
+macro_rules! __conformance_suite {
     ($fixture:expr) => {
-        $crate::conformance_suite!(@tests $fixture;
+        $crate::__conformance_suite!(@tests $fixture;
             duplicate_submit_returns_same_task,
             key_reuse_with_other_inputs_conflicts_and_writes_nothing,
             same_key_in_another_scope_or_operation_is_independent,
@@ -155,11 +175,11 @@ macro_rules! conformance_suite {
             complete_many_fences_each_lease_on_its_own,
             racing_batches_claim_and_complete_each_task_once,
             bad_batches_are_refused_and_write_nothing,
-            retry_reopens_failed_task_with_fresh_budget,
-            retry_gives_new_policy_and_fresh_deadline,
-            retry_refuses_completed_live_and_unknown_tasks,
-            retry_reopens_cancelled_task_and_old_leases_never_save,
-            bad_retry_requests_are_refused_and_write_nothing,
+            reopen_gives_failed_task_a_fresh_budget,
+            reopen_gives_new_policy_and_fresh_deadline,
+            reopen_refuses_completed_live_and_unknown_tasks,
+            reopen_of_cancelled_task_keeps_old_leases_fenced,
+            bad_reopen_requests_are_refused_and_write_nothing,
         );
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {
@@ -174,7 +194,7 @@ macro_rules! conformance_suite {
 }
 
 /// A [`Fixture`] whose store also answers [`Inspect`]: what the
-/// [`inspection_suite!`](crate::inspection_suite) needs.
+/// [`inspection_suite!`] needs.
 ///
 /// ```
 /// use taskfence::testing::{InspectFixture, MemoryFixture};
@@ -196,13 +216,14 @@ impl InspectFixture for MemoryFixture {
 /// fresh [`InspectFixture`], evaluated once per test.
 ///
 /// ```
-/// taskfence::inspection_suite!(async { taskfence::testing::MemoryFixture::new() });
+/// taskfence::testing::inspection_suite!(async { taskfence::testing::MemoryFixture::new() });
 /// # fn main() {}
 /// ```
+#[doc(hidden)]
 #[macro_export]
-macro_rules! inspection_suite {
+macro_rules! __inspection_suite {
     ($fixture:expr) => {
-        $crate::conformance_suite!(@tests $fixture;
+        $crate::__conformance_suite!(@tests $fixture;
             list_filters_orders_and_pages,
             list_filters_by_age,
             counts_by_status_and_scope,
@@ -243,4 +264,52 @@ where
         out.push(h.await.expect("racer panicked"));
     }
     out
+}
+
+/// Generates the model-based test of a backend: a property test that runs
+/// random interleavings of every operation across several workers
+/// ([`model::ops`]) against a fresh fixture and the reference [`model`],
+/// comparing them after every step, plus one `#[test]` per counterexample
+/// kept in [`model::regressions`]. The first argument is a future yielding a
+/// fresh [`Fixture`] (evaluated once per case, on [`runtime`]); `cases` and
+/// `steps` (the longest interleaving) are optional, 256 and 40 by default.
+///
+/// ```
+/// taskfence::testing::model_suite!(async { taskfence::testing::MemoryFixture::new() }, cases = 16, steps = 20);
+/// # fn main() {}
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __model_suite {
+    ($fixture:expr $(, cases = $cases:expr)? $(, steps = $steps:expr)? $(,)?) => {
+        $crate::testing::__proptest::proptest! {
+            #![proptest_config($crate::testing::__proptest::prelude::ProptestConfig {
+                cases: { let _cases = 256; $(let _cases = $cases;)? _cases },
+                ..$crate::testing::__proptest::prelude::ProptestConfig::default()
+            })]
+
+            #[test]
+            fn store_agrees_with_the_model(
+                ops in $crate::testing::model::ops({ let _steps = 40; $(let _steps = $steps;)? _steps })
+            ) {
+                $crate::testing::model::check(|| $fixture, &ops);
+            }
+        }
+
+        #[test]
+        fn claim_after_spent_budget_is_failed() {
+            $crate::testing::model::check(
+                || $fixture,
+                &$crate::testing::model::regressions::claim_after_spent_budget_is_failed(),
+            );
+        }
+
+        #[test]
+        fn claim_of_completed_task_answers_completed() {
+            $crate::testing::model::check(
+                || $fixture,
+                &$crate::testing::model::regressions::claim_of_completed_task_answers_completed(),
+            );
+        }
+    };
 }

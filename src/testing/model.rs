@@ -2,9 +2,13 @@
 //! same random interleaving of operations to a real store and to the model,
 //! comparing them after every step.
 //!
-//! The model is written independently of [`rules`](crate::rules): it restates
+//! The model is written independently of [`rules`](crate::backend::rules): it restates
 //! the README's guarantees in the plainest form, so a bug shared by the rules
 //! and a backend still shows up as a disagreement.
+//!
+//! [`model_suite!`](crate::testing::model_suite) draws the interleavings
+//! ([`ops`]) and replays the kept counterexamples ([`regressions`]) for a
+//! backend; [`run`] applies one interleaving.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -14,7 +18,10 @@
 //! # }
 //! ```
 
+use std::future::Future;
 use std::time::Duration;
+
+use proptest::prelude::*;
 
 use super::Fixture;
 use crate::error::Error;
@@ -97,8 +104,8 @@ pub enum Op {
     },
     /// Purge expired dedup records.
     Purge,
-    /// An operator retries task number `task` with a fresh budget.
-    Retry {
+    /// An operator reopens task number `task` with a fresh budget.
+    Reopen {
         /// Which task.
         task: u8,
     },
@@ -153,6 +160,7 @@ enum Refusal {
     NotRunning(Status),
     NotTerminal(Status),
     LeaseExpired,
+    KeyReused(TaskId),
 }
 
 impl From<&Rejection> for Refusal {
@@ -163,6 +171,7 @@ impl From<&Rejection> for Refusal {
             Rejection::NotRunning(status) => Refusal::NotRunning(*status),
             Rejection::LeaseExpired => Refusal::LeaseExpired,
             Rejection::NotTerminal(status) => Refusal::NotTerminal(*status),
+            Rejection::KeyReused { current } => Refusal::KeyReused(*current),
         }
     }
 }
@@ -224,7 +233,7 @@ impl Runner<'_> {
             Op::Cancel { task } => self.cancel(task, ctx).await,
             Op::Advance { secs } => self.advance(secs).await,
             Op::Purge => self.purge(ctx).await,
-            Op::Retry { task } => self.retry(task, ctx).await,
+            Op::Reopen { task } => self.reopen(task, ctx).await,
         }
     }
 
@@ -461,7 +470,7 @@ impl Runner<'_> {
 
     /// An operator's retry: only failed and cancelled tasks reopen, with a
     /// fresh budget from the current version, due at once.
-    async fn retry(&mut self, task: u8, ctx: &str) {
+    async fn reopen(&mut self, task: u8, ctx: &str) {
         if self.m.tasks.is_empty() {
             return;
         }
@@ -470,7 +479,7 @@ impl Runner<'_> {
         let t = &mut self.m.tasks[i];
         let got = self
             .store
-            .retry(t.id, crate::store::RetryRequest::new("model", "retry"))
+            .reopen(t.id, crate::store::ReopenRequest::new("model", "retry"))
             .await;
         if t.purged {
             assert!(matches!(got, Err(Error::NotFound(_))), "{ctx}: {got:?}");
@@ -554,5 +563,104 @@ async fn check_state(store: &dyn crate::TaskStore, m: &Model, ctx: &str) {
                 t.id
             );
         }
+    }
+}
+
+/// One random step: weights favour claims, completions and clock moves.
+///
+/// ```
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::default();
+/// let _step = taskfence::testing::model::op().new_tree(&mut runner).unwrap().current();
+/// ```
+pub fn op() -> impl Strategy<Value = Op> {
+    let worker = 0u8..WORKERS as u8;
+    prop_oneof![
+        2 => (0u8..4, 0u8..2).prop_map(|(key, input)| Op::Submit { key, input }),
+        4 => (worker.clone(), any::<u8>()).prop_map(|(worker, task)| Op::Claim { worker, task }),
+        2 => worker.clone().prop_map(|worker| Op::Renew { worker }),
+        3 => worker.clone().prop_map(|worker| Op::Complete { worker }),
+        2 => (worker.clone(), prop::bool::weighted(0.2)).prop_map(|(worker, permanent)| Op::Fail { worker, permanent }),
+        1 => worker.clone().prop_map(|worker| Op::Release { worker }),
+        1 => worker.prop_map(|worker| Op::RecordOperation { worker }),
+        1 => any::<u8>().prop_map(|task| Op::Cancel { task }),
+        3 => (1u8..15).prop_map(|secs| Op::Advance { secs }),
+        1 => Just(Op::Purge),
+        1 => any::<u8>().prop_map(|task| Op::Reopen { task }),
+    ]
+}
+
+/// A whole interleaving of up to `max_len` steps.
+///
+/// ```
+/// let _interleavings = taskfence::testing::model::ops(40);
+/// ```
+pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..max_len)
+}
+
+/// Runs `ops` on a fresh fixture from `fixture` and on the model, on the
+/// test binary's one [`runtime`](crate::testing::runtime): the body of
+/// every case [`model_suite!`](crate::testing::model_suite) generates.
+///
+/// ```
+/// use taskfence::testing::{MemoryFixture, model};
+/// model::check(|| async { MemoryFixture::new() }, &model::regressions::claim_of_completed_task_answers_completed());
+/// ```
+pub fn check<F, Fut, X>(fixture: F, ops: &[Op])
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = X>,
+    X: Fixture,
+{
+    crate::testing::runtime().block_on(async {
+        let fixture = fixture().await;
+        run(&fixture, ops).await;
+    });
+}
+
+/// Shrunk counterexamples found while mutation-testing the rules, replayed
+/// against every backend as named regression tests.
+pub mod regressions {
+    use super::Op::{self, *};
+
+    /// Found with the budget check off by one: the third claim after two
+    /// expired or failed attempts must answer `Failed`, not acquire a fourth.
+    ///
+    /// ```
+    /// assert!(!taskfence::testing::model::regressions::claim_after_spent_budget_is_failed().is_empty());
+    /// ```
+    pub fn claim_after_spent_budget_is_failed() -> Vec<Op> {
+        vec![
+            Submit { key: 2, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 2, task: 0 },
+            Fail {
+                worker: 2,
+                permanent: false,
+            },
+            Advance { secs: 4 },
+            Submit { key: 1, input: 0 },
+            Claim { worker: 0, task: 216 },
+            Submit { key: 0, input: 0 },
+            Advance { secs: 10 },
+            Claim { worker: 0, task: 189 },
+        ]
+    }
+
+    /// Found with "done means done" broken: a claim of a completed task must not acquire.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::testing::model::regressions::claim_of_completed_task_answers_completed().len(), 5);
+    /// ```
+    pub fn claim_of_completed_task_answers_completed() -> Vec<Op> {
+        vec![
+            Submit { key: 0, input: 0 },
+            Submit { key: 0, input: 0 },
+            Claim { worker: 0, task: 0 },
+            Complete { worker: 0 },
+            Claim { worker: 0, task: 0 },
+        ]
     }
 }

@@ -145,7 +145,10 @@ impl Intercept for RequestCounter {
 /// A second [`DynamoStore`](taskfence::DynamoStore) on `fixture`'s table, with
 /// its own client (its own connection pool) and `clock`: another replica of
 /// the service, e.g. with a skewed clock.
-pub fn replica(fixture: &DynamoFixture, clock: impl taskfence::Clock + 'static) -> taskfence::DynamoStore {
+pub fn replica(
+    fixture: &DynamoFixture,
+    clock: impl taskfence::clock::Clock + 'static,
+) -> taskfence::DynamoStore {
     taskfence::DynamoStore::builder(client(), fixture.table())
         .clock(clock)
         .build()

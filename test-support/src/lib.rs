@@ -16,8 +16,8 @@ pub mod wire;
 
 pub use process::{ChildProcess, free_port, signal_pid};
 pub use server::{
-    TempDatabase, database_url, fixture, fixture_with, row_count, shared_pool, shared_runtime,
-    wait_until_blocked,
+    TempDatabase, database_url, fixture, fixture_with, pooled_fixture, row_count, shared_pool,
+    shared_runtime, wait_until_blocked,
 };
 pub use taskfence::testing::TempSchema;
 pub use wire::{Wire, WireProxy};

@@ -53,16 +53,30 @@ pub async fn fixture_with(connections: u32) -> PgFixture {
 }
 
 /// One multi-thread runtime per test binary, for synchronous test bodies
-/// (proptest) that run many async cases.
+/// (proptest) that run many async cases: the test kit's
+/// ([`taskfence::testing::runtime`]), so the model suite's cases share it.
 pub fn shared_runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime")
-    })
+    taskfence::testing::runtime()
+}
+
+/// A fresh fixture (own schema) on one pool per test binary, made at first
+/// use on the running runtime: a case of a property test (on
+/// [`shared_runtime`]) then pays for its schema only.
+pub async fn pooled_fixture() -> PgFixture {
+    static POOL: tokio::sync::OnceCell<(String, PgPool)> = tokio::sync::OnceCell::const_new();
+    let (url, pool) = POOL
+        .get_or_init(|| async {
+            let url = database_url().await;
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .test_before_acquire(false)
+                .connect(&url)
+                .await
+                .expect("connect to the test server");
+            (url, pool)
+        })
+        .await;
+    PgFixture::on_pool(url, pool.clone()).await
 }
 
 /// The server's URL and one pool on [`shared_runtime`], made at first use:

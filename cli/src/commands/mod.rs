@@ -28,7 +28,7 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Stats(args) => read::stats(&store, args).await,
         Command::List(args) => read::list(&store, args).await,
         Command::Show(args) => read::show(&store, args).await,
-        Command::Retry(args) => repair::retry(&store, args).await,
+        Command::Retry(args) => repair::reopen(&store, args).await,
         Command::Cancel(args) => repair::cancel(&store, args).await,
         Command::Purge(args) => maintain::purge(&store, args).await,
         Command::Stranded(args) => maintain::stranded(&store, args).await,

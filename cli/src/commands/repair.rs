@@ -1,7 +1,8 @@
 //! `retry` and `cancel`: one task, one fenced change. A refusal (the task
 //! is not in a state that allows it) is exit 4 and changes nothing.
 
-use taskfence::{Fenced, Rejection, RetryRequest, TaskId};
+use taskfence::store::ReopenRequest;
+use taskfence::{Fenced, Rejection, TaskId};
 
 use crate::backend::Store;
 use crate::cli::{CancelArgs, RetryArgs};
@@ -13,9 +14,9 @@ use crate::output::Report;
 /// `--max-attempts` / `--deadline` change the task's stored policy for the
 /// new budget (the rest of it — backoff, jitter — stays); without them the
 /// stored policy is reused as is.
-pub(super) async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
+pub(super) async fn reopen(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
     let by = args.by.unwrap_or_else(operator);
-    let mut request = RetryRequest::new(by, args.reason);
+    let mut request = ReopenRequest::new(by, args.reason);
     request
         .validate()
         .map_err(|e| CliError::Usage(format!("invalid retry: {e}")))?;
@@ -34,7 +35,7 @@ pub(super) async fn retry(store: &Store, args: RetryArgs) -> Result<Report, CliE
         }
         request = request.policy(policy);
     }
-    match store.inspect.retry(args.id, request).await? {
+    match store.inspect.reopen(args.id, request).await? {
         Fenced::Accepted(task) => Ok(Report::Retried(Box::new(task))),
         Fenced::Rejected(r) => Err(refused("retry", args.id, &r)),
     }

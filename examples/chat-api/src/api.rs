@@ -184,7 +184,7 @@ async fn send(
     let mut tx = state.pool.begin().await.map_err(problem::internal)?;
     // Concurrent repeats of this key wait here, on the request key's unique
     // index, until the first commits; then they see Existing.
-    match state.store.submit_in(&mut tx, new).await {
+    match state.store.on(&mut tx).submit(new).await {
         Ok(Submitted::Created(task)) => {
             sqlx::query(
                 "INSERT INTO messages (id, user_id, conversation_id, content) VALUES ($1, $2, $3, $4)",
@@ -226,7 +226,7 @@ async fn regenerate(
     let payload = ReplyPayload { message_id, prompt };
     let input = InputHash::of(["regenerate".as_bytes(), message_id.as_bytes()]);
     let new = new_task(&state, &caller, &key, input, &payload)?;
-    match state.store.submit_in(&mut tx, new).await {
+    match state.store.on(&mut tx).submit(new).await {
         Ok(Submitted::Created(task)) => created(state, tx, &caller, task.id, message_id).await,
         Ok(Submitted::Existing(task)) => {
             tx.rollback().await.map_err(problem::internal)?;
@@ -373,7 +373,8 @@ async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result
         .map_err(problem::internal)?;
     let task: Task = state
         .store
-        .get_in(&mut tx, task_id)
+        .on(&mut tx)
+        .get(task_id)
         .await
         .map_err(problem::internal)?
         .filter(|t| t.key.scope == caller.0 && t.key.operation == OPERATION)

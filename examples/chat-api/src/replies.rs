@@ -2,7 +2,7 @@
 //!
 //! - [`SaveReply`] is the one change the worker's store makes to [`PgStore`],
 //!   as an [`Intercept`]: its `complete` writes the reply into the app's
-//!   `replies` table, completes the task ([`PgStore::complete_in`], fenced)
+//!   `replies` table, completes the task ([`PgStore::on`]`(&mut tx).complete(…)`, fenced)
 //!   and sends `pg_notify` — **one transaction**. So the reply row exists
 //!   exactly when the task is completed, a refused completion writes no row,
 //!   and the notification is delivered only once both are committed.
@@ -23,11 +23,11 @@ use tokio::sync::{broadcast, watch};
 /// The store the worker runs on: [`PgStore`], whose `complete` also saves the
 /// reply and notifies, atomically. Every other call is [`PgStore`]'s own.
 ///
-/// Why a wrapper: [`taskfence::Worker`] completes through
+/// Why a wrapper: [`taskfence::runtime::Worker`] completes through
 /// [`TaskStore::complete`]. Wrapping the store keeps the whole runtime
 /// (claim, lease renewal, retry budget, dispositions) and changes only what a
 /// completion writes.
-pub type ReplyStore = Intercepted<SaveReply>;
+pub type ReplyStore = Intercepted<PgStore, SaveReply>;
 
 /// Wraps `store`; saved replies are announced on `channel`.
 ///
@@ -68,7 +68,7 @@ impl Intercept for SaveReply {
         };
         let (task_id, attempt) = (lease.task_id(), lease.attempt());
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
-        let outcome = self.store.complete_in(&mut tx, lease, response).await?;
+        let outcome = self.store.on(&mut tx).complete(lease, response).await?;
         if outcome.is_accepted() {
             // The task row stays locked until the commit: nothing can take the
             // task over between the fenced check and these writes.

@@ -1,12 +1,12 @@
 //! The in-process reply worker: the outbox dispatcher feeds task ids straight
-//! into [`taskfence::Worker::handle`], which calls the [`ReplyProvider`].
+//! into [`taskfence::runtime::Worker::handle`], which calls the [`ReplyProvider`].
 //!
 //! There is no external queue here, so the one thing a queue would add — the
 //! message survives a crash — comes from the outbox itself: a handoff is
 //! marked published only once a worker has **durably claimed** its task
 //! ([`LeaseHooks::on_claimed`]), or found it needs no work. A crash before that
 //! leaves the handoff pending and the next round publishes it again; a crash
-//! after it leaves a lease that expires, and [`PgStore::dispatch_due`] brings
+//! after it leaves a lease that expires, and [`dispatch_due`](taskfence::dispatch::dispatch_due) brings
 //! the task back (as it does for tasks waiting out a retry backoff). The
 //! dispatcher's transaction spans only those claims, never a provider call.
 
@@ -181,7 +181,7 @@ pub(crate) async fn run(
         }
         let free = runner.slots.available_permits();
         if free > 0 {
-            match store.dispatch_due(free, runner.publisher()).await {
+            match taskfence::dispatch::dispatch_due(&store, free, runner.publisher()).await {
                 Ok(round) => log_round("due", round.published.len(), round.failed),
                 Err(error) => tracing::warn!(%error, "dispatch_due failed"),
             }

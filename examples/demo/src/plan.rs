@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use taskfence::{FailureKind, InputHash, RequestKey};
+use taskfence::policy::FailureKind;
+use taskfence::{InputHash, RequestKey};
 
 use crate::sim::Config;
 

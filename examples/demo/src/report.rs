@@ -6,7 +6,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use taskfence::{AttemptOutcome, Error, Rejection, Status, TaskStore};
+use taskfence::store::AttemptOutcome;
+use taskfence::{Error, Rejection, Status, TaskStore};
 
 use crate::sim::{MAX_ATTEMPTS, ProviderCall, TaskRecord};
 

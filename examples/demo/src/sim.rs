@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use taskfence::policy::{FailureKind, OnAmbiguous};
 use taskfence::{
-    Claim, ClaimRequest, Error, Failure, FailureKind, Fenced, InputHash, Lease, NewTask, OnAmbiguous,
-    Rejection, RequestKey, Response, Retry, RetryPolicy, Status, Submitted, TaskId, TaskStore,
+    Claim, ClaimRequest, Error, Failure, Fenced, InputHash, Lease, NewTask, Rejection, RequestKey, Response,
+    Retry, RetryPolicy, Status, Submitted, TaskId, TaskStore,
 };
 
 use crate::plan::{self, AttemptFault, SHOWCASE, TaskPlan};

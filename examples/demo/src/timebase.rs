@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use taskfence::ManualClock;
+use taskfence::clock::ManualClock;
 use time::OffsetDateTime;
 
 /// How many times faster than shown real time runs in [`Timebase::Real`].
@@ -65,7 +65,7 @@ impl Timebase {
     pub fn now(&self) -> Duration {
         match self {
             Self::Virtual { clock, start } => {
-                use taskfence::Clock;
+                use taskfence::clock::Clock;
                 to_std(clock.now() - *start)
             }
             Self::Real { start, .. } => start.elapsed() * REAL_TIME_SCALE,

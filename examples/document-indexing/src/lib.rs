@@ -11,7 +11,7 @@
 //!   transaction** writes the entries (unique per document, version and chunk),
 //!   moves the document's current version forward only (`… WHERE
 //!   current_version < v`) and completes the task with
-//!   [`PgStore::complete_in`]. A rejected completion rolls all of it back.
+//!   [`PgStore::on`]`(&mut tx).complete(…)`. A rejected completion rolls all of it back.
 //! - Readers see [`Indexer::visible_entries`]: only the current version's entries.
 //!
 //! The README answers four questions to ask of any idempotent work, for this case.
@@ -37,10 +37,11 @@
 use std::time::Duration;
 
 use sqlx::{Connection, PgConnection, Row};
+use taskfence::error::InvalidInput;
 use taskfence::limits;
 use taskfence::{
-    Claim, ClaimRequest, Failure, Fenced, InputHash, InvalidInput, Lease, NewTask, PgStore, Rejection,
-    RequestKey, Response, RetryPolicy, Submitted, Task, TaskId, TaskStore,
+    Claim, ClaimRequest, Failure, Fenced, InputHash, Lease, NewTask, PgStore, Rejection, RequestKey,
+    Response, RetryPolicy, Submitted, Task, TaskId, TaskStore,
 };
 
 /// The scope of every task. A multi-tenant application puts the tenant here
@@ -64,7 +65,7 @@ pub const MAX_CHUNK_CHARS: usize = 400;
 ///
 /// ```
 /// use document_indexing::Error;
-/// let err = Error::from(taskfence::InvalidInput::Blank { field: "document" });
+/// let err = Error::from(taskfence::error::InvalidInput::Blank { field: "document" });
 /// assert_eq!(err.to_string(), "invalid input: document is empty or blank");
 /// ```
 #[derive(Debug, thiserror::Error)]
@@ -453,7 +454,7 @@ impl Indexer {
         if stored[..] != hash.as_bytes()[..] {
             return Err(conflict());
         }
-        match self.store.submit_in(tx, new).await {
+        match self.store.on(tx).submit(new).await {
             Ok(submitted) => Ok(submitted),
             Err(taskfence::Error::KeyConflict { .. }) => Err(conflict()),
             Err(err) => Err(err.into()),
@@ -526,7 +527,7 @@ impl Indexer {
     /// Writes the job in **one transaction** on `conn`: inserts its entries
     /// (a conflict on (document, version, chunk) inserts nothing), advances the
     /// document's current version only forward, and completes the task with
-    /// [`PgStore::complete_in`]. Accepted: commit. Rejected: roll back, so a
+    /// [`PgStore::on`]`(&mut tx).complete(…)`. Accepted: commit. Rejected: roll back, so a
     /// worker that lost its task leaves no entries and moves nothing.
     ///
     /// ```no_run
@@ -564,7 +565,8 @@ impl Indexer {
         Ok(
             match self
                 .store
-                .complete_in(tx, job.lease, Response::from(summary))
+                .on(tx)
+                .complete(job.lease, Response::from(summary))
                 .await?
             {
                 Fenced::Accepted(task) => Indexed::Done {

@@ -52,7 +52,8 @@ async fn a_worker_killed_between_entries_and_completion_leaves_no_entries() {
     assert!(
         h.indexer
             .store()
-            .complete_in(&mut tx, job.lease().clone(), "late".into())
+            .on(&mut tx)
+            .complete(job.lease().clone(), "late".into())
             .await
             .is_err(),
         "the dead session cannot complete"

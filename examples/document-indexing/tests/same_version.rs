@@ -3,8 +3,9 @@ mod common;
 
 use common::{Harness, LEASE, V1, V2, expected_visible};
 use document_indexing::{Error, Indexed, chunk};
+use taskfence::error::InvalidInput;
 use taskfence::testing::Fixture;
-use taskfence::{InvalidInput, Status, TaskStore};
+use taskfence::{Status, TaskStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_version_uploaded_three_times_is_one_task_and_one_set_of_entries() {

@@ -45,12 +45,11 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use taskfence::error::InvalidInput;
 use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::offsets::OffsetTracker;
 use taskfence::runtime::{AckReason, Disposition, LeaseHooks, Worker, WorkerConfig};
-use taskfence::{
-    Claim, ClaimRequest, Fenced, InvalidInput, Lease, OffsetTracker, PgStore, Response, TaskId, TaskStore,
-    limits,
-};
+use taskfence::{Claim, ClaimRequest, Fenced, Lease, PgStore, Response, TaskId, TaskStore, limits};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 
@@ -394,7 +393,7 @@ impl ReplyConsumer {
 
     /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
     /// completion saves its partition's position in the same transaction
-    /// (through [`PgStore::complete_in`]), and an assigned partition starts
+    /// (through [`PgStore::on`]`(&mut tx).complete(…)`), and an assigned partition starts
     /// from the saved position; the group's offsets are not used. See
     /// [`positions`](crate::positions) for what that protects and what not.
     ///

@@ -5,7 +5,7 @@
 //! them, run each task through the taskfence worker runtime (claim, renew,
 //! call the [`Provider`], save one response), and commit a partition's offset
 //! only after every record before it is durably handled ([`consumer`], on
-//! [`taskfence::OffsetTracker`]); on shutdown they finish or release what they
+//! [`taskfence::offsets::OffsetTracker`]); on shutdown they finish or release what they
 //! hold within a grace period. Every step goes to a [`journal`].
 //!
 //! What to copy: [`config`], [`store`], [`provider`], [`dispatcher`],

@@ -6,7 +6,7 @@
 //! saved with the position behind it, or the position moved past a record
 //! whose save rolled back. If the application writes its own rows in that
 //! transaction too (the reply into its `messages` table, via
-//! [`PgStore::complete_in`]), those rows and the position move together as
+//! [`PgStore::on`]`(&mut tx).complete(…)`), those rows and the position move together as
 //! well, so a restart re-reads nothing that those rows already reflect. The
 //! broker's committed offset stops being the source of truth: a lost or late
 //! Kafka commit costs nothing.
@@ -32,9 +32,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::offsets::OffsetTracker;
 use taskfence::{
-    Claim, ClaimRequest, Error, Fenced, Lease, OffsetTracker, PgStore, Response, Result, Task, TaskId,
-    TaskStore,
+    Claim, ClaimRequest, Error, Fenced, Lease, PgStore, Response, Result, Task, TaskId, TaskStore,
 };
 
 use crate::journal::{Event, Journal};
@@ -182,10 +182,9 @@ impl PositionedStore {
         store: Arc<PgStore>,
         positions: Arc<PgPositions>,
         pending: Arc<Pending>,
-    ) -> Intercepted<PositionedStore> {
-        let inner: Arc<dyn TaskStore> = store.clone();
+    ) -> Intercepted<PgStore, PositionedStore> {
         Intercepted::new(
-            inner,
+            store.clone(),
             Self {
                 store,
                 positions,
@@ -237,7 +236,7 @@ impl Intercept for PositionedStore {
         };
         // `complete_in` needs the concrete store: the transaction is PostgreSQL's.
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
-        let outcome = self.store.complete_in(&mut tx, lease, response).await?;
+        let outcome = self.store.on(&mut tx).complete(lease, response).await?;
         if outcome.is_accepted() {
             self.positions
                 .save_in(&mut tx, &self.pending.topic, partition, position)
@@ -285,7 +284,7 @@ mod tests {
         positions: Arc<PgPositions>,
         tracker: Arc<Mutex<OffsetTracker<i32>>>,
         pending: Arc<Pending>,
-        store: Intercepted<PositionedStore>,
+        store: Intercepted<PgStore, PositionedStore>,
     }
 
     async fn setup() -> Setup {

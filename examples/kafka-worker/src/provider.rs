@@ -56,7 +56,7 @@ impl ProviderError {
     ///
     /// ```
     /// use kafka_worker::provider::ProviderError;
-    /// use taskfence::FailureKind;
+    /// use taskfence::policy::FailureKind;
     /// assert_eq!(ProviderError::Permanent("400".into()).into_failure().kind, FailureKind::Permanent);
     /// ```
     pub fn into_failure(self) -> Failure {

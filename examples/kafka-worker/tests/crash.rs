@@ -8,7 +8,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kafka_worker::sim::Script;
-use taskfence::{AttemptOutcome, PgStore, Status, TaskId, TaskStore};
+use taskfence::store::AttemptOutcome;
+use taskfence::{PgStore, Status, TaskId, TaskStore};
 use taskfence_test_support::eventually_every;
 
 use support::{GroupProbe, ServiceRun};

@@ -12,7 +12,8 @@ use kafka_worker::PgPositions;
 use kafka_worker::config::Positions;
 use kafka_worker::dispatcher::task_id;
 use kafka_worker::sim::Script;
-use taskfence::{AttemptOutcome, Status, TaskId, TaskStore};
+use taskfence::store::AttemptOutcome;
+use taskfence::{Status, TaskId, TaskStore};
 use taskfence_test_support::eventually_every;
 
 use support::{GroupProbe, ServiceRun, read_topic};

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use taskfence::metrics::Observed;
+use taskfence::dispatch::dispatch_due;
+use taskfence::metrics::observe;
 use taskfence::{PgStore, TaskId, TaskStore};
 
 use crate::dynamo::DynamoOutbox;
@@ -105,7 +106,7 @@ impl Dispatcher {
     /// The store the DynamoDB re-dispatch reads [`due`](TaskStore::due)
     /// from: the service passes its instrumented store, so the reads and
     /// the ids count in the metrics. The same tasks as the outbox's store.
-    /// (On PostgreSQL the round is [`PgStore::dispatch_due`], observed.)
+    /// (On PostgreSQL the round is [`dispatch_due`] on the observed store.)
     pub fn due_from(mut self, store: Arc<dyn TaskStore>) -> Self {
         self.due = store;
         self
@@ -233,7 +234,7 @@ impl Dispatcher {
 
     /// One re-dispatch round: publishes up to `batch` tasks that are
     /// [`due`](TaskStore::due) and returns them. On PostgreSQL it is
-    /// [`PgStore::dispatch_due`] (one `SendMessage` per task); on DynamoDB,
+    /// [`dispatch_due`] (one `SendMessage` per task); on DynamoDB,
     /// `due` then ten per `SendMessageBatch`. A failed send stops the round:
     /// the rest stay due and go next round. A task stays due until a worker
     /// claims it, so one still waiting for its (hidden or queued) message
@@ -242,12 +243,11 @@ impl Dispatcher {
         let published = match &self.outbox {
             Outbox::Postgres(store) => {
                 // Through the wrapper, so the metrics see what it re-published.
-                let round = Observed::new(store.clone())
-                    .dispatch_due(self.batch, |task_id| {
-                        let queue = self.queue.clone();
-                        async move { queue.publish(task_id).await }
-                    })
-                    .await?;
+                let round = dispatch_due(&observe(store.clone()), self.batch, |task_id| {
+                    let queue = self.queue.clone();
+                    async move { queue.publish(task_id).await }
+                })
+                .await?;
                 if let Some((task_id, error)) = round.failed {
                     tracing::debug!(%task_id, %error, "re-publishing a due task failed");
                 }

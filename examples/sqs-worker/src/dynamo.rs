@@ -6,13 +6,13 @@
 //! handoff is one item, `pk = "O#handoff"` ([`OUTBOX_PARTITION`]), `sk` = a
 //! UUIDv7 (so a `Query` returns the oldest first), with the task's request key
 //! (`scope`, `operation`, `rkey`) and `created_at`. It is written by
-//! [`DynamoStore::submit_with`] in the task's own `TransactWriteItems`: the
+//! [`DynamoStore::with`] in the task's own `TransactWriteItems`: the
 //! task, its dedup record and its handoff commit together or not at all, and a
 //! repeated submission writes none of them. The library's items use `T#…` and
 //! `K#…` partitions, and a handoff carries none of the attributes of the
 //! library's sparse indexes, so neither the store nor its indexes ever see it.
 //!
-//! **The handoff names the request key, not the task id:** `submit_with`
+//! **The handoff names the request key, not the task id:** the submission
 //! chooses the task id inside the call, after the extra items are built. The
 //! dispatcher turns the key into the task id with [`TaskStore::find`] (two
 //! consistent reads) before it publishes.
@@ -129,7 +129,7 @@ impl DynamoOutbox {
         mut extra: Vec<TransactWriteItem>,
     ) -> taskfence::Result<Submitted> {
         extra.push(self.handoff(&new.key));
-        self.store.submit_with(new, extra).await
+        self.store.with(extra).submit(new).await
     }
 
     /// Up to `limit` pending handoffs, oldest first (one consistent `Query`

@@ -24,7 +24,8 @@ use sqs_worker::{
     BoxError, Dispatcher, DynamoOutbox, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue,
     store,
 };
-use taskfence::metrics::Observed;
+use taskfence::intercept::Intercepted;
+use taskfence::metrics::Recorder;
 use taskfence::runtime::Worker;
 use taskfence::{DynamoStore, TaskStore};
 use tokio::signal::unix::{SignalKind, signal};
@@ -123,7 +124,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
 
     // Every store call is counted and timed (taskfence::metrics); without
     // --metrics-addr nothing is recorded, at next to no cost.
-    let store: Arc<dyn TaskStore> = Arc::new(Observed::from_arc(store));
+    let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, Recorder));
     let dispatcher = dispatcher.due_from(Arc::clone(&store));
     let worker = Worker::new(Arc::clone(&store), settings.worker_config())?;
     let worker_id = worker.config().worker_id.clone();

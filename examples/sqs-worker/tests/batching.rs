@@ -16,10 +16,9 @@ use sqs_worker::sim::{SimulatedConfig, SimulatedLlm, local_sqs_client};
 use sqs_worker::{Dispatcher, SqsQueue, SqsWorker, Stats, WorkerSettings};
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{Worker, WorkerConfig};
+use taskfence::store::AttemptOutcome;
 use taskfence::testing::{Fixture, PgFixture};
-use taskfence::{
-    AttemptOutcome, Claim, ClaimRequest, InputHash, NewTask, RequestKey, Result, Status, TaskId, TaskStore,
-};
+use taskfence::{Claim, ClaimRequest, InputHash, NewTask, RequestKey, Result, Status, TaskId, TaskStore};
 use taskfence_test_support::{eventually_every, fixture};
 use tokio::sync::watch;
 
@@ -61,7 +60,7 @@ async fn submit(fixture: &PgFixture, n: usize) -> Vec<TaskId> {
 
 /// One in-process worker on `queue`, claiming through `CountClaims`.
 struct Running {
-    claims: Arc<Intercepted<CountClaims>>,
+    claims: Arc<Intercepted<dyn TaskStore, CountClaims>>,
     stats: Arc<Stats>,
     stop: watch::Sender<bool>,
     consumer: tokio::task::JoinHandle<()>,
@@ -104,7 +103,7 @@ fn start_worker(fixture: &PgFixture, queue: &SqsQueue, lease: Duration) -> Runni
 }
 
 impl Running {
-    async fn stop(self) -> (Arc<Intercepted<CountClaims>>, Arc<Stats>) {
+    async fn stop(self) -> (Arc<Intercepted<dyn TaskStore, CountClaims>>, Arc<Stats>) {
         let _ = self.stop.send(true);
         self.consumer.await.unwrap();
         (self.claims, self.stats)

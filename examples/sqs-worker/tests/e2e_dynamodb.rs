@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use sqs_worker::DynamoOutbox;
 use sqs_worker::sim::scenario::Backend;
+use taskfence::TaskStore;
+use taskfence::clock::SystemClock;
 use taskfence::testing::DynamoFixture;
-use taskfence::{SystemClock, TaskStore};
 use taskfence_test_support::dynamo;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

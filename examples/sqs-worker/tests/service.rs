@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use sqlx::Row;
 use sqs_worker::sim::local_sqs_client;
 use sqs_worker::{Dispatcher, SqsQueue};
+use taskfence::store::AttemptOutcome;
 use taskfence::testing::{Fixture, PgFixture};
-use taskfence::{AttemptOutcome, InputHash, NewTask, RequestKey, RetryPolicy, Status, TaskId};
+use taskfence::{InputHash, NewTask, RequestKey, RetryPolicy, Status, TaskId};
 use taskfence_test_support::{eventually_every, fixture};
 
 use support::{Moto, start_service};

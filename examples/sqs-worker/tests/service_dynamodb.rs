@@ -12,8 +12,10 @@ use std::time::Duration;
 use sqs_worker::DynamoOutbox;
 use sqs_worker::sim::local_sqs_client;
 use sqs_worker::{SqsQueue, dynamo};
+use taskfence::clock::SystemClock;
+use taskfence::store::AttemptOutcome;
 use taskfence::testing::DynamoFixture;
-use taskfence::{AttemptOutcome, InputHash, NewTask, RequestKey, Status, SystemClock, TaskId, TaskStore};
+use taskfence::{InputHash, NewTask, RequestKey, Status, TaskId, TaskStore};
 use taskfence_test_support::dynamo as test_dynamo;
 use taskfence_test_support::eventually_every;
 

@@ -208,7 +208,7 @@ pub async fn permanent_and_ambiguous_failures_follow_policy(f: &dyn Fixture) {
     let attempts = store.attempts(stop.id).await.unwrap();
     assert_eq!(
         attempts[0].outcome,
-        AttemptOutcome::Failed(crate::FailureKind::Ambiguous)
+        AttemptOutcome::Failed(crate::policy::FailureKind::Ambiguous)
     );
     assert_eq!(attempts[0].error.as_deref(), Some("timeout after send"));
 }

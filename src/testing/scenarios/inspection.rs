@@ -1,5 +1,5 @@
 //! [`Inspect`]: listings, counts, a task's story and stranded tasks answer
-//! the same on every backend. Run by [`inspection_suite!`](crate::inspection_suite).
+//! the same on every backend. Run by [`inspection_suite!`](crate::testing::inspection_suite).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::inspect::{Counts, Inspect, Order, TaskQuery};
 use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
-use crate::store::{AttemptOutcome, RetryRequest};
+use crate::store::{AttemptOutcome, ReopenRequest};
 use crate::task::{Response, Status};
 use crate::testing::InspectFixture;
 
@@ -231,7 +231,7 @@ pub async fn story_tells_attempts_and_reopenings(f: &dyn InspectFixture) {
             .is_accepted()
     );
     let reopened = store
-        .retry(t.id, RetryRequest::new("ops@example", "refusal fixed upstream"))
+        .reopen(t.id, ReopenRequest::new("ops@example", "refusal fixed upstream"))
         .await
         .unwrap()
         .accepted()
@@ -282,7 +282,7 @@ pub async fn story_tells_attempts_and_reopenings(f: &dyn InspectFixture) {
     drop(lease);
     assert!(
         store
-            .retry(t.id, RetryRequest::new("bob", ""))
+            .reopen(t.id, ReopenRequest::new("bob", ""))
             .await
             .unwrap()
             .is_accepted()

@@ -1,6 +1,6 @@
 //! The conformance scenarios, one public function each, named after what
 //! they check, grouped by the guarantee they protect: when one fails, its
-//! module says what is broken. [`conformance_suite!`](crate::conformance_suite)
+//! module says what is broken. [`conformance_suite!`](crate::testing::conformance_suite)
 //! runs them all; a backend may also call one directly.
 //!
 //! | module | guarantee |
@@ -14,8 +14,8 @@
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
 //! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
 //! | [`batch`] | Batches decide each task as the single operation would. |
-//! | [`retry`] | An operator's retry: a fresh budget, old leases still fenced. |
-//! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::inspection_suite)). |
+//! | [`reopen`] | An operator's reopening: a fresh budget, old leases still fenced. |
+//! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::testing::inspection_suite)). |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -39,7 +39,7 @@ pub mod fencing;
 pub mod inspection;
 pub mod lifecycle;
 pub mod maintenance;
-pub mod retry;
+pub mod reopen;
 
 pub use acceptance::*;
 pub use bad_input::*;
@@ -51,36 +51,17 @@ pub use fencing::*;
 pub use inspection::*;
 pub use lifecycle::*;
 pub use maintenance::*;
-pub use retry::*;
+pub use reopen::*;
 
-/// The lease the scenarios claim with.
-pub(crate) const LEASE: Duration = Duration::from_secs(30);
+pub(crate) use crate::testing::kit::{LEASE, acquire, key, new_task, request};
+
 /// A little past [`LEASE`].
 pub(crate) const PAST_LEASE: Duration = Duration::from_secs(31);
 /// Concurrency of the race scenarios.
 pub(crate) const RACERS: usize = 32;
 
-pub(crate) fn key(k: &str) -> RequestKey {
-    RequestKey::new("scope-a", "chat.reply", k)
-}
-
-pub(crate) fn new_task(k: &str) -> NewTask {
-    NewTask::new(key(k), InputHash::of(["conversation-1", k])).payload(format!("payload of {k}").into_bytes())
-}
-
-pub(crate) fn request(worker: &str) -> ClaimRequest {
-    ClaimRequest::new(worker, LEASE)
-}
-
 pub(crate) async fn submit(store: &dyn TaskStore, task: NewTask) -> Task {
     store.submit(task).await.expect("submit").into_task()
-}
-
-pub(crate) async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str) -> Lease {
-    match store.claim(id, request(worker)).await.expect("claim") {
-        Claim::Acquired(lease) => lease,
-        other => panic!("{worker} expected to acquire {id}, got {other:?}"),
-    }
 }
 
 pub(crate) async fn task(store: &dyn TaskStore, id: TaskId) -> Task {

@@ -6,7 +6,7 @@
 //! - `provider_calls` / `provider_answers`: the simulated provider's log. Every
 //!   call is logged when it starts and every answer *before* it is returned,
 //!   so the checker can count answers produced against answers saved;
-//! - `deliveries`: each delivery's [`Disposition`](taskfence::Disposition), for the report.
+//! - `deliveries`: each delivery's [`Disposition`](taskfence::runtime::Disposition), for the report.
 //!
 //! Every statement reads time with `clock_timestamp()`: the same server clock
 //! as the store's, so visibility and leases are on one clock.

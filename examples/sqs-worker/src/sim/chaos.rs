@@ -65,7 +65,7 @@ impl Stalls {
 /// A [`TaskStore`] whose calls for a stalled task wait until the stall ends,
 /// then reach the real store. Wrap one worker's store in it:
 /// `StallingStore::new(store, stalls)`.
-pub type StallingStore = Intercepted<Stalls>;
+pub type StallingStore = Intercepted<dyn TaskStore, Stalls>;
 
 /// The stall is an [`Intercept`]: only the calls a stalled worker would make
 /// for the task wait; submit, find and the scans forward untouched.

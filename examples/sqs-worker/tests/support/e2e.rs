@@ -8,7 +8,8 @@ use std::time::Duration;
 use sqs_worker::sim::scenario::{self, Backend, Report, Scenario};
 use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
 use sqs_worker::{SqsQueue, WorkerSettings};
-use taskfence::{AttemptOutcome, RetryPolicy, Status, TaskStore};
+use taskfence::store::AttemptOutcome;
+use taskfence::{RetryPolicy, Status, TaskStore};
 
 use super::Moto;
 

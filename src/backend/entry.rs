@@ -1,0 +1,151 @@
+//! Where every operation enters a store: its input is checked against the
+//! documented [`limits`] (a typed error, nothing written) and its span is
+//! opened. The [`TaskStore`](crate::TaskStore) and
+//! [`Inspect`](crate::inspect::Inspect) implementations of every
+//! [`Backend`](super::Backend), and `PgStore`'s connection handle, enter
+//! here, so no backend validates or traces on its own (and none can forget to).
+//!
+//! The span is `DEBUG`, named `taskfence`, with the operation in `op` and the
+//! task id, assignment version and attempt id when the call knows them (never
+//! payloads or responses), so a task's whole story can be followed across
+//! workers in the logs.
+
+use std::time::Duration;
+
+use tracing::Span;
+use tracing::field::{Empty, display};
+
+use crate::error::InvalidInput;
+use crate::inspect::TaskQuery;
+use crate::limits;
+use crate::policy::Failure;
+use crate::store::{ClaimRequest, Lease, ReopenRequest};
+use crate::task::{NewTask, RequestKey, Response, TaskId};
+
+type Checked = Result<Span, InvalidInput>;
+
+/// The span of operation `op`; fields not known yet can be recorded later.
+pub(crate) fn span(op: &'static str, task_id: Option<TaskId>) -> Span {
+    let span = tracing::debug_span!(
+        "taskfence",
+        op,
+        task_id = Empty,
+        version = Empty,
+        attempt_id = Empty
+    );
+    if let Some(id) = task_id {
+        span.record("task_id", display(id));
+    }
+    span
+}
+
+/// The span of a fenced operation on `lease`.
+pub(crate) fn lease_span(op: &'static str, lease: &Lease) -> Span {
+    let span = span(op, Some(lease.task_id()));
+    span.record("version", lease.version());
+    span.record("attempt_id", display(lease.attempt_id()));
+    span
+}
+
+pub(crate) fn submit(task: &NewTask) -> Checked {
+    task.validate()?;
+    Ok(span("submit", None))
+}
+
+pub(crate) fn get(id: TaskId) -> Span {
+    span("get", Some(id))
+}
+
+pub(crate) fn find(key: &RequestKey) -> Checked {
+    key.validate()?;
+    Ok(span("find", None))
+}
+
+pub(crate) fn claim(id: TaskId, request: &ClaimRequest) -> Checked {
+    request.validate()?;
+    Ok(span("claim", Some(id)))
+}
+
+pub(crate) fn renew(lease: &Lease, extend_by: Duration) -> Checked {
+    limits::check_extension(extend_by)?;
+    Ok(lease_span("renew", lease))
+}
+
+pub(crate) fn complete(lease: &Lease, response: &Response) -> Checked {
+    limits::check_response(response)?;
+    Ok(lease_span("complete", lease))
+}
+
+pub(crate) fn fail(lease: &Lease, failure: &Failure) -> Checked {
+    failure.validate()?;
+    Ok(lease_span("fail", lease))
+}
+
+pub(crate) fn release(lease: &Lease) -> Span {
+    lease_span("release", lease)
+}
+
+pub(crate) fn cancel(id: TaskId, reason: &str) -> Checked {
+    limits::check_reason(reason)?;
+    Ok(span("cancel", Some(id)))
+}
+
+pub(crate) fn record_operation(lease: &Lease, operation_id: &str) -> Checked {
+    limits::check_operation_id(operation_id)?;
+    Ok(lease_span("record_operation", lease))
+}
+
+pub(crate) fn attempts(id: TaskId) -> Span {
+    span("attempts", Some(id))
+}
+
+pub(crate) fn reopen(id: TaskId, request: &ReopenRequest) -> Checked {
+    request.validate()?;
+    Ok(span("reopen", Some(id)))
+}
+
+pub(crate) fn due(limit: usize) -> Checked {
+    limits::check_scan_limit(limit)?;
+    Ok(span("due", None))
+}
+
+pub(crate) fn purge_expired(limit: usize) -> Checked {
+    limits::check_scan_limit(limit)?;
+    Ok(span("purge_expired", None))
+}
+
+pub(crate) fn claim_many(ids: &[TaskId], request: &ClaimRequest) -> Checked {
+    limits::check_batch(ids.iter().copied())?;
+    request.validate()?;
+    Ok(span("claim_many", None))
+}
+
+pub(crate) fn complete_many(completions: &[(Lease, Response)]) -> Checked {
+    limits::check_batch(completions.iter().map(|(lease, _)| lease.task_id()))?;
+    completions
+        .iter()
+        .try_for_each(|(_, response)| limits::check_response(response))?;
+    Ok(span("complete_many", None))
+}
+
+pub(crate) fn list(query: &TaskQuery) -> Checked {
+    query.validate()?;
+    Ok(span("list", None))
+}
+
+pub(crate) fn counts(scope: Option<&str>) -> Checked {
+    if let Some(scope) = scope {
+        limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+    }
+    Ok(span("counts", None))
+}
+
+pub(crate) fn story(id: TaskId) -> Span {
+    span("story", Some(id))
+}
+
+pub(crate) fn stranded(older_than: Duration, limit: usize) -> Checked {
+    limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
+    limits::check_page(limit)?;
+    Ok(span("stranded", None))
+}

@@ -1,0 +1,361 @@
+//! For implementing a store: the trait a storage backend implements and the
+//! decisions every backend shares. An application never needs this module.
+//!
+//! **Stability.** What is here serves backend authors and may change in a
+//! minor release; the application API (the crate root, [`TaskStore`],
+//! [`Inspect`]) does not.
+//!
+//! A backend implements [`Backend`] (and [`InspectBackend`] for the
+//! operator's queries) on input that is already valid; it is then a
+//! [`TaskStore`] (and an [`Inspect`]): every call enters through one
+//! implementation that checks the input against the documented
+//! [`limits`](crate::limits) (a typed error, nothing written) and opens the
+//! operation's `DEBUG` span named `taskfence`, so a backend can forget
+//! neither. The [conformance suite](crate::testing) checks the rest.
+//!
+//! | item | what it is for |
+//! | --- | --- |
+//! | [`Backend`], [`InspectBackend`] | the operations, on validated input |
+//! | [`rules`] | every decision (claim, fence, accept, fail, cancel, reopen) as a pure function of a task and an instant |
+//! | [`Plan`], [`jitter_unit`] | a failed attempt's retry plan and its jitter draw |
+//! | [`new_task`], [`new_lease`], [`renewed`] | the task and lease values a backend hands back |
+//! | [`claim_one_by_one`], [`complete_one_by_one`] | batches made of single operations |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+//! use taskfence::backend::Backend;
+//! use taskfence::{MemoryStore, TaskStore};
+//!
+//! // Every backend is a TaskStore through this module's blanket implementation.
+//! fn store_of<B: Backend + 'static>(backend: B) -> std::sync::Arc<dyn TaskStore> {
+//!     std::sync::Arc::new(backend)
+//! }
+//! let store = store_of(MemoryStore::new());
+//! assert!(store.get(taskfence::TaskId::new()).await?.is_none());
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
+use crate::policy::{Failure, StopReason};
+use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
+
+pub(crate) mod entry;
+pub mod rules;
+
+/// The operations of a storage backend, each called with input that
+/// already passed the checks of [`limits`](crate::limits): implement this,
+/// and the type is a [`TaskStore`].
+///
+/// Each method has the contract of the [`TaskStore`] method of the same
+/// name (read it there). The batch methods have defaults made of single
+/// operations; override them to decide a batch in one request.
+///
+/// ```
+/// use taskfence::backend::Backend;
+/// fn assert_backend<B: Backend>() {}
+/// assert_backend::<taskfence::MemoryStore>();
+/// ```
+#[async_trait]
+#[allow(missing_docs)] // each method is documented on the TaskStore method of the same name
+pub trait Backend: Send + Sync {
+    async fn submit(&self, task: NewTask) -> Result<Submitted>;
+    async fn get(&self, id: TaskId) -> Result<Option<Task>>;
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>>;
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim>;
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>>;
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>>;
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>>;
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>>;
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>>;
+    async fn purge_expired(&self, limit: usize) -> Result<u64>;
+
+    /// Called with distinct ids, at least one. By default one
+    /// [`claim`](Self::claim) per id, in order.
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        claim_one_by_one(ids, request, |id, request| self.claim(id, request)).await
+    }
+
+    /// Called with leases of distinct tasks, at least one. By default one
+    /// [`complete`](Self::complete) per lease, in order.
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        complete_one_by_one(completions, |lease, response| self.complete(lease, response)).await
+    }
+}
+
+/// The operator's queries of a storage backend, on validated input:
+/// implement this (beside [`Backend`]) and the type is an [`Inspect`].
+///
+/// ```
+/// use taskfence::backend::InspectBackend;
+/// fn assert_inspect<B: InspectBackend>() {}
+/// assert_inspect::<taskfence::MemoryStore>();
+/// ```
+#[async_trait]
+#[allow(missing_docs)] // each method is documented on the Inspect method of the same name
+pub trait InspectBackend: Backend {
+    async fn list(&self, query: &TaskQuery) -> Result<Page>;
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts>;
+    async fn story(&self, id: TaskId) -> Result<Option<Story>>;
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
+}
+
+#[async_trait]
+impl<B: Backend + ?Sized> TaskStore for B {
+    async fn submit(&self, task: NewTask) -> Result<Submitted> {
+        let span = entry::submit(&task)?;
+        Backend::submit(self, task).instrument(span).await
+    }
+
+    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
+        Backend::get(self, id).instrument(entry::get(id)).await
+    }
+
+    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
+        let span = entry::find(key)?;
+        Backend::find(self, key).instrument(span).await
+    }
+
+    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
+        let span = entry::claim(id, &request)?;
+        Backend::claim(self, id, request).instrument(span).await
+    }
+
+    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
+        let span = entry::renew(lease, extend_by)?;
+        Backend::renew(self, lease, extend_by).instrument(span).await
+    }
+
+    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        let span = entry::complete(&lease, &response)?;
+        Backend::complete(self, lease, response).instrument(span).await
+    }
+
+    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
+        let span = entry::fail(&lease, &failure)?;
+        Backend::fail(self, lease, failure).instrument(span).await
+    }
+
+    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
+        let span = entry::release(&lease);
+        Backend::release(self, lease).instrument(span).await
+    }
+
+    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
+        let span = entry::cancel(id, reason)?;
+        Backend::cancel(self, id, reason).instrument(span).await
+    }
+
+    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
+        let span = entry::record_operation(lease, operation_id)?;
+        Backend::record_operation(self, lease, operation_id)
+            .instrument(span)
+            .await
+    }
+
+    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
+        Backend::attempts(self, id).instrument(entry::attempts(id)).await
+    }
+
+    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
+        let span = entry::reopen(id, &request)?;
+        Backend::reopen(self, id, request).instrument(span).await
+    }
+
+    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
+        let span = entry::due(limit)?;
+        Backend::due(self, limit).instrument(span).await
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64> {
+        let span = entry::purge_expired(limit)?;
+        Backend::purge_expired(self, limit).instrument(span).await
+    }
+
+    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
+        let span = entry::claim_many(ids, &request)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Backend::claim_many(self, ids, request).instrument(span).await
+    }
+
+    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
+        let span = entry::complete_many(&completions)?;
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        Backend::complete_many(self, completions).instrument(span).await
+    }
+}
+
+#[async_trait]
+impl<B: InspectBackend + ?Sized> Inspect for B {
+    async fn list(&self, query: &TaskQuery) -> Result<Page> {
+        let span = entry::list(query)?;
+        InspectBackend::list(self, query).instrument(span).await
+    }
+
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
+        let span = entry::counts(scope)?;
+        InspectBackend::counts(self, scope).instrument(span).await
+    }
+
+    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
+        InspectBackend::story(self, id).instrument(entry::story(id)).await
+    }
+
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+        let span = entry::stranded(older_than, limit)?;
+        InspectBackend::stranded(self, older_than, limit)
+            .instrument(span)
+            .await
+    }
+}
+
+/// A batch of claims made of single claims, in order (the default of
+/// [`Backend::claim_many`], and of wrappers that change `claim`).
+///
+/// ```
+/// # async fn f(store: &dyn taskfence::TaskStore, ids: &[taskfence::TaskId]) -> taskfence::Result<()> {
+/// let request = taskfence::ClaimRequest::new("w", std::time::Duration::from_secs(30));
+/// let claims = taskfence::backend::claim_one_by_one(ids, request, |id, r| store.claim(id, r)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn claim_one_by_one<F, Fut>(
+    ids: &[TaskId],
+    request: ClaimRequest,
+    mut claim: F,
+) -> Result<Vec<Claim>>
+where
+    F: FnMut(TaskId, ClaimRequest) -> Fut,
+    Fut: Future<Output = Result<Claim>>,
+{
+    let mut claims = Vec::with_capacity(ids.len());
+    for &id in ids {
+        claims.push(claim(id, request.clone()).await?);
+    }
+    Ok(claims)
+}
+
+/// A batch of completions made of single completions, in order; a task that
+/// is gone is that item's `Err(Error::NotFound)` (the default of
+/// [`Backend::complete_many`], and of wrappers that change `complete`).
+///
+/// ```
+/// # async fn f(store: &dyn taskfence::TaskStore, batch: Vec<(taskfence::Lease, taskfence::Response)>) -> taskfence::Result<()> {
+/// let saved = taskfence::backend::complete_one_by_one(batch, |l, r| store.complete(l, r)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn complete_one_by_one<F, Fut>(
+    completions: Vec<(Lease, Response)>,
+    mut complete: F,
+) -> Result<Vec<Result<Fenced<Task>>>>
+where
+    F: FnMut(Lease, Response) -> Fut,
+    Fut: Future<Output = Result<Fenced<Task>>>,
+{
+    let mut out = Vec::with_capacity(completions.len());
+    for (lease, response) in completions {
+        match complete(lease, response).await {
+            Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
+            Err(e) => return Err(e),
+            Ok(fenced) => out.push(Ok(fenced)),
+        }
+    }
+    Ok(out)
+}
+
+/// A task as `new` is stored when submitted: pending, never claimed, its
+/// retry budget starting at `created_at`, kept until `expires_at`. Every
+/// backend builds its new tasks with this, so they agree on what one is.
+///
+/// ```
+/// use taskfence::{InputHash, NewTask, RequestKey, Status, TaskId};
+/// let now = time::OffsetDateTime::now_utc();
+/// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]));
+/// let task = taskfence::backend::new_task(TaskId::new(), new, now, now + NewTask::DEFAULT_RETENTION);
+/// assert_eq!((task.status, task.version), (Status::Pending, 0));
+/// ```
+pub fn new_task(id: TaskId, new: NewTask, created_at: OffsetDateTime, expires_at: OffsetDateTime) -> Task {
+    Task::submitted(id, new, created_at, expires_at)
+}
+
+/// The lease a successful claim hands back: `task` as the claim left it
+/// (status `Running`, version incremented), the attempt, the worker and the
+/// lease's expiry on the store's clock.
+///
+/// ```
+/// # fn f(task: taskfence::Task) {
+/// let until = task.lease_until.expect("a running task has a lease");
+/// let lease = taskfence::backend::new_lease(task, taskfence::task::AttemptId::new(), "w".into(), until);
+/// # }
+/// ```
+pub fn new_lease(task: Task, attempt_id: AttemptId, worker: String, expires_at: OffsetDateTime) -> Lease {
+    Lease::new(task, attempt_id, worker, expires_at)
+}
+
+/// Records a renewal's new expiry in the caller's lease.
+///
+/// ```
+/// # fn f(lease: &mut taskfence::Lease) {
+/// taskfence::backend::renewed(lease, time::OffsetDateTime::now_utc());
+/// # }
+/// ```
+pub fn renewed(lease: &mut Lease, expires_at: OffsetDateTime) {
+    lease.set_expires_at(expires_at);
+}
+
+/// What [`RetryPolicy::plan`](crate::policy::RetryPolicy::plan) decided for
+/// a failed attempt.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::backend::Plan;
+/// use taskfence::policy::{FailureKind, RetryPolicy, StopReason};
+/// let p = RetryPolicy::default().max_attempts(2).jitter(0.0);
+/// assert_eq!(p.plan(FailureKind::Retryable, 1, 0.5), Plan::RetryAfter(Duration::from_secs(1)));
+/// assert_eq!(p.plan(FailureKind::Retryable, 2, 0.5), Plan::Stop(StopReason::AttemptsExhausted));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Schedule another attempt after this delay (the store still checks the deadline).
+    RetryAfter(Duration),
+    /// Make the task terminally `Failed`.
+    Stop(StopReason),
+}
+
+/// A jitter draw in `[0, 1)` derived from an attempt id, so backends need no
+/// random number generator and a replay of the same attempt computes the same
+/// delay.
+///
+/// The draw is a hash of the whole id, not its "random" bits: ids made in the
+/// same millisecond by one process carry a counter where UUID v7 leaves room
+/// for randomness, so reading those bits would give attempts that fail
+/// together (a batch hitting one 429) nearly the same delay. Hashing spreads
+/// back-to-back ids uniformly over the range.
+///
+/// ```
+/// use taskfence::backend::jitter_unit;
+/// let u = jitter_unit(taskfence::task::AttemptId::new());
+/// assert!((0.0..1.0).contains(&u));
+/// ```
+pub fn jitter_unit(attempt: AttemptId) -> f64 {
+    let digest = Sha256::digest(attempt.as_uuid().as_bytes());
+    let word = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-256 digest has 32 bytes"));
+    // 53 bits: exactly representable in an f64, so the result stays below 1.
+    (word >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -1,0 +1,268 @@
+//! The decisions every backend makes, as pure functions of a task snapshot and
+//! the store's current instant.
+//!
+//! [`MemoryStore`](crate::MemoryStore) applies them directly under its lock;
+//! the PostgreSQL backend evaluates the same conditions in SQL and uses
+//! these functions to classify a refused write from one re-read of the row. A
+//! third-party backend can do either, and the
+//! [conformance suite](crate::testing) checks that it agrees.
+
+use time::OffsetDateTime;
+
+use super::{Plan, jitter_unit};
+use crate::policy::{AcceptanceRule, FailureKind, RetryPolicy, StopReason};
+use crate::store::{Claim, Fenced, Rejection};
+use crate::task::{AttemptId, Status, Task};
+
+/// What a claim of `task` at `now` must do.
+///
+/// ```
+/// use taskfence::backend::rules::{claim, ClaimRule};
+/// # fn f(task: &taskfence::Task) {
+/// match claim(task, time::OffsetDateTime::now_utc()) {
+///     ClaimRule::Take => { /* new assignment: version + 1, lease from now */ }
+///     ClaimRule::Exhaust(reason) => { /* mark Failed, answer Claim::Failed */ }
+///     ClaimRule::Answer(claim) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a short-lived return value, matched at once
+pub enum ClaimRule {
+    /// Grant a new assignment.
+    Take,
+    /// The budget is spent: make the task terminally `Failed`, then answer [`Claim::Failed`].
+    Exhaust(StopReason),
+    /// Write nothing and answer this (completed, failed, cancelled, busy, backoff).
+    Answer(Claim),
+}
+
+/// Decides a claim (guarantees 6 and 7): done tasks answer with their saved
+/// response, live leases and backoffs make the caller wait, a spent budget
+/// turns the task terminal, and only then is a new assignment granted.
+pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
+    match task.status {
+        Status::Completed => return ClaimRule::Answer(Claim::Completed(task.clone())),
+        Status::Failed => return ClaimRule::Answer(Claim::Failed(task.clone())),
+        Status::Cancelled => return ClaimRule::Answer(Claim::Cancelled(task.clone())),
+        Status::Running => {
+            if let Some(until) = task.lease_until.filter(|until| *until > now) {
+                return ClaimRule::Answer(Claim::Busy { until });
+            }
+        }
+        Status::Pending => {
+            if let Some(not_before) = task.not_before.filter(|nb| *nb > now) {
+                return ClaimRule::Answer(Claim::Backoff { not_before });
+            }
+        }
+    }
+    if task.attempts_in_budget() >= task.policy.max_attempts {
+        return ClaimRule::Exhaust(StopReason::AttemptsExhausted);
+    }
+    if task.deadline_at().is_some_and(|deadline| deadline <= now) {
+        return ClaimRule::Exhaust(StopReason::DeadlineExhausted);
+    }
+    ClaimRule::Take
+}
+
+/// A check a write of a lease must pass, given the task, the lease's version
+/// and the store's instant: [`fence`] for renew, fail, release and
+/// record_operation, [`accept`] for a completion. Backends run the same one in
+/// the write's guard and when they classify a refused write.
+///
+/// ```
+/// let checks: [taskfence::backend::rules::LeaseCheck; 2] = [taskfence::backend::rules::fence, taskfence::backend::rules::accept];
+/// ```
+pub type LeaseCheck = fn(&Task, u64, OffsetDateTime) -> Result<(), Rejection>;
+
+/// The fencing check of renew, complete, fail, release and record_operation
+/// (guarantees 1 and 5): the lease's version is current, the task is running,
+/// the lease unexpired at `now`. A completed task is reported first, with its
+/// saved response, because that is what a late worker most needs to know.
+///
+/// ```
+/// use taskfence::backend::rules::fence;
+/// # fn f(task: &taskfence::Task) {
+/// if let Err(rejection) = fence(task, 3, time::OffsetDateTime::now_utc()) {
+///     eprintln!("refused: {rejection}");
+/// }
+/// # }
+/// ```
+pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejection> {
+    if task.status == Status::Completed {
+        return Err(Rejection::AlreadyCompleted(Box::new(task.clone())));
+    }
+    if task.version != version {
+        return Err(Rejection::Superseded {
+            current_version: task.version,
+        });
+    }
+    if task.status != Status::Running {
+        return Err(Rejection::NotRunning(task.status));
+    }
+    if task.lease_until.is_none_or(|until| until <= now) {
+        return Err(Rejection::LeaseExpired);
+    }
+    Ok(())
+}
+
+/// The check of a completion (guarantees 1 and 5), by the task's
+/// [`AcceptanceRule`]: [`fence`] under
+/// [`CurrentAssignment`](AcceptanceRule::CurrentAssignment); under
+/// [`FirstValidAnswer`](AcceptanceRule::FirstValidAnswer), any attempt that
+/// held a lease in the current budget (after the
+/// [`budget_base`](Task::budget_base), up to the current version) while no response is saved
+/// and the task is not terminal — its own lease may have expired or been
+/// taken over.
+///
+/// ```
+/// use taskfence::backend::rules::accept;
+/// # fn f(task: &taskfence::Task) {
+/// if accept(task, 1, time::OffsetDateTime::now_utc()).is_ok() {
+///     /* save the response, complete the task */
+/// }
+/// # }
+/// ```
+pub fn accept(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejection> {
+    match task.acceptance {
+        AcceptanceRule::CurrentAssignment => fence(task, version, now),
+        AcceptanceRule::FirstValidAnswer => {
+            if task.status == Status::Completed {
+                return Err(Rejection::AlreadyCompleted(Box::new(task.clone())));
+            }
+            if version <= task.budget_base || version > task.version {
+                // Not an assignment the store ever granted, or one from
+                // before an operator's retry: an old lease never saves.
+                return Err(Rejection::Superseded {
+                    current_version: task.version,
+                });
+            }
+            if task.status.is_terminal() {
+                return Err(Rejection::NotRunning(task.status));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// What a failed attempt leads to, given that it passed the fence at `now`:
+/// `Ok(not_before)` schedules a retry, `Err(reason)` makes the task `Failed`.
+/// The jitter draw comes from the attempt id (see [`jitter_unit`]).
+///
+/// ```
+/// use taskfence::backend::rules::after_failure;
+/// use taskfence::policy::FailureKind;
+/// use taskfence::task::AttemptId;
+/// # fn f(task: &taskfence::Task) {
+/// let decision = after_failure(task, AttemptId::new(), FailureKind::Retryable, time::OffsetDateTime::now_utc());
+/// # }
+/// ```
+pub fn after_failure(
+    task: &Task,
+    attempt: AttemptId,
+    kind: FailureKind,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime, StopReason> {
+    match task
+        .policy
+        .plan(kind, task.attempts_in_budget(), jitter_unit(attempt))
+    {
+        Plan::Stop(reason) => Err(reason),
+        Plan::RetryAfter(delay) => {
+            let not_before = now + delay;
+            if task.deadline_at().is_some_and(|deadline| not_before >= deadline) {
+                return Err(StopReason::DeadlineExhausted);
+            }
+            Ok(not_before)
+        }
+    }
+}
+
+/// What a cancellation of `task` must do.
+///
+/// ```
+/// use taskfence::backend::rules::{cancel, CancelRule};
+/// # fn f(task: &taskfence::Task) {
+/// match cancel(task) {
+///     CancelRule::Cancel => { /* close the running attempt, mark Cancelled */ }
+///     CancelRule::Answer(answer) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a short-lived return value, matched at once
+pub enum CancelRule {
+    /// The task is live (pending or running): make it terminally `Cancelled`.
+    Cancel,
+    /// Write nothing and answer this: a cancelled task is accepted again
+    /// (cancelling is idempotent), a completed or failed one is refused.
+    Answer(Fenced<Task>),
+}
+
+/// Decides a cancellation: only a live task can be cancelled; repeating a
+/// cancellation is accepted; a saved response or a terminal failure stands.
+pub fn cancel(task: &Task) -> CancelRule {
+    match task.status {
+        Status::Pending | Status::Running => CancelRule::Cancel,
+        Status::Cancelled => CancelRule::Answer(Fenced::Accepted(task.clone())),
+        Status::Completed => CancelRule::Answer(Fenced::Rejected(Rejection::AlreadyCompleted(Box::new(
+            task.clone(),
+        )))),
+        Status::Failed => CancelRule::Answer(Fenced::Rejected(Rejection::NotRunning(Status::Failed))),
+    }
+}
+
+/// What an operator's [`reopen`](crate::TaskStore::reopen) of `task` must do.
+///
+/// ```
+/// use taskfence::backend::rules::{reopen, ReopenRule};
+/// # fn f(task: &taskfence::Task) {
+/// match reopen(task) {
+///     ReopenRule::Reopen => { /* fresh budget from the current version, pending now, record who and why */ }
+///     ReopenRule::Answer(rejection) => { /* nothing to write */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub enum ReopenRule {
+    /// The task failed or was cancelled: reopen it with a fresh budget.
+    Reopen,
+    /// Write nothing and refuse: a saved response stands, a live task needs no retry.
+    Answer(Rejection),
+}
+
+/// Decides a retry: only a terminally failed or cancelled task is reopened.
+/// A completed one keeps its response ([`Rejection::AlreadyCompleted`]); a
+/// pending or running one is still being worked on ([`Rejection::NotTerminal`]).
+pub fn reopen(task: &Task) -> ReopenRule {
+    match task.status {
+        Status::Failed | Status::Cancelled => ReopenRule::Reopen,
+        Status::Completed => ReopenRule::Answer(Rejection::AlreadyCompleted(Box::new(task.clone()))),
+        Status::Pending | Status::Running => ReopenRule::Answer(Rejection::NotTerminal(task.status)),
+    }
+}
+
+/// The task as a [`reopen`] leaves it at `now`: pending and due at once (so
+/// [`due`](crate::TaskStore::due) lists it for re-dispatch), a fresh budget
+/// from the current version and instant under `policy`, and its retention
+/// window restarted. The version, the attempts and the last error stay.
+///
+/// ```
+/// # fn f(task: &mut taskfence::Task) {
+/// taskfence::backend::rules::reopened(task, time::OffsetDateTime::now_utc(), None);
+/// assert_eq!(task.status, taskfence::Status::Pending);
+/// # }
+/// ```
+pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: Option<RetryPolicy>) {
+    let retention = task.expires_at - task.created_at;
+    task.status = Status::Pending;
+    task.lease_until = None;
+    task.not_before = Some(now);
+    task.finished_at = None;
+    task.budget_base = task.version;
+    task.budget_started_at = now;
+    task.expires_at = now + retention;
+    if let Some(policy) = policy {
+        task.policy = policy;
+    }
+}

@@ -1,0 +1,12 @@
+//! `DynamoStore` on a real DynamoDB API (moto in `scripts/test`): every
+//! suite and every concern, one test binary, each test on a fresh table.
+
+mod bad_input;
+mod budget;
+mod clock_skew;
+mod conformance;
+mod inspection;
+mod model;
+mod races;
+mod requests;
+mod transactions;

@@ -1,0 +1,6 @@
+//! `MemoryStore`: the conformance, inspection and model suites, one test
+//! binary.
+
+mod conformance;
+mod inspection;
+mod model;

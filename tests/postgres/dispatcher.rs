@@ -1,0 +1,251 @@
+//! The handoff (transactional outbox) and its dispatcher on the real server.
+
+use crate::common;
+
+use std::time::Duration;
+
+use taskfence::testing::Fixture;
+use taskfence::{Claim, ClaimRequest, TaskId, TaskStore};
+
+use common::new_task;
+use taskfence::dispatch::dispatch_due;
+
+type Sent = std::sync::Arc<std::sync::Mutex<Vec<TaskId>>>;
+
+fn recorder() -> (
+    Sent,
+    impl FnMut(TaskId) -> std::future::Ready<Result<(), std::io::Error>> + Send,
+) {
+    let sent = Sent::default();
+    let s = sent.clone();
+    (sent, move |id| {
+        s.lock().unwrap().push(id);
+        std::future::ready(Ok(()))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submitted_tasks_are_published_once_in_order_and_marked() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(
+            store
+                .submit(new_task(&format!("k{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    // A duplicate submit records no second handoff.
+    assert!(!store.submit(new_task("k0")).await.unwrap().is_created());
+    let (sent, publish) = recorder();
+    let round = store.dispatch(100, publish).await.unwrap();
+    assert_eq!(round.published, ids);
+    assert!(round.failed.is_none());
+    assert_eq!(*sent.lock().unwrap(), ids);
+    let (sent, publish) = recorder();
+    let again = store.dispatch(100, publish).await.unwrap();
+    assert!(
+        again.published.is_empty() && sent.lock().unwrap().is_empty(),
+        "marked published"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_publish_and_mark_republishes_the_same_task() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let id = store.submit(new_task("k")).await.unwrap().into_task().id;
+    // The dispatcher publishes, then dies before marking (its task is aborted
+    // mid-round: the transaction never commits).
+    let (published_tx, mut published_rx) = tokio::sync::mpsc::unbounded_channel();
+    let dispatcher = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .dispatch(10, move |id| {
+                    published_tx.send(id).unwrap();
+                    std::future::pending::<Result<(), std::io::Error>>()
+                })
+                .await
+        }
+    });
+    assert_eq!(published_rx.recv().await, Some(id));
+    dispatcher.abort();
+    assert!(dispatcher.await.unwrap_err().is_cancelled());
+    // The aborted round's locks go with its rolled-back transaction; then the
+    // next round publishes the same task id again.
+    let republished = common::eventually(Duration::from_secs(10), || {
+        let store = store.clone();
+        async move {
+            let (_, publish) = recorder();
+            let round = store.dispatch(10, publish).await.unwrap();
+            (!round.published.is_empty()).then_some(round.published)
+        }
+    })
+    .await;
+    assert_eq!(
+        republished,
+        [id],
+        "at least once, and every copy is the same task"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_dispatchers_skip_each_others_handoffs() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let a = store.submit(new_task("a")).await.unwrap().into_task().id;
+    let b = store.submit(new_task("b")).await.unwrap().into_task().id;
+    // Dispatcher 1 takes one handoff and is slow to publish it.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let slow = tokio::spawn({
+        let store = store.clone();
+        let mut started = Some(started_tx);
+        let mut finish = Some(finish_rx);
+        async move {
+            store
+                .dispatch(1, move |id| {
+                    started.take().unwrap().send(id).unwrap();
+                    let finish = finish.take().unwrap();
+                    async move {
+                        finish.await.unwrap();
+                        Ok::<(), std::io::Error>(())
+                    }
+                })
+                .await
+                .unwrap()
+        }
+    });
+    let first = started_rx.await.unwrap();
+    assert_eq!(first, a);
+    // Dispatcher 2 does not wait for it: SKIP LOCKED hands it the other one.
+    let (_, publish) = recorder();
+    let second = store.dispatch(10, publish).await.unwrap();
+    assert_eq!(second.published, [b]);
+    finish_tx.send(()).unwrap();
+    assert_eq!(slow.await.unwrap().published, [a]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_publish_stops_the_round_and_stays_pending() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let a = store.submit(new_task("a")).await.unwrap().into_task().id;
+    let b = store.submit(new_task("b")).await.unwrap().into_task().id;
+    let round = store
+        .dispatch(10, |id| {
+            std::future::ready(if id == b {
+                Err(std::io::Error::other("broker down"))
+            } else {
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(round.published, [a]);
+    assert_eq!(round.failed.map(|(id, _)| id), Some(b));
+    let (_, publish) = recorder();
+    assert_eq!(store.dispatch(10, publish).await.unwrap().published, [b]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_and_passed_backoffs_are_redispatched() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let crashed = store.submit(new_task("crashed")).await.unwrap().into_task().id;
+    let live = store.submit(new_task("live")).await.unwrap().into_task().id;
+    for id in [crashed, live] {
+        assert!(matches!(
+            store
+                .claim(id, ClaimRequest::new("w", Duration::from_secs(30)))
+                .await
+                .unwrap(),
+            Claim::Acquired(_)
+        ));
+    }
+    let (sent, publish) = recorder();
+    assert!(
+        dispatch_due(store, 10, publish)
+            .await
+            .unwrap()
+            .published
+            .is_empty()
+    );
+    assert!(
+        sent.lock().unwrap().is_empty(),
+        "nothing due while leases are live"
+    );
+    f.advance(Duration::from_secs(31)).await;
+    let Claim::Acquired(_) = store
+        .claim(live, ClaimRequest::new("w2", Duration::from_secs(30)))
+        .await
+        .unwrap()
+    else {
+        panic!("expired: taken over")
+    };
+    let (sent, publish) = recorder();
+    assert_eq!(
+        dispatch_due(store, 10, publish).await.unwrap().published,
+        [crashed]
+    );
+    assert_eq!(*sent.lock().unwrap(), [crashed]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whole() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let mut ids = Vec::new();
+    for i in 0..23 {
+        ids.push(
+            store
+                .submit(new_task(&format!("k{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    let batches = std::sync::Mutex::new(Vec::new());
+    let round = store
+        .dispatch_batches(15, 10, |batch| {
+            let failing = batches.lock().unwrap().len() == 1;
+            batches.lock().unwrap().push(batch);
+            // The second batch fails, say after the broker took some of it.
+            std::future::ready(if failing {
+                Err(std::io::Error::other("SendMessageBatch: 2 of 5 failed"))
+            } else {
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    let batches = batches.into_inner().unwrap();
+    assert_eq!(
+        batches,
+        [ids[..10].to_vec(), ids[10..15].to_vec()],
+        "chunks of 10, in order, within the limit"
+    );
+    assert_eq!(round.published, ids[..10]);
+    assert_eq!(
+        round.failed.map(|(id, _)| id),
+        Some(ids[10]),
+        "named by its first task"
+    );
+
+    let (sent, publish) = recorder();
+    let next = store.dispatch(100, publish).await.unwrap();
+    assert_eq!(next.published, ids[10..], "the failed batch, whole, and the rest");
+    assert_eq!(*sent.lock().unwrap(), ids[10..]);
+    assert!(matches!(
+        store
+            .dispatch_batches(10, 0, |_| std::future::ready(Ok::<(), std::io::Error>(())))
+            .await,
+        Err(taskfence::Error::InvalidInput(_))
+    ));
+}

@@ -1,0 +1,358 @@
+//! Fencing on the real server: takeovers, renewals, and the completion guard
+//! evaluated after the row lock is held (a locking transaction's decision, in one statement).
+
+use crate::common;
+
+use std::time::Duration;
+
+use sqlx::Row;
+use taskfence::store::AttemptOutcome;
+use taskfence::testing::{Fixture, PgFixture};
+use taskfence::{Claim, ClaimRequest, Fenced, Lease, Rejection, Response, Status, TaskId, TaskStore};
+
+const LEASE: Duration = Duration::from_secs(30);
+
+use common::new_task;
+
+async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duration) -> Lease {
+    match store.claim(id, ClaimRequest::new(worker, lease)).await.unwrap() {
+        Claim::Acquired(lease) => lease,
+        other => panic!("{worker}: expected Acquired, got {other:?}"),
+    }
+}
+
+/// Holds the task's row lock in an open transaction, as a takeover or renewal in flight would.
+async fn lock_row(f: &PgFixture, id: TaskId) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = f.pg_store().pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM \"{}\".tasks WHERE id = $1 FOR UPDATE",
+        f.schema()
+    )))
+    .bind(id.as_uuid())
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
+/// The store clock, read on the server.
+async fn store_clock(f: &PgFixture) -> time::OffsetDateTime {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT \"{}\".store_clock()",
+        f.schema()
+    )))
+    .fetch_one(f.pg_store().pool())
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Whether the store clock has passed `until`.
+async fn store_clock_passed(f: &PgFixture, until: time::OffsetDateTime) -> bool {
+    store_clock(f).await > until
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_worker_returns_after_takeover_is_superseded_and_the_new_answer_stands() {
+    let f = common::fixture().await;
+    let store = f.store();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let paused = acquire(&*store, task.id, "paused", LEASE).await;
+    f.advance(LEASE + Duration::from_secs(1)).await; // the worker is stuck past its lease
+    let fresh = acquire(&*store, task.id, "fresh", LEASE).await;
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        store
+            .complete(paused, Response::from("stale"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&Rejection::AlreadyCompleted(Box::new(
+            store.get(task.id).await.unwrap().unwrap()
+        ))),
+        "a completed task reports itself first, with the saved answer"
+    );
+    // The same return before the new worker saved: Superseded.
+    let task = store.submit(new_task("k2")).await.unwrap().into_task();
+    let paused = acquire(&*store, task.id, "paused", LEASE).await;
+    f.advance(LEASE + Duration::from_secs(1)).await;
+    let fresh = acquire(&*store, task.id, "fresh", LEASE).await;
+    assert_eq!(
+        store
+            .complete(paused, Response::from("stale"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let saved = store.get(task.id).await.unwrap().unwrap();
+    assert_eq!(
+        saved.response,
+        Some(Response::from("fresh")),
+        "the new worker's answer stands"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_keep_a_long_call_alive_and_renew_after_takeover_fails() {
+    let f = common::fixture().await;
+    let store = f.store();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let mut lease = acquire(&*store, task.id, "long", LEASE).await;
+    let first_expiry = lease.expires_at();
+    for _ in 0..4 {
+        f.advance(Duration::from_secs(20)).await;
+        assert!(store.renew(&mut lease, LEASE).await.unwrap().is_accepted());
+        assert!(matches!(
+            store
+                .claim(task.id, ClaimRequest::new("other", LEASE))
+                .await
+                .unwrap(),
+            Claim::Busy { .. }
+        ));
+    }
+    assert!(lease.expires_at() >= first_expiry + Duration::from_secs(80));
+    assert!(
+        store
+            .complete(lease, Response::from("long answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+
+    let task = store.submit(new_task("k2")).await.unwrap().into_task();
+    let mut lapsed = acquire(&*store, task.id, "lapsed", LEASE).await;
+    f.advance(LEASE + Duration::from_secs(1)).await;
+    let _taker = acquire(&*store, task.id, "taker", LEASE).await;
+    assert_eq!(
+        store.renew(&mut lapsed, LEASE).await.unwrap().rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+}
+
+/// The row lock comes first, then the lease is checked against
+/// `clock_timestamp()`. A completion that starts while its lease is live but
+/// must wait for the row lock until the lease has passed is refused: the
+/// guard reads the clock after the wait, not when the statement started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_waiting_for_the_row_lock_checks_the_lease_after_the_wait() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let lease = acquire(&store, task.id, "w", Duration::from_secs(3)).await;
+    let holder = lock_row(&f, task.id).await;
+    let until = lease.expires_at();
+    let completion = tokio::spawn({
+        let store = store.clone();
+        async move { store.complete(lease, Response::from("late")).await.unwrap() }
+    });
+    common::wait_until_blocked(&f, "SELECT 'completed'").await;
+    assert!(
+        !store_clock_passed(&f, until).await,
+        "the completion started while its lease was live"
+    );
+    common::eventually(Duration::from_secs(10), || async {
+        store_clock_passed(&f, until).await.then_some(())
+    })
+    .await;
+    holder.commit().await.unwrap();
+    assert_eq!(
+        completion.await.unwrap().rejection(),
+        Some(&Rejection::LeaseExpired)
+    );
+    let after = store.get(task.id).await.unwrap().unwrap();
+    assert_eq!(
+        (after.status, after.response),
+        (Status::Running, None),
+        "nothing saved"
+    );
+}
+
+/// A completion that waits for the lock of a takeover in flight re-evaluates
+/// its guard against the row the takeover committed (EvalPlanQual), and is
+/// refused as superseded; the new assignment then saves its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completion_waiting_behind_a_takeover_is_superseded() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let lease = acquire(&store, task.id, "paused", Duration::from_secs(3)).await;
+    let until = lease.expires_at();
+    let mut takeover = lock_row(&f, task.id).await;
+    let completion = tokio::spawn({
+        let store = store.clone();
+        async move { store.complete(lease, Response::from("stale")).await.unwrap() }
+    });
+    common::wait_until_blocked(&f, "SELECT 'completed'").await;
+    assert!(!store_clock_passed(&f, until).await, "started while live");
+    common::eventually(Duration::from_secs(10), || async {
+        store_clock_passed(&f, until).await.then_some(())
+    })
+    .await;
+    let Claim::Acquired(fresh) = store
+        .on(&mut takeover)
+        .claim(task.id, ClaimRequest::new("fresh", LEASE))
+        .await
+        .unwrap()
+    else {
+        panic!("the lease has expired: the takeover acquires")
+    };
+    takeover.commit().await.unwrap();
+    assert_eq!(
+        completion.await.unwrap().rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+    assert!(
+        store
+            .complete(fresh, Response::from("fresh"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let outcomes: Vec<_> = store
+        .attempts(task.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, [AttemptOutcome::Expired, AttemptOutcome::Completed]);
+}
+
+/// Completions racing takeovers, many times over: whatever the interleaving,
+/// at most one answer is saved and it belongs to the assignment that was
+/// current when it was saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completions_racing_takeovers_save_one_answer_from_a_current_assignment() {
+    let f = common::fixture_with(8).await;
+    let store = f.pg_store().clone();
+    for round in 0..20 {
+        let task = store
+            .submit(new_task(&format!("k{round}")))
+            .await
+            .unwrap()
+            .into_task();
+        let old = acquire(&store, task.id, "old", Duration::from_millis(200)).await;
+        // Wait (store clock) until the old lease is over, then race its
+        // completion against a takeover and the takeover's completion.
+        let until = old.expires_at();
+        common::eventually(Duration::from_secs(10), || async {
+            store_clock_passed(&f, until).await.then_some(())
+        })
+        .await;
+        let late = tokio::spawn({
+            let store = store.clone();
+            async move { store.complete(old, Response::from("old")).await.unwrap() }
+        });
+        let takeover = tokio::spawn({
+            let store = store.clone();
+            async move {
+                match store
+                    .claim(task.id, ClaimRequest::new("new", LEASE))
+                    .await
+                    .unwrap()
+                {
+                    Claim::Acquired(lease) => store.complete(lease, Response::from("new")).await.unwrap(),
+                    other => panic!("takeover after expiry must acquire: {other:?}"),
+                }
+            }
+        });
+        let (late, new) = (late.await.unwrap(), takeover.await.unwrap());
+        assert!(!late.is_accepted(), "round {round}: an expired lease never saves");
+        assert!(
+            matches!(new, Fenced::Accepted(_)),
+            "round {round}: the current assignment saves"
+        );
+        let saved = store.get(task.id).await.unwrap().unwrap();
+        assert_eq!(saved.response, Some(Response::from("new")), "round {round}");
+    }
+}
+
+/// A task's first claim is a bare guarded `UPDATE` (no lock step first): it
+/// waits behind a competitor's claim in an open transaction like any
+/// `UPDATE`, and once that commits, re-evaluates its guard on the row the
+/// competitor wrote (EvalPlanQual). It answers `Busy`; the one lease is the
+/// competitor's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claim_waiting_behind_a_competing_claim_answers_busy() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let mut competitor = store.pool().begin().await.unwrap();
+    let Claim::Acquired(held) = store
+        .on(&mut competitor)
+        .claim(task.id, ClaimRequest::new("competitor", LEASE))
+        .await
+        .unwrap()
+    else {
+        panic!("the first claim of a pending task acquires")
+    };
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .claim(task.id, ClaimRequest::new("late", LEASE))
+                .await
+                .unwrap()
+        }
+    });
+    common::wait_until_blocked(&f, "SET (version, status").await;
+    competitor.commit().await.unwrap();
+    match waiting.await.unwrap() {
+        Claim::Busy { until, .. } => assert_eq!(until, held.expires_at()),
+        other => panic!("expected Busy behind the competitor's lease, got {other:?}"),
+    }
+    assert!(
+        store
+            .complete(held, Response::from("answer"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(store.attempts(task.id).await.unwrap().len(), 1, "one attempt");
+}
+
+/// Behind a holder that only locked the row (no new row version, so no
+/// recheck), the waiting first claim takes the task once the lock is gone,
+/// decided and dated when its guard was evaluated: the wait counts against
+/// the lease, never beyond it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_claim_waiting_behind_a_lock_only_holder_counts_the_wait_against_its_lease() {
+    let f = common::fixture().await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let holder = lock_row(&f, task.id).await;
+    let waiting = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(task.id, ClaimRequest::new("w", LEASE)).await.unwrap() }
+    });
+    common::wait_until_blocked(&f, "SET (version, status").await;
+    f.advance(Duration::from_secs(10)).await;
+    let released = store_clock(&f).await;
+    holder.commit().await.unwrap();
+    let Claim::Acquired(lease) = waiting.await.unwrap() else {
+        panic!("a lock that changed nothing leaves the task available")
+    };
+    assert!(
+        lease.expires_at() > released && lease.expires_at() + Duration::from_secs(10) <= released + LEASE,
+        "lease until {} for a lock released at {released}",
+        lease.expires_at()
+    );
+    assert_eq!(
+        (lease.version(), store.attempts(task.id).await.unwrap().len()),
+        (1, 1)
+    );
+}

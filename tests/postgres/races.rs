@@ -1,0 +1,119 @@
+//! 32 concurrent racers on the real server, each on its own connection:
+//! one task per key, one acquired claim, one accepted completion.
+
+use crate::common;
+
+use std::time::Duration;
+
+use taskfence::store::AttemptOutcome;
+use taskfence::testing::race;
+use taskfence::{Claim, ClaimRequest, Fenced, Rejection, Response, Status, TaskStore};
+
+const RACERS: usize = 32;
+
+use common::new_task;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_duplicate_submits_make_one_task() {
+    let f = common::fixture_with(RACERS as u32).await;
+    let store = f.pg_store().clone();
+    let results = race(RACERS, |_| {
+        let store = store.clone();
+        async move { store.submit(new_task("pressed-send-once")).await.expect("submit") }
+    })
+    .await;
+    assert_eq!(
+        results.iter().filter(|s| s.is_created()).count(),
+        1,
+        "one creates"
+    );
+    let id = results[0].task().id;
+    assert!(
+        results.iter().all(|s| s.task().id == id),
+        "all 32 see the same task"
+    );
+    assert_eq!(
+        (f.count("tasks").await, f.count("handoffs").await),
+        (1, 1),
+        "one row each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_claims_acquire_once() {
+    let f = common::fixture_with(RACERS as u32).await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let claims = race(RACERS, |i| {
+        let store = store.clone();
+        async move {
+            store
+                .claim(
+                    task.id,
+                    ClaimRequest::new(format!("worker-{i}"), Duration::from_secs(30)),
+                )
+                .await
+                .expect("claim")
+        }
+    })
+    .await;
+    assert_eq!(
+        claims.iter().filter(|c| c.is_acquired()).count(),
+        1,
+        "one Acquired"
+    );
+    assert!(
+        claims
+            .iter()
+            .all(|c| matches!(c, Claim::Acquired(_) | Claim::Busy { .. })),
+        "the rest are Busy: {claims:?}"
+    );
+    let now = store.get(task.id).await.unwrap().unwrap();
+    assert_eq!((now.status, now.version), (Status::Running, 1));
+    assert_eq!(store.attempts(task.id).await.unwrap().len(), 1, "one attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_concurrent_completes_with_the_same_lease_accept_once() {
+    let f = common::fixture_with(RACERS as u32).await;
+    let store = f.pg_store().clone();
+    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let Claim::Acquired(lease) = store
+        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
+        .await
+        .unwrap()
+    else {
+        panic!("fresh task")
+    };
+    let results = race(RACERS, |i| {
+        let (store, lease) = (store.clone(), lease.clone());
+        async move {
+            let r = store
+                .complete(lease, Response::from(format!("answer {i}")))
+                .await
+                .expect("complete");
+            (i, r)
+        }
+    })
+    .await;
+    let winners: Vec<usize> = results
+        .iter()
+        .filter(|(_, r)| r.is_accepted())
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(winners.len(), 1, "one Accepted");
+    let saved = Response::from(format!("answer {}", winners[0]));
+    for (_, r) in &results {
+        if let Fenced::Rejected(rejection) = r {
+            assert!(
+                matches!(rejection, Rejection::AlreadyCompleted(t) if t.response.as_ref() == Some(&saved)),
+                "losers see the winner's answer: {rejection:?}"
+            );
+        }
+    }
+    let done = store.get(task.id).await.unwrap().unwrap();
+    assert_eq!((done.status, done.response), (Status::Completed, Some(saved)));
+    let attempts = store.attempts(task.id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome, AttemptOutcome::Completed);
+}
