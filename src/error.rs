@@ -75,6 +75,7 @@ impl Error {
     }
 
     /// Wraps a migration failure that retrying cannot mend.
+    #[cfg(feature = "postgres")]
     pub(crate) fn migration(err: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self::Migration(Box::new(err))
     }
@@ -187,4 +188,35 @@ pub enum InvalidInput {
         /// The field.
         field: &'static str,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_backend_failure_is_retryable() {
+        let refusal = || -> Box<dyn std::error::Error + Send + Sync> { "refused".into() };
+        let deterministic = [
+            Error::KeyConflict {
+                existing: TaskId::new(),
+            },
+            Error::InvalidInput(InvalidInput::Blank { field: "key" }),
+            Error::NotFound(TaskId::new()),
+            Error::NotMigrated {
+                detail: "relation \"taskfence.tasks\" does not exist".into(),
+                fix: "migrate",
+            },
+            Error::Migration(refusal()),
+            Error::ItemRefused(refusal()),
+        ];
+        for err in &deterministic {
+            assert!(
+                !err.is_retryable(),
+                "{}: the same call is refused again",
+                err.label()
+            );
+        }
+        assert!(Error::Storage(refusal()).is_retryable());
+    }
 }

@@ -72,7 +72,7 @@ pub trait Inspect: TaskStore {
     /// Their queue message was most likely lost (a dead-letter queue, expired
     /// retention, a purged queue): publish their ids again.
     ///
-    /// Retried, backing-off and expired tasks are not stranded: [`due`](TaskStore::due)
+    /// Reopened, backing-off and expired tasks are not stranded: [`due`](TaskStore::due)
     /// lists those. `older_than` must be positive; `limit` at most [`limits::MAX_PAGE`].
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
 }
@@ -323,7 +323,7 @@ impl Page {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Counts {
-    /// Waiting for a claim (new, released, backing off or retried).
+    /// Waiting for a claim (new, released, backing off or reopened).
     pub pending: u64,
     /// Held by a worker (or its lease expired and nobody took over yet).
     pub running: u64,

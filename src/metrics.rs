@@ -86,7 +86,6 @@
 //! Each counted failure also logs a `WARN` event "task failed terminally"
 //! with `task_id`, `scope`, `operation`, `key`, `via` and `reason`.
 //!
-//!
 //! # Spans
 //!
 //! Each call runs inside an `INFO` span named `taskfence.<operation>`
@@ -104,8 +103,8 @@
 //! | `batch` | how many tasks: asked for in a `claim_many` / `complete_many`, returned by `due` / `stranded`, removed by `purge_expired` |
 //! | `outcome`, `reason` | as in [`taskfence_operations_total`](#outcomes); `ok` for a batch answered item by item |
 //!
-//! The backends' own `DEBUG` spans named `taskfence` (field `op`) open
-//! inside these ones, as children.
+//! The `DEBUG` span named `taskfence` (field `op`) that every backend call
+//! opens where it enters ([`backend`](crate::backend)) is a child of this one.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -271,7 +271,7 @@ pub struct ReopenRequest {
 }
 
 impl ReopenRequest {
-    /// A retry by `by` for `reason`, under the task's stored policy.
+    /// A reopening by `by` for `reason`, under the task's stored policy.
     pub fn new(by: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             by: by.into(),
@@ -454,6 +454,7 @@ impl Lease {
         &self.task
     }
     /// The task, for a store that builds the completed task from it without a copy.
+    #[cfg(feature = "postgres")]
     pub(crate) fn into_task(self) -> Task {
         self.task
     }

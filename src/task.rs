@@ -502,6 +502,7 @@ impl Task {
 
     /// This task as a completion with `response` at `finished_at` leaves it
     /// (the fields every backend's completion writes).
+    #[cfg(feature = "postgres")]
     pub(crate) fn completed(mut self, response: Response, finished_at: OffsetDateTime) -> Self {
         self.status = Status::Completed;
         self.response = Some(response);

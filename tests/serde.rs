@@ -8,9 +8,10 @@ use serde::de::DeserializeOwned;
 use taskfence::clock::ManualClock;
 use taskfence::policy::{AcceptanceRule, OnAmbiguous};
 use taskfence::store::{Attempt, AttemptOutcome};
+use taskfence::testing::acquire;
 use taskfence::{
-    Claim, ClaimRequest, Failure, InputHash, MemoryStore, NewTask, RequestKey, Response, RetryPolicy, Status,
-    Task, TaskId, TaskStore,
+    Failure, InputHash, MemoryStore, NewTask, RequestKey, Response, RetryPolicy, Status, Task, TaskId,
+    TaskStore,
 };
 
 fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) -> serde_json::Value {
@@ -18,17 +19,6 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(val
     let back: T = serde_json::from_str(&json).expect("deserialize");
     assert_eq!(&back, value, "{json}");
     serde_json::from_str(&json).expect("valid JSON")
-}
-
-async fn claim(store: &MemoryStore, id: TaskId) -> taskfence::Lease {
-    match store
-        .claim(id, ClaimRequest::new("worker-1", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected to acquire: {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -46,7 +36,7 @@ async fn a_completed_task_and_its_attempts_round_trip() {
     .policy(policy)
     .acceptance(AcceptanceRule::FirstValidAnswer);
     let id = store.submit(new).await.unwrap().into_task().id;
-    let lease = claim(&store, id).await;
+    let lease = acquire(&store, id, "worker-1").await;
     assert!(
         store
             .record_operation(&lease, "op-7")
@@ -87,7 +77,7 @@ async fn a_retrying_task_with_its_backoff_and_error_round_trips() {
         InputHash::of(["m-2"]),
     );
     let id = store.submit(new).await.unwrap().into_task().id;
-    let lease = claim(&store, id).await;
+    let lease = acquire(&store, id, "worker-1").await;
     assert!(
         store
             .fail(lease, Failure::retryable("429"))

@@ -426,7 +426,8 @@ impl ProblemTypes {
     /// ```
     /// use std::io;
     /// use http::StatusCode;
-    /// use taskfence::{Error, InvalidInput, TaskId};
+    /// use taskfence::{Error, TaskId};
+    /// use taskfence::error::InvalidInput;
     /// use taskfence_axum::ProblemTypes;
     /// let types = ProblemTypes::default();
     /// let invalid = types.error(&Error::from(InvalidInput::Blank { field: "key" }));

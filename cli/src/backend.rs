@@ -20,7 +20,7 @@ use taskfence::{DynamoStore, PgStore};
 use time::OffsetDateTime;
 
 use crate::cli::StoreArgs;
-use crate::error::{CliError, chain, storage_message};
+use crate::error::{CliError, chain};
 
 /// How long connecting may take before the tool gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -218,7 +218,7 @@ pub(crate) async fn table_exists(client: &aws_sdk_dynamodb::Client, table: &str)
         }
         Err(e) => Err(CliError::Operational(format!(
             "DynamoDB table {table}: {}",
-            storage_message(&e)
+            chain(&e)
         ))),
     }
 }

@@ -16,7 +16,7 @@ Exit codes:
   1  operational error (store unreachable, query failed)
   2  usage or bad input (unknown flag, malformed id, key or duration)
   3  not found (no task with this id or key)
-  4  refused (e.g. retry of a completed or live task)";
+  4  refused (e.g. reopening a completed or live task)";
 
 /// Inspect and repair taskfence tasks on PostgreSQL or DynamoDB.
 #[derive(Debug, Parser)]
@@ -73,7 +73,7 @@ pub(crate) enum Command {
     /// Show one task and everything that happened to it.
     Show(ShowArgs),
     /// Reopen a failed or cancelled task with a fresh retry budget.
-    Retry(RetryArgs),
+    Reopen(ReopenArgs),
     /// Cancel a pending or running task.
     Cancel(CancelArgs),
     /// Remove terminal tasks whose retention has passed.
@@ -133,9 +133,9 @@ pub(crate) struct ShowArgs {
     pub key: Option<RequestKey>,
 }
 
-/// `taskfence retry`.
+/// `taskfence reopen`.
 #[derive(Debug, Args)]
-pub(crate) struct RetryArgs {
+pub(crate) struct ReopenArgs {
     /// The task's id.
     #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
     pub id: TaskId,

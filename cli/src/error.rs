@@ -64,23 +64,12 @@ impl From<Error> for CliError {
         match err {
             Error::NotFound(id) => CliError::NotFound(format!("task {id} not found")),
             Error::InvalidInput(e) => CliError::Usage(format!("invalid input: {e}")),
-            Error::KeyConflict { .. } => CliError::Refused(err.to_string()),
-            Error::Storage(source) => CliError::Operational(storage_message(&*source)),
+            Error::KeyConflict { .. } | Error::ItemRefused(_) => CliError::Refused(err.to_string()),
+            Error::Storage(source) => CliError::Operational(chain(&*source)),
+            // `NotMigrated` names its fix (`taskfence migrate`); a migration error says what changed.
             other => CliError::Operational(other.to_string()),
         }
     }
-}
-
-/// A backend error with its causes on one line, and a hint for the one
-/// mistake everyone makes first: a store that was never migrated.
-pub(crate) fn storage_message(err: &(dyn StdError + 'static)) -> String {
-    let mut message = chain(err);
-    if missing_tables(err) {
-        message.push_str(
-            " (are the tables there? run `taskfence migrate`, or check --schema / --dynamodb-table)",
-        );
-    }
-    message
 }
 
 /// `err: cause: cause…`, skipping causes whose text the previous one already shows.
@@ -95,15 +84,6 @@ pub(crate) fn chain(err: &(dyn StdError + 'static)) -> String {
         source = cause.source();
     }
     out.replace('\n', " ")
-}
-
-/// PostgreSQL's undefined table (42P01) or undefined function (42883), or
-/// DynamoDB's unknown table.
-fn missing_tables(err: &(dyn StdError + 'static)) -> bool {
-    if let Some(sqlx::Error::Database(db)) = err.downcast_ref::<sqlx::Error>() {
-        return matches!(db.code().as_deref(), Some("42P01" | "42883" | "3F000"));
-    }
-    chain(err).contains("ResourceNotFoundException")
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ pub(crate) enum Report {
     List(Page),
     /// `show`.
     Story(Box<Story>),
-    /// `retry`: the reopened task.
+    /// `reopen`: the reopened task.
     Retried(Box<Task>),
     /// `cancel`: the cancelled task.
     Cancelled(Box<Task>),

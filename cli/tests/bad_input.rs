@@ -15,9 +15,9 @@ async fn unknown_ids_are_not_found() {
     let unknown = TaskId::new().to_string();
     for args in [
         vec!["show", unknown.as_str()],
-        vec!["retry", unknown.as_str(), "--reason", "why"],
+        vec!["reopen", unknown.as_str(), "--reason", "why"],
         vec![
-            "retry",
+            "reopen",
             unknown.as_str(),
             "--reason",
             "why",
@@ -51,16 +51,16 @@ async fn malformed_values_are_usage_errors() {
         (vec!["list", "--limit", "0"], "--limit"),
         (vec!["list", "--after", "x"], "not a cursor"),
         (vec!["stranded", "--older-than", "soon"], "not a duration"),
-        (vec!["retry", id.as_str(), "--reason", " "], "must not be blank"),
+        (vec!["reopen", id.as_str(), "--reason", " "], "must not be blank"),
         (
-            vec!["retry", id.as_str(), "--reason", "x", "--deadline", "400d"],
+            vec!["reopen", id.as_str(), "--reason", "x", "--deadline", "400d"],
             "more than the limit",
         ),
         (
-            vec!["retry", id.as_str(), "--reason", "x", "--max-attempts", "0"],
+            vec!["reopen", id.as_str(), "--reason", "x", "--max-attempts", "0"],
             "--max-attempts",
         ),
-        (vec!["retry", id.as_str()], "--reason"),
+        (vec!["reopen", id.as_str()], "--reason"),
         (vec!["frobnicate"], "unrecognized subcommand"),
     ] {
         let out = pg(&f, &args);

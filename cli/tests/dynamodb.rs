@@ -6,8 +6,8 @@
 mod common;
 
 use common::{Run, completed, failed, run, taskfence};
-use taskfence::testing::{DynamoFixture, Fixture};
-use taskfence::{Claim, ClaimRequest, Status, TaskId};
+use taskfence::testing::{DynamoFixture, Fixture, acquire};
+use taskfence::{Status, TaskId};
 
 /// The binary on `table` at the test endpoint, with static test credentials.
 fn dynamo(table: &str, args: &[&str]) -> Run {
@@ -23,7 +23,7 @@ fn dynamo(table: &str, args: &[&str]) -> Run {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stats_list_show_and_retry_on_dynamodb() {
+async fn stats_list_show_and_reopen_on_dynamodb() {
     let f: DynamoFixture = taskfence_test_support::dynamo::fixture().await;
     let table = f.table().to_owned();
     let store = f.store();
@@ -59,7 +59,7 @@ async fn stats_list_show_and_retry_on_dynamodb() {
     let retried = dynamo(
         &table,
         &[
-            "retry",
+            "reopen",
             &bad.id.to_string(),
             "--reason",
             "quota raised",
@@ -73,14 +73,10 @@ async fn stats_list_show_and_retry_on_dynamodb() {
     );
     // The binary wrote on this machine's clock: bring the fixture's up to it.
     f.clock().set(time::OffsetDateTime::now_utc());
-    let claimed = store
-        .claim(bad.id, ClaimRequest::new("worker-2", common::LEASE))
-        .await
-        .unwrap();
-    assert!(matches!(claimed, Claim::Acquired(_)), "{claimed:?}");
+    acquire(&*store, bad.id, "worker-2").await;
 
     let before = f.record_count().await;
-    dynamo(&table, &["retry", &done.id.to_string(), "--reason", "again"]).failed(4);
+    dynamo(&table, &["reopen", &done.id.to_string(), "--reason", "again"]).failed(4);
     dynamo(&table, &["show", &TaskId::new().to_string()]).failed(3);
     assert_eq!(f.record_count().await, before);
     assert_eq!(

@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{claim, completed, fixture, pg, submit};
-use taskfence::testing::{Fixture, InspectFixture};
+use common::{completed, fixture, pg, submit};
+use taskfence::testing::{Fixture, InspectFixture, acquire};
 use taskfence::{InputHash, NewTask, RequestKey, RetryPolicy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,7 +22,7 @@ async fn purge_removes_tasks_past_retention_in_batches() {
             .await
             .unwrap()
             .into_task();
-        let lease = claim(&*store, &task, "w").await;
+        let lease = acquire(&*store, task.id, "w").await;
         let _ = store
             .complete(lease, taskfence::Response::from("ok"))
             .await
@@ -53,7 +53,7 @@ async fn stranded_lists_unclaimed_tasks_and_redispatch_hands_them_off_again() {
     let lost_a = submit(&*store, "t", "op", "lost-a", RetryPolicy::default()).await;
     let lost_b = submit(&*store, "t", "op", "lost-b", RetryPolicy::default()).await;
     let claimed = submit(&*store, "t", "op", "claimed", RetryPolicy::default()).await;
-    claim(&*store, &claimed, "w").await;
+    acquire(&*store, claimed.id, "w").await;
 
     assert_eq!(
         pg(&f, &["stranded", "--older-than", "15m"]).ok(),
@@ -111,7 +111,7 @@ async fn dispatch_due_prints_ids_one_per_line() {
     let f = fixture().await;
     let store = f.store();
     let expired = submit(&*store, "t", "op", "expired-lease", RetryPolicy::default()).await;
-    claim(&*store, &expired, "w").await; // a 30 s lease
+    acquire(&*store, expired.id, "w").await; // a 30 s lease
     let waiting = submit(&*store, "t", "op", "never-claimed", RetryPolicy::default()).await;
     let _done = completed(&*store, "t", "done").await;
 

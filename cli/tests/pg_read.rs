@@ -5,9 +5,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{claim, completed, failed, fixture, pg, run, submit, taskfence};
+use common::{completed, failed, fixture, pg, run, submit, taskfence};
 use taskfence::RetryPolicy;
-use taskfence::testing::{Fixture, TempSchema};
+use taskfence::testing::{Fixture, TempSchema, acquire};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_creates_the_schema_then_is_a_no_op() {
@@ -41,7 +41,7 @@ async fn stats_counts_by_status_and_scope() {
     completed(&*store, "tenant-a", "k2").await;
     submit(&*store, "tenant-b", "chat.reply", "k3", RetryPolicy::default()).await;
     let running = submit(&*store, "tenant-b", "chat.reply", "k4", RetryPolicy::default()).await;
-    claim(&*store, &running, "w").await;
+    acquire(&*store, running.id, "w").await;
 
     let all = pg(&f, &["--json", "stats"]).json();
     assert_eq!(
@@ -172,7 +172,7 @@ async fn show_tells_the_story_by_id_and_by_key() {
         .await
         .unwrap();
     assert!(reopened.is_accepted());
-    let lease = claim(&*store, &task, "worker-2").await;
+    let lease = acquire(&*store, task.id, "worker-2").await;
     let _ = store
         .complete(lease, taskfence::Response::from("hi"))
         .await

@@ -6,9 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{claim, completed, failed, fixture, pg, submit};
-use taskfence::testing::{Fixture, InspectFixture};
-use taskfence::{Claim, ClaimRequest, RetryPolicy, Status};
+use common::{completed, failed, fixture, pg, submit};
+use taskfence::testing::{Fixture, InspectFixture, acquire};
+use taskfence::{RetryPolicy, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_reopens_a_failed_task_and_a_worker_claims_it() {
@@ -20,7 +20,7 @@ async fn retry_reopens_a_failed_task_and_a_worker_claims_it() {
     let run = pg(
         &f,
         &[
-            "retry",
+            "reopen",
             &task.id.to_string(),
             "--reason",
             "quota raised",
@@ -52,13 +52,7 @@ async fn retry_reopens_a_failed_task_and_a_worker_claims_it() {
     );
 
     // A worker takes it: attempt #2, in the fresh budget.
-    let claimed = store
-        .claim(task.id, ClaimRequest::new("worker-2", common::LEASE))
-        .await
-        .unwrap();
-    let Claim::Acquired(lease) = claimed else {
-        panic!("the reopened task is claimable: {claimed:?}")
-    };
+    let lease = acquire(&*store, task.id, "worker-2").await;
     assert_eq!(lease.attempt(), 2);
 }
 
@@ -70,7 +64,7 @@ async fn retry_by_default_is_user_at_host_and_prints_json() {
         common::taskfence()
             .env("USER", "carol")
             .args(["--database-url", f.url(), "--schema", f.schema(), "--json"])
-            .args(["retry", &task.id.to_string(), "--reason", "fixed"]),
+            .args(["reopen", &task.id.to_string(), "--reason", "fixed"]),
     )
     .json();
     assert_eq!(json["id"], task.id.to_string());
@@ -92,13 +86,13 @@ async fn retry_of_a_completed_or_live_task_is_refused_and_writes_nothing() {
     let before = f.record_count().await;
     let story_before = f.inspector().story(done.id).await.unwrap();
 
-    let refused = pg(&f, &["retry", &done.id.to_string(), "--reason", "again"]);
+    let refused = pg(&f, &["reopen", &done.id.to_string(), "--reason", "again"]);
     assert!(refused.failed(4).contains("it is completed"), "{refused:#?}");
     // With a policy change too: the read it needs writes nothing either.
     pg(
         &f,
         &[
-            "retry",
+            "reopen",
             &done.id.to_string(),
             "--reason",
             "again",
@@ -107,7 +101,7 @@ async fn retry_of_a_completed_or_live_task_is_refused_and_writes_nothing() {
         ],
     )
     .failed(4);
-    let live_refused = pg(&f, &["retry", &live.id.to_string(), "--reason", "again"]);
+    let live_refused = pg(&f, &["reopen", &live.id.to_string(), "--reason", "again"]);
     assert!(
         live_refused.failed(4).contains("it is pending"),
         "{live_refused:#?}"
@@ -124,7 +118,7 @@ async fn cancel_fences_off_the_running_worker() {
     let f = fixture().await;
     let store = f.store();
     let task = submit(&*store, "tenant-a", "chat.reply", "k1", RetryPolicy::default()).await;
-    let lease = claim(&*store, &task, "worker-1").await;
+    let lease = acquire(&*store, task.id, "worker-1").await;
 
     let json = pg(
         &f,

@@ -132,7 +132,7 @@ pub fn accept(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Reje
             }
             if version <= task.budget_base || version > task.version {
                 // Not an assignment the store ever granted, or one from
-                // before an operator's retry: an old lease never saves.
+                // before an operator's reopening: an old lease never saves.
                 return Err(Rejection::Superseded {
                     current_version: task.version,
                 });
@@ -227,11 +227,11 @@ pub fn cancel(task: &Task) -> CancelRule {
 pub enum ReopenRule {
     /// The task failed or was cancelled: reopen it with a fresh budget.
     Reopen,
-    /// Write nothing and refuse: a saved response stands, a live task needs no retry.
+    /// Write nothing and refuse: a saved response stands, a live task needs no reopening.
     Answer(Rejection),
 }
 
-/// Decides a retry: only a terminally failed or cancelled task is reopened.
+/// Decides a reopening: only a terminally failed or cancelled task is reopened.
 /// A completed one keeps its response ([`Rejection::AlreadyCompleted`]); a
 /// pending or running one is still being worked on ([`Rejection::NotTerminal`]).
 pub fn reopen(task: &Task) -> ReopenRule {

@@ -103,6 +103,28 @@ impl DynamoFixture {
         self.store.table()
     }
 
+    /// Deletes the dedup record of `key`, as DynamoDB's TTL does once the
+    /// record's `ttl` has passed (the local API never expires items): what a
+    /// test of life after a record's expiry needs.
+    ///
+    /// ```no_run
+    /// # async fn f(fixture: taskfence::testing::DynamoFixture, key: taskfence::RequestKey) {
+    /// fixture.expire_dedup_record(&key).await;
+    /// # }
+    /// ```
+    pub async fn expire_dedup_record(&self, key: &crate::RequestKey) {
+        self.client
+            .delete_item()
+            .table_name(self.table())
+            .set_key(Some(super::item::key_of(
+                super::item::key_pk(key),
+                super::item::KEY_SK,
+            )))
+            .send()
+            .await
+            .expect("delete the dedup record");
+    }
+
     /// Items in the table whose sort key starts with `prefix`: `T` tasks,
     /// `A#` attempts, `R#` reopenings, `K` dedup records (a consistent scan: a test helper,
     /// never the store's path).

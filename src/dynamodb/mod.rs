@@ -23,7 +23,7 @@
 //!   transaction, each on `attribute_not_exists`. The same key with other
 //!   inputs is [`Error::KeyConflict`](crate::Error::KeyConflict) read from
 //!   the refused record's image; nothing is written.
-//! - **Requests per operation** (as `tests/dynamo_requests.rs` counts them):
+//! - **Requests per operation** (as `tests/dynamodb/requests.rs` counts them):
 //!   submit 1 (a repeat 2: the refused transaction, then the task),
 //!   claim 2 (a read, then the transaction: the new attempt's item is keyed
 //!   by the new version, which only a read tells), renew 1, complete 1,

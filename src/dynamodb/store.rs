@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
@@ -145,6 +145,26 @@ impl DynamoStoreBuilder {
             clock: self.clock,
         })
     }
+}
+
+/// What to run when the table is missing.
+const CREATE_TABLE_FIX: &str =
+    "create the table: `taskfence::dynamodb::create_table`, or `taskfence migrate` from the command line";
+
+/// An SDK error as this crate's: a table that does not exist is
+/// [`Error::NotMigrated`] (create it); anything else a storage error.
+pub(super) fn sdk<E, R>(err: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: fmt::Debug + Send + Sync + 'static,
+{
+    if err.code() == Some("ResourceNotFoundException") {
+        return Error::NotMigrated {
+            detail: err.message().unwrap_or("table not found").to_owned(),
+            fix: CREATE_TABLE_FIX,
+        };
+    }
+    Error::storage(err)
 }
 
 /// A write kept being refused while its `ALL_OLD` image said it should pass,
@@ -310,7 +330,7 @@ fn fence(e: Expr, version: u64, now: OffsetDateTime) -> Expr {
 
 /// The task item is still in the state a decision was made on: version,
 /// status and retry budget fix every other mutable field of the item but the
-/// lease expiry. (A retry keeps the version and can bring back a status the
+/// lease expiry. (A reopening keeps the version and can bring back a status the
 /// task had before; its new budget is what tells the two states apart.)
 fn unchanged(e: Expr, task: &Task) -> Expr {
     // Items from before the budget attributes lack them: that is the first budget.
@@ -521,7 +541,7 @@ impl DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(Error::storage)?;
+            .map_err(sdk)?;
         Ok(out.item)
     }
 
@@ -865,9 +885,9 @@ impl DynamoStore {
                     TransactWriteItemsError::TransactionCanceledException(c) => {
                         c.cancellation_reasons().to_vec()
                     }
-                    _ => return Err(Error::storage(err)),
+                    _ => return Err(sdk(err)),
                 },
-                _ => return Err(Error::storage(err)),
+                _ => return Err(sdk(err)),
             };
             let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
             if let Some(i) = (0..reasons.len()).find(|&i| code(i) == "ConditionalCheckFailed") {
@@ -890,7 +910,7 @@ impl DynamoStore {
             }
             let conflict = reasons.iter().any(|r| r.code() == Some("TransactionConflict"));
             if !conflict {
-                return Err(Error::storage(err));
+                return Err(sdk(err));
             }
             conflicts += 1;
             if conflicts > CONFLICT_RETRIES {
@@ -926,7 +946,7 @@ impl DynamoStore {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(Error::storage)?;
+                .map_err(sdk)?;
             out.extend(page.items().iter().cloned());
             start = page.last_evaluated_key().cloned();
             if start.is_none() || limit.is_some_and(|l| out.len() >= l) {
@@ -991,7 +1011,7 @@ impl DynamoStore {
                 .as_service_error()
                 .is_some_and(|e| e.is_conditional_check_failed_exception())
             {
-                return Err(Error::storage(err));
+                return Err(sdk(err));
             }
         }
         let children = self.child_items(id).await?;
@@ -1024,7 +1044,7 @@ impl DynamoStore {
                     .request_items(&*self.table, requests.clone())
                     .send()
                     .await
-                    .map_err(Error::storage)?;
+                    .map_err(sdk)?;
                 requests = out
                     .unprocessed_items()
                     .and_then(|u| u.get(&*self.table))
@@ -1058,7 +1078,7 @@ impl DynamoStore {
             {
                 Ok(false)
             }
-            Err(err) => Err(Error::storage(err)),
+            Err(err) => Err(sdk(err)),
         }
     }
 }
@@ -1106,7 +1126,7 @@ impl Backend for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(Error::storage)?;
+            .map_err(sdk)?;
         let Some(record) = out.item() else { return Ok(None) };
         let (id, _) = item::dedup(record).map_err(Error::storage)?;
         self.read_task(id).await
@@ -1155,7 +1175,7 @@ impl Backend for DynamoStore {
                         return Ok(Fenced::Rejected(rejection));
                     }
                 }
-                Err(err) => return Err(Error::storage(err)),
+                Err(err) => return Err(sdk(err)),
             }
         }
         Err(Error::storage(Raced("renew")))
@@ -1537,7 +1557,7 @@ impl DynamoStore {
                 .request_items(&*self.table, wanted)
                 .send()
                 .await
-                .map_err(Error::storage)?;
+                .map_err(sdk)?;
             if let Some(items) = page.responses().and_then(|r| r.get(&*self.table)) {
                 out.extend(items.iter().cloned());
             }
@@ -1586,7 +1606,7 @@ impl DynamoStore {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(Error::storage)?;
+                .map_err(sdk)?;
             for entry in page.items() {
                 ids.push(task_id_of(entry)?);
             }
@@ -1620,7 +1640,7 @@ impl DynamoStore {
                     .expression_attribute_names("#scope", item::SCOPE)
                     .expression_attribute_values(":scope", s(scope));
             }
-            let page = request.send().await.map_err(Error::storage)?;
+            let page = request.send().await.map_err(sdk)?;
             total += u64::try_from(page.count()).unwrap_or(0);
             start = page.last_evaluated_key().cloned();
             if start.is_none() {
@@ -1735,7 +1755,7 @@ impl InspectBackend for DynamoStore {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(Error::storage)?;
+                .map_err(sdk)?;
             let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
             let mut items = self.batch_get(&ids).await?;
             for id in ids {

@@ -130,7 +130,7 @@ impl PgFixture {
         }
     }
 
-    /// The concrete store (for `_in` variants, the dispatcher, the pool).
+    /// The concrete store (for `PgStore::on`, the dispatcher, the pool).
     ///
     /// ```no_run
     /// # async fn f(fixture: taskfence::testing::PgFixture) {

@@ -204,7 +204,7 @@ async fn adopt_old_history(conn: &mut PgConnection, schema: &Schema) -> Result<(
         let version: i64 = row.try_get("version").map_err(db)?;
         let checksum: Vec<u8> = row.try_get("checksum").map_err(db)?;
         let file = FILES.iter().find(|f| f.version == version);
-        let unchanged = file.is_some_and(|f| Sha256::digest(f.sql.as_bytes()).as_slice() == checksum);
+        let unchanged = file.is_some_and(|f| Sha256::digest(f.sql.as_bytes())[..] == checksum[..]);
         let migration = migrator.iter().find(|m| m.version == version);
         let (true, Some(migration)) = (unchanged, migration) else {
             return Err(Error::migration(ChangedMigration {

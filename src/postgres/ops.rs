@@ -323,7 +323,7 @@ pub(super) async fn reopen(
         let (task, _) = read(sql, conn, id).await?.ok_or(Error::NotFound(id))?;
         match rules::reopen(&task) {
             ReopenRule::Answer(rejection) => {
-                tracing::debug!(%rejection, "retry rejected");
+                tracing::debug!(%rejection, "reopening rejected");
                 return Ok(Fenced::Rejected(rejection));
             }
             ReopenRule::Reopen => continue, // it became terminal between write and read

@@ -121,9 +121,9 @@ struct ModelTask {
     not_before: Option<u64>,
     response: Option<Response>,
     created: u64,
-    /// The version when the current budget began (0 until a retry).
+    /// The version when the current budget began (0 until a reopening).
     budget_base: u64,
-    /// When the retention window last started (submission, or a retry).
+    /// When the retention window last started (submission, or a reopening).
     retained_from: u64,
     purged: bool,
 }
@@ -468,7 +468,7 @@ impl Runner<'_> {
         }
     }
 
-    /// An operator's retry: only failed and cancelled tasks reopen, with a
+    /// An operator's reopening: only failed and cancelled tasks reopen, with a
     /// fresh budget from the current version, due at once.
     async fn reopen(&mut self, task: u8, ctx: &str) {
         if self.m.tasks.is_empty() {

@@ -6,10 +6,8 @@ use std::time::Duration;
 
 use taskfence::dynamodb::{MAX_EXTRA_ITEMS, MAX_PAYLOAD_LEN, MAX_RESPONSE_LEN};
 use taskfence::error::InvalidInput;
-use taskfence::testing::{DynamoFixture, Fixture};
-use taskfence::{
-    Claim, ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response, TaskStore, limits,
-};
+use taskfence::testing::{DynamoFixture, Fixture, acquire};
+use taskfence::{ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response, TaskStore, limits};
 use taskfence_test_support::dynamo;
 
 /// (tasks, attempts, dedup records)
@@ -53,13 +51,7 @@ async fn nul_bytes_oversized_and_malformed_values_are_typed_errors_and_write_not
         .unwrap()
         .into_task();
     assert_eq!(store.get(task.id).await.unwrap().unwrap().payload, b"a\0b");
-    let Claim::Acquired(lease) = store
-        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    else {
-        panic!("fresh")
-    };
+    let lease = acquire(store, task.id, "w").await;
     let before = items(&f).await;
     let snapshot = store.get(task.id).await.unwrap().unwrap();
     assert!(invalid(
@@ -124,13 +116,7 @@ async fn payloads_and_responses_over_the_item_limit_are_refused_before_writing()
         .await
         .unwrap()
         .into_task();
-    let Claim::Acquired(lease) = store
-        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    else {
-        panic!("fresh")
-    };
+    let lease = acquire(store, task.id, "w").await;
     let before = items(&f).await;
     let too_big = Response::new(vec![1u8; MAX_RESPONSE_LEN + 1]);
     assert!(too_long(store.complete(lease.clone(), too_big).await, "response"));
@@ -154,13 +140,7 @@ async fn payloads_and_responses_over_the_item_limit_are_refused_before_writing()
             .is_accepted()
     );
     f.advance(Duration::from_secs(3600)).await;
-    let Claim::Acquired(second) = store
-        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    else {
-        panic!("the backoff passed")
-    };
+    let second = acquire(store, task.id, "w").await;
     let max = Response::new(vec![1u8; MAX_RESPONSE_LEN]);
     assert!(store.complete(second, max.clone()).await.unwrap().is_accepted());
     assert_eq!(store.get(task.id).await.unwrap().unwrap().response, Some(max));

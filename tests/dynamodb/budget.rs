@@ -10,8 +10,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::types::AttributeValue;
 use taskfence::store::ReopenRequest;
-use taskfence::testing::new_task;
-use taskfence::testing::{DynamoFixture, Fixture};
+use taskfence::testing::{DynamoFixture, Fixture, acquire, new_task};
 use taskfence::{Claim, ClaimRequest, Failure, Response, RetryPolicy, Status, TaskId, TaskStore};
 use taskfence_test_support::dynamo;
 
@@ -45,9 +44,7 @@ async fn items_without_budget_attributes_read_as_the_first_budget() {
     assert_eq!(read, task, "budget_base 0, budget_started_at = created_at");
 
     // Every decision's condition passes on the old item: claim, fail, claim, complete.
-    let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap() else {
-        panic!("an old pending task is claimed")
-    };
+    let lease = acquire(&*store, task.id, "a").await;
     make_old(&f, task.id).await;
     assert!(
         store
@@ -58,9 +55,7 @@ async fn items_without_budget_attributes_read_as_the_first_budget() {
     );
     make_old(&f, task.id).await;
     f.advance(Duration::from_secs(2)).await;
-    let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("b", LEASE)).await.unwrap() else {
-        panic!("the second attempt of two")
-    };
+    let lease = acquire(&*store, task.id, "b").await;
     make_old(&f, task.id).await;
     assert!(
         store
@@ -131,9 +126,7 @@ async fn a_claim_decided_on_the_spent_budget_does_not_fail_the_reopened_task() {
         .await
         .unwrap()
         .into_task();
-    let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap() else {
-        panic!("fresh")
-    };
+    let lease = acquire(&*store, task.id, "a").await;
     assert!(store.release(lease).await.unwrap().is_accepted());
     let spent = store.get(task.id).await.unwrap().unwrap();
     assert_eq!((spent.status, spent.attempts_left()), (Status::Pending, 0));

@@ -8,5 +8,6 @@ mod conformance;
 mod inspection;
 mod model;
 mod races;
+mod refusals;
 mod requests;
 mod transactions;

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use taskfence::policy::AcceptanceRule;
 use taskfence::store::AttemptOutcome;
-use taskfence::testing::new_task;
-use taskfence::testing::{Fixture, race};
+use taskfence::testing::{Fixture, new_task, one_winner, race};
 use taskfence::{Claim, ClaimRequest, Fenced, Rejection, Response, TaskStore};
 use taskfence_test_support::dynamo;
 
@@ -32,8 +31,7 @@ async fn racing_claims_from_two_clients_acquire_once() {
         }
     })
     .await;
-    let acquired = claims.iter().filter(|c| c.is_acquired()).count();
-    assert_eq!(acquired, 1, "exactly one of {RACERS} claims acquires");
+    one_winner(&claims, &format!("{RACERS} racing claims"));
     assert!(
         claims
             .iter()
@@ -95,17 +93,8 @@ async fn racing_completions_from_two_clients_save_once() {
             }
         })
         .await;
-        let winners: Vec<usize> = results
-            .iter()
-            .filter(|(_, r)| r.is_accepted())
-            .map(|(i, _)| *i)
-            .collect();
-        assert_eq!(
-            winners.len(),
-            1,
-            "{rule:?}: exactly one of {RACERS} completions saves"
-        );
-        let expected = Response::from(format!("answer {}", winners[0]));
+        let winner = one_winner(&results, &format!("{rule:?}: {RACERS} racing completions"));
+        let expected = Response::from(format!("answer {}", results[winner].0));
         for (_, r) in &results {
             if let Fenced::Rejected(rejection) = r {
                 assert!(
@@ -151,8 +140,7 @@ async fn racing_retries_from_two_clients_reopen_once() {
         }
     })
     .await;
-    let reopened = answers.iter().filter(|a| a.is_accepted()).count();
-    assert_eq!(reopened, 1, "exactly one of {RACERS} retries reopens");
+    one_winner(&answers, &format!("{RACERS} racing reopens"));
     assert!(
         answers
             .iter()

@@ -2,8 +2,6 @@
 //! `DynamoStore::with(items)`: a submission or a completion and the
 //! application's own items commit both or neither.
 
-use std::time::Duration;
-
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
@@ -11,12 +9,9 @@ use aws_sdk_dynamodb::types::{
 };
 use taskfence::dynamodb::ExtraRefused;
 use taskfence::store::AttemptOutcome;
-use taskfence::testing::new_task;
-use taskfence::testing::{DynamoFixture, Fixture};
-use taskfence::{Claim, ClaimRequest, Error, Rejection, Response, Status, TaskStore};
+use taskfence::testing::{DynamoFixture, Fixture, acquire, new_task};
+use taskfence::{Error, Rejection, Response, Status, TaskStore};
 use taskfence_test_support::dynamo;
-
-const LEASE: Duration = Duration::from_secs(30);
 
 /// The application's own table (`id` string key), deleted at the end of the test.
 struct AppTable {
@@ -93,13 +88,16 @@ impl AppTable {
 
 fn extra_refused<T: std::fmt::Debug>(r: &taskfence::Result<T>) -> Option<usize> {
     match r {
-        Err(Error::ItemRefused(e)) => e.downcast_ref::<ExtraRefused>().map(|x| x.index),
+        Err(err @ Error::ItemRefused(e)) => {
+            assert!(!err.is_retryable(), "the same items are refused again: {err}");
+            e.downcast_ref::<ExtraRefused>().map(|x| x.index)
+        }
         _ => None,
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn submit_with_commits_the_message_and_the_task_together_or_not_at_all() {
+async fn a_submission_commits_with_the_applications_items_or_not_at_all() {
     let f = dynamo::fixture().await;
     let store = f.dynamo_store();
     let app = AppTable::new(&f).await;
@@ -138,14 +136,12 @@ async fn submit_with_commits_the_message_and_the_task_together_or_not_at_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn complete_with_commits_the_reply_and_the_completion_together_or_not_at_all() {
+async fn a_completion_commits_with_the_applications_items_or_not_at_all() {
     let f = dynamo::fixture().await;
     let store = f.dynamo_store();
     let app = AppTable::new(&f).await;
     let task = store.submit(new_task("send-1")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("a", LEASE)).await.unwrap() else {
-        panic!("fresh")
-    };
+    let lease = acquire(store, task.id, "a").await;
 
     // Rollback: the reply's own condition fails, so the task is not completed.
     app.client

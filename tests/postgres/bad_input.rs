@@ -6,9 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use taskfence::testing::PgFixture;
-use taskfence::{
-    Claim, ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response, TaskStore, limits,
-};
+use taskfence::{ClaimRequest, Error, Failure, InputHash, NewTask, RequestKey, Response, TaskStore, limits};
 
 async fn rows(f: &PgFixture) -> (i64, i64, i64) {
     (
@@ -52,13 +50,7 @@ async fn nul_bytes_oversized_and_malformed_values_are_typed_errors_and_write_not
         .unwrap()
         .into_task();
     assert_eq!(store.get(task.id).await.unwrap().unwrap().payload, b"a\0b");
-    let Claim::Acquired(lease) = store
-        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    else {
-        panic!("fresh")
-    };
+    let lease = common::acquire(store, task.id, "w").await;
     let before = rows(&f).await;
     let snapshot = store.get(task.id).await.unwrap().unwrap();
     assert!(invalid(

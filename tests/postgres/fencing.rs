@@ -14,6 +14,7 @@ const LEASE: Duration = Duration::from_secs(30);
 
 use common::new_task;
 
+/// The kit's `acquire` with a lease length of the test's choosing (these tests expire leases).
 async fn acquire(store: &dyn TaskStore, id: TaskId, worker: &str, lease: Duration) -> Lease {
     match store.claim(id, ClaimRequest::new(worker, lease)).await.unwrap() {
         Claim::Acquired(lease) => lease,

@@ -4,7 +4,7 @@
 //!
 //! The table holds `TASKFENCE_PLAN_ROWS` tasks (default 100 000; the figures
 //! in docs/POSTGRES.md come from a manual run with 1 000 000:
-//! `TASKFENCE_PLAN_ROWS=1000000 cargo test --test pg_plans -- --nocapture`).
+//! `TASKFENCE_PLAN_ROWS=1000000 cargo test --all-features --test postgres plans:: -- --nocapture`).
 
 use crate::common;
 

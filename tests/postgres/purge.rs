@@ -9,7 +9,7 @@ use sqlx::Row;
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{Failure, Lease, NewTask, Response, RetryPolicy, TaskId, TaskStore};
 
-use common::{acquire, new_task};
+use common::{acquire, fail_accepted, new_task};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -21,12 +21,6 @@ async fn submit(f: &PgFixture, task: NewTask) -> TaskId {
 async fn complete(f: &PgFixture, lease: Lease) {
     let saved = f.pg_store().complete(lease, Response::from("ok")).await.unwrap();
     assert!(saved.is_accepted(), "{saved:?}");
-}
-
-/// Fails `lease` with `failure`; panics unless accepted.
-async fn fail(f: &PgFixture, lease: Lease, failure: Failure) {
-    let failed = f.pg_store().fail(lease, failure).await.unwrap();
-    assert!(failed.is_accepted(), "{failed:?}");
 }
 
 /// Rows of `table` whose task is gone.
@@ -53,13 +47,18 @@ async fn purge_leaves_no_orphan_attempts_or_handoffs() {
     // Expired after a day: completed on its second attempt, completed on its
     // first, failed for good.
     let retried = submit(&f, new_task("retried").retention(DAY).policy(retry_fast)).await;
-    fail(&f, acquire(store, retried, "w").await, Failure::retryable("busy")).await;
+    fail_accepted(
+        store,
+        acquire(store, retried, "w").await,
+        Failure::retryable("busy"),
+    )
+    .await;
     f.advance(Duration::from_secs(2)).await;
     complete(&f, acquire(store, retried, "w").await).await;
     let done = submit(&f, new_task("done").retention(DAY)).await;
     complete(&f, acquire(store, done, "w").await).await;
     let failed = submit(&f, new_task("failed").retention(DAY)).await;
-    fail(&f, acquire(store, failed, "w").await, Failure::permanent("no")).await;
+    fail_accepted(store, acquire(store, failed, "w").await, Failure::permanent("no")).await;
     // Kept: retention not over, and live work.
     let kept = submit(&f, new_task("kept").retention(30 * DAY)).await;
     complete(&f, acquire(store, kept, "w").await).await;

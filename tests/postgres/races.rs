@@ -11,7 +11,7 @@ use taskfence::{Claim, ClaimRequest, Fenced, Rejection, Response, Status, TaskSt
 
 const RACERS: usize = 32;
 
-use common::new_task;
+use common::{acquire, new_task, one_winner};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_concurrent_duplicate_submits_make_one_task() {
@@ -57,11 +57,7 @@ async fn thirty_two_concurrent_claims_acquire_once() {
         }
     })
     .await;
-    assert_eq!(
-        claims.iter().filter(|c| c.is_acquired()).count(),
-        1,
-        "one Acquired"
-    );
+    one_winner(&claims, "racing claims (one Acquired)");
     assert!(
         claims
             .iter()
@@ -78,13 +74,7 @@ async fn thirty_two_concurrent_completes_with_the_same_lease_accept_once() {
     let f = common::fixture_with(RACERS as u32).await;
     let store = f.pg_store().clone();
     let task = store.submit(new_task("k")).await.unwrap().into_task();
-    let Claim::Acquired(lease) = store
-        .claim(task.id, ClaimRequest::new("w", Duration::from_secs(30)))
-        .await
-        .unwrap()
-    else {
-        panic!("fresh task")
-    };
+    let lease = acquire(&store, task.id, "w").await;
     let results = race(RACERS, |i| {
         let (store, lease) = (store.clone(), lease.clone());
         async move {
@@ -96,13 +86,8 @@ async fn thirty_two_concurrent_completes_with_the_same_lease_accept_once() {
         }
     })
     .await;
-    let winners: Vec<usize> = results
-        .iter()
-        .filter(|(_, r)| r.is_accepted())
-        .map(|(i, _)| *i)
-        .collect();
-    assert_eq!(winners.len(), 1, "one Accepted");
-    let saved = Response::from(format!("answer {}", winners[0]));
+    let winner = one_winner(&results, "racing completions (one Accepted)");
+    let saved = Response::from(format!("answer {}", results[winner].0));
     for (_, r) in &results {
         if let Fenced::Rejected(rejection) = r {
             assert!(

@@ -4,7 +4,7 @@
 //!
 //! A pooled operation is followed by sqlx's own liveness ping when the
 //! connection goes back to the pool (a lone `Sync`, no statement, after the
-//! operation has returned); the `_in` variants on a held connection show the
+//! operation has returned); `PgStore::on` on a held connection shows the
 //! operation alone.
 
 use crate::common;
@@ -17,6 +17,7 @@ use taskfence::{Claim, ClaimRequest, Failure, NewTask, PgStore, Response, RetryP
 
 const LEASE: Duration = Duration::from_secs(30);
 
+/// The kit's task with a 1 s backoff and no jitter, so a retry is due after the 2 s advance.
 fn new_task(key: &str) -> NewTask {
     common::new_task(key).policy(
         RetryPolicy::default()

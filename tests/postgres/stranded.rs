@@ -12,14 +12,10 @@ use common::new_task;
 use taskfence::error::InvalidInput;
 use taskfence::inspect::Inspect;
 use taskfence::store::ReopenRequest;
-use taskfence::testing::Fixture;
+use taskfence::testing::{Fixture, request};
 use taskfence::{Claim, ClaimRequest, Error, Response, TaskId, TaskStore, limits};
 
 const THRESHOLD: Duration = Duration::from_secs(600);
-
-fn request(worker: &str) -> ClaimRequest {
-    ClaimRequest::new(worker, Duration::from_secs(30))
-}
 
 async fn stranded_ids(store: &dyn Inspect) -> Vec<TaskId> {
     store

@@ -4,7 +4,7 @@
 //! | module | commands |
 //! | --- | --- |
 //! | `read` | `stats`, `list`, `show`: reading only |
-//! | `repair` | `retry`, `cancel`: one task, one fenced change |
+//! | `repair` | `reopen`, `cancel`: one task, one fenced change |
 //! | `maintain` | `migrate`, `purge`, `stranded`, `dispatch-due`: the store as a whole |
 
 use time::OffsetDateTime;
@@ -28,7 +28,7 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Stats(args) => read::stats(&store, args).await,
         Command::List(args) => read::list(&store, args).await,
         Command::Show(args) => read::show(&store, args).await,
-        Command::Retry(args) => repair::reopen(&store, args).await,
+        Command::Reopen(args) => repair::reopen(&store, args).await,
         Command::Cancel(args) => repair::cancel(&store, args).await,
         Command::Purge(args) => maintain::purge(&store, args).await,
         Command::Stranded(args) => maintain::stranded(&store, args).await,

@@ -1,11 +1,11 @@
-//! `retry` and `cancel`: one task, one fenced change. A refusal (the task
+//! `reopen` and `cancel`: one task, one fenced change. A refusal (the task
 //! is not in a state that allows it) is exit 4 and changes nothing.
 
 use taskfence::store::ReopenRequest;
 use taskfence::{Fenced, Rejection, TaskId};
 
 use crate::backend::Store;
-use crate::cli::{CancelArgs, RetryArgs};
+use crate::cli::{CancelArgs, ReopenArgs};
 use crate::error::CliError;
 use crate::output::Report;
 
@@ -14,12 +14,12 @@ use crate::output::Report;
 /// `--max-attempts` / `--deadline` change the task's stored policy for the
 /// new budget (the rest of it — backoff, jitter — stays); without them the
 /// stored policy is reused as is.
-pub(super) async fn reopen(store: &Store, args: RetryArgs) -> Result<Report, CliError> {
+pub(super) async fn reopen(store: &Store, args: ReopenArgs) -> Result<Report, CliError> {
     let by = args.by.unwrap_or_else(operator);
     let mut request = ReopenRequest::new(by, args.reason);
     request
         .validate()
-        .map_err(|e| CliError::Usage(format!("invalid retry: {e}")))?;
+        .map_err(|e| CliError::Usage(format!("invalid reopening: {e}")))?;
     if args.max_attempts.is_some() || args.deadline.is_some() {
         let task = store
             .inspect
@@ -37,7 +37,7 @@ pub(super) async fn reopen(store: &Store, args: RetryArgs) -> Result<Report, Cli
     }
     match store.inspect.reopen(args.id, request).await? {
         Fenced::Accepted(task) => Ok(Report::Retried(Box::new(task))),
-        Fenced::Rejected(r) => Err(refused("retry", args.id, &r)),
+        Fenced::Rejected(r) => Err(refused("reopen", args.id, &r)),
     }
 }
 

@@ -3,13 +3,9 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
-use taskfence::testing::PgFixture;
-use taskfence::{
-    Claim, ClaimRequest, Failure, InputHash, Lease, NewTask, RequestKey, Response, RetryPolicy, Task,
-    TaskStore,
-};
+use taskfence::testing::{PgFixture, acquire};
+use taskfence::{Failure, InputHash, NewTask, RequestKey, Response, RetryPolicy, Task, TaskStore};
 
 /// The outcome of one run of the binary.
 #[derive(Debug)]
@@ -88,8 +84,6 @@ pub(crate) async fn fixture() -> PgFixture {
     taskfence_test_support::fixture().await
 }
 
-pub(crate) const LEASE: Duration = Duration::from_secs(30);
-
 /// Submits `scope/operation/key` with `policy`.
 pub(crate) async fn submit(
     store: &dyn TaskStore,
@@ -105,18 +99,6 @@ pub(crate) async fn submit(
         .into_task()
 }
 
-/// Claims `task` as `worker`.
-pub(crate) async fn claim(store: &dyn TaskStore, task: &Task, worker: &str) -> Lease {
-    match store
-        .claim(task.id, ClaimRequest::new(worker, LEASE))
-        .await
-        .expect("claim")
-    {
-        Claim::Acquired(lease) => lease,
-        other => panic!("expected to acquire {}, got {other:?}", task.id),
-    }
-}
-
 /// A task that failed terminally: one attempt allowed, a retryable failure.
 pub(crate) async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error: &str) -> Task {
     let task = submit(
@@ -127,7 +109,7 @@ pub(crate) async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error:
         RetryPolicy::default().max_attempts(1),
     )
     .await;
-    let lease = claim(store, &task, "worker-1").await;
+    let lease = acquire(store, task.id, "worker-1").await;
     let _ = store.fail(lease, Failure::retryable(error)).await.expect("fail");
     store.get(task.id).await.expect("get").expect("known")
 }
@@ -135,7 +117,7 @@ pub(crate) async fn failed(store: &dyn TaskStore, scope: &str, key: &str, error:
 /// A completed task.
 pub(crate) async fn completed(store: &dyn TaskStore, scope: &str, key: &str) -> Task {
     let task = submit(store, scope, "chat.reply", key, RetryPolicy::default()).await;
-    let lease = claim(store, &task, "worker-1").await;
+    let lease = acquire(store, task.id, "worker-1").await;
     store
         .complete(lease, Response::from("hello"))
         .await

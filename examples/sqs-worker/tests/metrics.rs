@@ -176,7 +176,7 @@ async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_redispat
     assert!(
         sample(
             &text,
-            r#"taskfence_operations_total{operation="dispatch_due",outcome="ok"}"#
+            r#"taskfence_operations_total{operation="due",outcome="ok"}"#
         )
         .is_some_and(|n| n >= 1.0),
         "{text}"
