@@ -520,7 +520,9 @@ pub enum Rejection {
     NotTerminal(Status),
     /// A [reopening](TaskStore::reopen) of a task whose request key names
     /// newer work now (its dedup record expired and a new submission took
-    /// the key): reopening would give one key two live tasks.
+    /// the key): reopening would give one key two live tasks. Only a store
+    /// whose dedup records expire apart from the task (DynamoDB) answers it;
+    /// in PostgreSQL and memory the key stays with its task until a purge.
     #[error("the request key now names task {current}: this task cannot be reopened")]
     KeyReused {
         /// The task the key names now.
