@@ -150,7 +150,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
         .await
         .unwrap()
         .into_task();
-    assert_eq!(proxy.take(), exactly_one, "submit_in");
+    assert_eq!(proxy.take(), exactly_one, "on(conn).submit");
     let Claim::Acquired(lease) = store
         .on(&mut conn)
         .claim(task.id, ClaimRequest::new("w", LEASE))
@@ -159,7 +159,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
     else {
         panic!("fresh task")
     };
-    assert_eq!(proxy.take(), exactly_one, "claim_in");
+    assert_eq!(proxy.take(), exactly_one, "on(conn).claim");
     assert!(
         store
             .on(&mut conn)
@@ -168,7 +168,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
             .unwrap()
             .is_accepted()
     );
-    assert_eq!(proxy.take(), exactly_one, "complete_in");
+    assert_eq!(proxy.take(), exactly_one, "on(conn).complete");
     let other = store
         .on(&mut conn)
         .submit(new_task("k2"))
@@ -192,7 +192,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
             .unwrap()
             .is_accepted()
     );
-    assert_eq!(proxy.take(), exactly_one, "fail_in");
+    assert_eq!(proxy.take(), exactly_one, "on(conn).fail");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

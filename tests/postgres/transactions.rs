@@ -19,6 +19,18 @@ async fn host_table(f: &PgFixture, table: &str) {
     .unwrap();
 }
 
+/// One row of the application's own, written on its transaction.
+async fn host_row(f: &PgFixture, conn: &mut sqlx::PgConnection, table: &str, body: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO \"{}\".{table} VALUES (1, $1)",
+        f.schema()
+    )))
+    .bind(body)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
 async fn host_rows(f: &PgFixture, table: &str) -> i64 {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM \"{}\".{table}",
@@ -38,13 +50,7 @@ async fn message_and_task_commit_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO \"{}\".messages VALUES (1, 'question')",
-        f.schema()
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    host_row(&f, &mut tx, "messages", "question").await;
     let task = store
         .on(&mut tx)
         .submit(new_task("k1"))
@@ -69,13 +75,7 @@ async fn message_and_task_roll_back_together() {
     host_table(&f, "messages").await;
     let store = f.pg_store();
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO \"{}\".messages VALUES (1, 'question')",
-        f.schema()
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    host_row(&f, &mut tx, "messages", "question").await;
     let task = store
         .on(&mut tx)
         .submit(new_task("k1"))
@@ -98,13 +98,7 @@ async fn reply_and_completion_commit_together() {
     let task = store.submit(new_task("k1")).await.unwrap().into_task();
     let lease = common::acquire(store, task.id, "w").await;
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
-        f.schema()
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    host_row(&f, &mut tx, "replies", "answer").await;
     let done = store
         .on(&mut tx)
         .complete(lease, Response::from("answer"))
@@ -128,13 +122,7 @@ async fn reply_and_completion_roll_back_together() {
     let task = store.submit(new_task("k1")).await.unwrap().into_task();
     let lease = common::acquire(store, task.id, "w").await;
     let mut tx = store.pool().begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO \"{}\".replies VALUES (1, 'answer')",
-        f.schema()
-    )))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    host_row(&f, &mut tx, "replies", "answer").await;
     assert!(
         store
             .on(&mut tx)

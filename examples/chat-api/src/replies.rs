@@ -49,7 +49,7 @@ pub fn reply_store(store: PgStore, channel: impl Into<String>) -> ReplyStore {
 /// The [`Intercept`] behind [`ReplyStore`]: only `complete` is changed.
 #[derive(Debug, Clone)]
 pub struct SaveReply {
-    // The concrete store, for `complete_in` on our own transaction: the
+    // The concrete store, for `on(&mut tx).complete` on our own transaction: the
     // `&dyn TaskStore` an intercept is handed has no transactional variant.
     store: PgStore,
     channel: String,
@@ -88,7 +88,7 @@ impl Intercept for SaveReply {
                 .map_err(Error::storage)?;
             tx.commit().await.map_err(Error::storage)?;
         }
-        // Rejected: dropping `tx` rolls back; complete_in wrote nothing either.
+        // Rejected: dropping `tx` rolls back; the completion wrote nothing either.
         Ok(outcome)
     }
 }

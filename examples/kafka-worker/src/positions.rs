@@ -234,7 +234,7 @@ impl Intercept for PositionedStore {
             // The partition was revoked: save the response alone.
             return inner.complete(lease, response).await;
         };
-        // `complete_in` needs the concrete store: the transaction is PostgreSQL's.
+        // `on(&mut tx)` needs the concrete store: the transaction is PostgreSQL's.
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
         let outcome = self.store.on(&mut tx).complete(lease, response).await?;
         if outcome.is_accepted() {
