@@ -65,11 +65,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{claim_one_by_one, complete_one_by_one, entry};
+use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
 use crate::error::Result;
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
-use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore};
+use crate::store::{
+    Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
+};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
 /// A call's future, as [`Intercept::around`] receives it.
@@ -87,7 +89,6 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 /// impl Intercept for PassThrough {}
 /// ```
 #[async_trait]
-#[allow(missing_docs)] // each operation is the TaskStore or Inspect method of the same name
 pub trait Intercept: Send + Sync {
     /// Runs around every operation, once its hook (below) was chosen: `call`
     /// says which operation and what it names, `run` performs it. The answer
@@ -114,18 +115,23 @@ pub trait Intercept: Send + Sync {
         run.await
     }
 
+    /// [`TaskStore::submit`]; forwards to `inner` unless overridden.
     async fn submit(&self, inner: &dyn TaskStore, task: NewTask) -> Result<Submitted> {
         inner.submit(task).await
     }
+    /// [`TaskStore::get`]; forwards to `inner` unless overridden.
     async fn get(&self, inner: &dyn TaskStore, id: TaskId) -> Result<Option<Task>> {
         inner.get(id).await
     }
+    /// [`TaskStore::find`]; forwards to `inner` unless overridden.
     async fn find(&self, inner: &dyn TaskStore, key: &RequestKey) -> Result<Option<Task>> {
         inner.find(key).await
     }
+    /// [`TaskStore::claim`]; forwards to `inner` unless overridden.
     async fn claim(&self, inner: &dyn TaskStore, id: TaskId, request: ClaimRequest) -> Result<Claim> {
         inner.claim(id, request).await
     }
+    /// [`TaskStore::renew`]; forwards to `inner` unless overridden.
     async fn renew(
         &self,
         inner: &dyn TaskStore,
@@ -134,6 +140,7 @@ pub trait Intercept: Send + Sync {
     ) -> Result<Fenced<()>> {
         inner.renew(lease, extend_by).await
     }
+    /// [`TaskStore::complete`]; forwards to `inner` unless overridden.
     async fn complete(
         &self,
         inner: &dyn TaskStore,
@@ -142,15 +149,19 @@ pub trait Intercept: Send + Sync {
     ) -> Result<Fenced<Task>> {
         inner.complete(lease, response).await
     }
+    /// [`TaskStore::fail`]; forwards to `inner` unless overridden.
     async fn fail(&self, inner: &dyn TaskStore, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
         inner.fail(lease, failure).await
     }
+    /// [`TaskStore::release`]; forwards to `inner` unless overridden.
     async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
         inner.release(lease).await
     }
+    /// [`TaskStore::cancel`]; forwards to `inner` unless overridden.
     async fn cancel(&self, inner: &dyn TaskStore, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
         inner.cancel(id, reason).await
     }
+    /// [`TaskStore::record_operation`]; forwards to `inner` unless overridden.
     async fn record_operation(
         &self,
         inner: &dyn TaskStore,
@@ -159,9 +170,11 @@ pub trait Intercept: Send + Sync {
     ) -> Result<Fenced<()>> {
         inner.record_operation(lease, operation_id).await
     }
+    /// [`TaskStore::attempts`]; forwards to `inner` unless overridden.
     async fn attempts(&self, inner: &dyn TaskStore, id: TaskId) -> Result<Vec<Attempt>> {
         inner.attempts(id).await
     }
+    /// [`TaskStore::reopen`]; forwards to `inner` unless overridden.
     async fn reopen(
         &self,
         inner: &dyn TaskStore,
@@ -170,9 +183,11 @@ pub trait Intercept: Send + Sync {
     ) -> Result<Fenced<Task>> {
         inner.reopen(id, request).await
     }
+    /// [`TaskStore::due`]; forwards to `inner` unless overridden.
     async fn due(&self, inner: &dyn TaskStore, limit: usize) -> Result<Vec<TaskId>> {
         inner.due(limit).await
     }
+    /// [`TaskStore::purge_expired`]; forwards to `inner` unless overridden.
     async fn purge_expired(&self, inner: &dyn TaskStore, limit: usize) -> Result<u64> {
         inner.purge_expired(limit).await
     }
@@ -202,15 +217,38 @@ pub trait Intercept: Send + Sync {
         })
         .await
     }
+    /// [`TaskStore::claim_next`]; forwards to `inner` unless overridden.
+    async fn claim_next(&self, inner: &dyn TaskStore, request: ClaimNext) -> Result<Vec<Lease>> {
+        inner.claim_next(request).await
+    }
+    /// By default one [`renew`](Self::renew) per lease, so a wrapper that
+    /// changes `renew` changes batches too; override it to keep the wrapped
+    /// store's native batch.
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        entry::renew_many(leases, extend_by)?;
+        renew_one_by_one(leases, extend_by, |lease, extend_by| {
+            self.renew(inner, lease, extend_by)
+        })
+        .await
+    }
+    /// [`Inspect::list`]; forwards to `inner` unless overridden.
     async fn list(&self, inner: &dyn Inspect, query: &TaskQuery) -> Result<Page> {
         inner.list(query).await
     }
+    /// [`Inspect::counts`]; forwards to `inner` unless overridden.
     async fn counts(&self, inner: &dyn Inspect, scope: Option<&str>) -> Result<Counts> {
         inner.counts(scope).await
     }
+    /// [`Inspect::story`]; forwards to `inner` unless overridden.
     async fn story(&self, inner: &dyn Inspect, id: TaskId) -> Result<Option<Story>> {
         inner.story(id).await
     }
+    /// [`Inspect::stranded`]; forwards to `inner` unless overridden.
     async fn stranded(&self, inner: &dyn Inspect, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
         inner.stranded(older_than, limit).await
     }
@@ -238,7 +276,7 @@ pub struct Call {
     pub attempt: Option<u32>,
     /// The request key the call names: a submission's, a lookup's, a lease's task's.
     pub key: Option<RequestKey>,
-    /// The scope a count is restricted to.
+    /// The scope a count or a listing is restricted to.
     pub scope: Option<String>,
     /// How many tasks a batch asks for.
     pub batch: Option<usize>,
@@ -492,6 +530,27 @@ impl Outcome for Vec<Result<Fenced<Task>>> {
                 }
                 Err(e) => each("error", Some(e.label())),
             }
+        }
+    }
+}
+
+impl Outcome for Vec<Lease> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+    fn items(&self, each: &mut dyn FnMut(&'static str, Option<&'static str>)) {
+        self.iter().for_each(|_| each("acquired", None));
+    }
+}
+
+impl Outcome for Vec<Fenced<()>> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+    fn items(&self, each: &mut dyn FnMut(&'static str, Option<&'static str>)) {
+        for fenced in self {
+            let (outcome, reason) = fenced_summary(fenced);
+            each(outcome, reason);
         }
     }
 }
@@ -760,6 +819,18 @@ impl<S: Inner + ?Sized, I: Intercept> TaskStore for Intercepted<S, I> {
             .around(Call::new("complete_many").batch(n), Box::pin(run))
             .await
     }
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
+        let hooks = &self.interceptor;
+        let call = Call::new("claim_next").batch(request.limit);
+        let run = hooks.claim_next(self.inner.store(), request);
+        hooks.around(call, Box::pin(run)).await
+    }
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        let hooks = &self.interceptor;
+        let call = Call::new("renew_many").batch(leases.len());
+        let run = hooks.renew_many(self.inner.store(), leases, extend_by);
+        hooks.around(call, Box::pin(run)).await
+    }
 }
 
 #[async_trait]
@@ -767,7 +838,8 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
         let hooks = &self.interceptor;
         let run = hooks.list(self.inner.inspector(), query);
-        hooks.around(Call::new("list"), Box::pin(run)).await
+        let call = Call::new("list").scope(query.scope.as_deref());
+        hooks.around(call, Box::pin(run)).await
     }
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
         let hooks = &self.interceptor;

@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | [`task`] | [`TaskId`], [`Task`], [`Status`], [`Response`], [`InputHash`], [`NewTask`], [`RequestKey`], `AttemptId` |
 //! | [`policy`] | [`RetryPolicy`], [`Failure`] and its kind, the ambiguous-outcome and acceptance rules |
-//! | [`store`] | the [`TaskStore`] contract: [`Claim`], [`Lease`], [`Fenced`], [`Rejection`], [`Retry`], reopening, attempts |
+//! | [`store`] | the [`TaskStore`] contract: [`Claim`], [`ClaimNext`], [`Lease`], [`Fenced`], [`Rejection`], [`Retry`], reopening, attempts |
 //! | [`error`] | [`Error`], [`Result`], `InvalidInput` |
 //! | [`inspect`] | [`Inspect`](inspect::Inspect): list, count and trace tasks; find stranded ones |
 //! | [`intercept`] | wrap a store: forward every call except the ones you change, observe them all |
@@ -67,7 +67,7 @@ pub mod testing;
 pub use error::{Error, Result};
 pub use memory::MemoryStore;
 pub use policy::{Failure, RetryPolicy};
-pub use store::{Claim, ClaimRequest, Fenced, Lease, Rejection, Retry, Submitted, TaskStore};
+pub use store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Rejection, Retry, Submitted, TaskStore};
 pub use task::{InputHash, NewTask, RequestKey, Response, Status, Task, TaskId};
 
 #[cfg(feature = "dynamodb")]

@@ -146,6 +146,37 @@ pub fn check_page(limit: usize) -> Result<(), InvalidInput> {
 /// Most tasks in one batch (`claim_many`, `complete_many`).
 pub const MAX_BATCH: usize = 1000;
 
+/// Most operations or scopes a [`ClaimNext`](crate::ClaimNext) may name.
+pub const MAX_FILTERS: usize = 64;
+
+/// Checks the limit of a [`claim_next`](crate::TaskStore::claim_next): `1..=MAX_BATCH`.
+///
+/// ```
+/// assert!(taskfence::limits::check_claim_limit(16).is_ok());
+/// assert!(taskfence::limits::check_claim_limit(0).is_err());
+/// ```
+pub fn check_claim_limit(limit: usize) -> Result<(), InvalidInput> {
+    check_limit(limit, MAX_BATCH)
+}
+
+/// Checks how many operations or scopes a [`ClaimNext`](crate::ClaimNext) names: at most [`MAX_FILTERS`].
+///
+/// ```
+/// assert!(taskfence::limits::check_filters("scopes", 3).is_ok());
+/// assert!(taskfence::limits::check_filters("scopes", 65).is_err());
+/// ```
+pub fn check_filters(field: &'static str, n: usize) -> Result<(), InvalidInput> {
+    if n > MAX_FILTERS {
+        return Err(InvalidInput::OutOfRange {
+            field,
+            value: n.to_string(),
+            min: "0".into(),
+            max: MAX_FILTERS.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Checks a batch of task ids: at most [`MAX_BATCH`] of them, each once.
 ///
 /// ```

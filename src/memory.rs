@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Reopening, Retry, Submitted,
+    Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Reopening, Retry,
+    Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 
@@ -169,6 +170,44 @@ impl State {
         }
     }
 
+    /// [`rules::claim`] of task `id` at `now`, applied.
+    fn claim(&mut self, id: TaskId, request: ClaimRequest, now: OffsetDateTime) -> Claim {
+        let Some(task) = self.tasks.get(&id) else {
+            return Claim::NotFound;
+        };
+        let previous = task.version;
+        match rules::claim(task, now) {
+            ClaimRule::Answer(claim) => claim,
+            ClaimRule::Exhaust(reason) => {
+                self.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
+                Claim::Failed(self.make_terminal(id, Status::Failed, now, Some(reason.as_str().to_owned())))
+            }
+            ClaimRule::Take => {
+                self.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
+                let expires_at = now + request.lease;
+                let task = self.task_mut(id);
+                task.version += 1;
+                task.status = Status::Running;
+                task.lease_until = Some(expires_at);
+                task.not_before = None;
+                let task = task.clone();
+                let attempt_id = AttemptId::new();
+                self.attempts.entry(id).or_default().push(Attempt {
+                    id: attempt_id,
+                    task_id: id,
+                    number: task.attempts(),
+                    worker: request.worker.clone(),
+                    started_at: now,
+                    finished_at: None,
+                    outcome: AttemptOutcome::Running,
+                    operation_id: None,
+                    error: None,
+                });
+                Claim::Acquired(new_lease(task, attempt_id, request.worker, expires_at))
+            }
+        }
+    }
+
     fn make_terminal(
         &mut self,
         id: TaskId,
@@ -219,52 +258,35 @@ impl Backend for MemoryStore {
     }
 
     async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        let span = tracing::Span::current();
+        let mut state = self.lock();
+        let claim = state.claim(id, request, self.now());
+        if let Claim::Acquired(lease) = &claim {
+            let span = tracing::Span::current();
+            span.record("version", lease.version());
+            span.record("attempt_id", tracing::field::display(lease.attempt_id()));
+        }
+        Ok(claim)
+    }
+
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
         let mut state = self.lock();
         let now = self.now();
-        let Some(task) = state.tasks.get(&id) else {
-            return Ok(Claim::NotFound);
-        };
-        match rules::claim(task, now) {
-            ClaimRule::Answer(claim) => Ok(claim),
-            ClaimRule::Exhaust(reason) => {
-                let previous = task.version;
-                state.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
-                let task = state.make_terminal(id, Status::Failed, now, Some(reason.as_str().to_owned()));
-                Ok(Claim::Failed(task))
-            }
-            ClaimRule::Take => {
-                let previous = task.version;
-                state.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
-                let expires_at = now + request.lease;
-                let task = state.task_mut(id);
-                task.version += 1;
-                task.status = Status::Running;
-                task.lease_until = Some(expires_at);
-                task.not_before = None;
-                let task = task.clone();
-                let attempt_id = AttemptId::new();
-                span.record("version", task.version);
-                span.record("attempt_id", tracing::field::display(attempt_id));
-                state.attempts.entry(id).or_default().push(Attempt {
-                    id: attempt_id,
-                    task_id: id,
-                    number: task.attempts(),
-                    worker: request.worker.clone(),
-                    started_at: now,
-                    finished_at: None,
-                    outcome: AttemptOutcome::Running,
-                    operation_id: None,
-                    error: None,
-                });
-                Ok(Claim::Acquired(new_lease(
-                    task,
-                    attempt_id,
-                    request.worker,
-                    expires_at,
-                )))
-            }
-        }
+        let mut due: Vec<(OffsetDateTime, TaskId)> = state
+            .tasks
+            .values()
+            .filter(|task| rules::wanted(&request, task))
+            .filter_map(|task| rules::due_since(task, now).map(|since| (since, task.id)))
+            .collect();
+        due.sort_unstable();
+        let claim = request.request();
+        Ok(due
+            .into_iter()
+            .take(request.limit)
+            .filter_map(|(_, id)| match state.claim(id, claim.clone(), now) {
+                Claim::Acquired(lease) => Some(lease),
+                _ => None,
+            })
+            .collect())
     }
 
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
@@ -310,7 +332,7 @@ impl Backend for MemoryStore {
                 Some(&failure.message),
             );
             let task = state.task_mut(id);
-            match rules::after_failure(task, lease.attempt_id(), failure.kind, now) {
+            match rules::after_failure(task, lease.attempt_id(), &failure, now) {
                 Ok(not_before) => {
                     task.status = Status::Pending;
                     task.lease_until = None;
@@ -343,7 +365,8 @@ impl Backend for MemoryStore {
             let task = state.task_mut(lease.task_id());
             task.status = Status::Pending;
             task.lease_until = None;
-            task.not_before = None;
+            // Due again at once, and since now: `due` and `claim_next` find it.
+            task.not_before = Some(now);
         })
     }
 

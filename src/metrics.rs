@@ -11,6 +11,14 @@
 //! the hook around every call ([`Intercept::around`]): it knows no backend
 //! and forwards everything, batches natively.
 //!
+//! Only calls through the wrapper are observed: operations run on the
+//! concrete store it wraps — `PgStore::on(&mut tx)` inside your transaction,
+//! `DynamoStore::with(items)` — open their `DEBUG` span but count no metric.
+//! Count those yourself where you make them, or make them inside an
+//! [`Intercept`] hook of a store this wrapper wraps (a `complete` hook that
+//! writes the reply and completes in one transaction), so the wrapper sees
+//! the call.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
 //! use std::time::Duration;
@@ -34,7 +42,7 @@
 //!
 //! | name | type | labels | meaning |
 //! | --- | --- | --- | --- |
-//! | `taskfence_operations_total` | counter | `operation`, `outcome`, `reason` (when there is one) | one per call; for `claim_many` and `complete_many`, one per task in the batch (see [Outcomes](#outcomes)) |
+//! | `taskfence_operations_total` | counter | `operation`, `outcome`, `reason` (when there is one) | one per call; for `claim_many`, `complete_many`, `renew_many` and `claim_next`, one per task in the batch (for `claim_next`, one per task handed out) (see [Outcomes](#outcomes)) |
 //! | `taskfence_operation_duration_seconds` | histogram | `operation` | wall-clock latency of each call as the caller saw it (one sample per call, batches included), errors included |
 //! | `taskfence_tasks_failed_total` | counter | `via` (`fail`, `claim`), `reason` (`permanent`, `ambiguous`, `attempts_exhausted`, `deadline_exhausted`, `other`) | tasks seen turning terminally failed (see [Terminal failures](#terminal-failures)) |
 //! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids handed to a re-dispatch loop: the ids [`due`](TaskStore::due) returned, the tasks [`stranded`](crate::inspect::Inspect::stranded) returned (a [`dispatch_due`](crate::dispatch::dispatch_due) round reads `due`). A task stays due until claimed, so one loop pass after another may count it again |
@@ -44,7 +52,7 @@
 //! ## Outcomes
 //!
 //! `operation` is the [`TaskStore`] or [`Inspect`](crate::inspect::Inspect) method's name (`submit`,
-//! `get`, `find`, `claim`, `claim_many`, `renew`, `complete`,
+//! `get`, `find`, `claim`, `claim_many`, `claim_next`, `renew`, `renew_many`, `complete`,
 //! `complete_many`, `fail`, `release`, `cancel`, `record_operation`,
 //! `attempts`, `reopen`, `due`, `purge_expired`, `list`, `counts`, `story`,
 //! `stranded`). `outcome` and `reason` are the [`Outcome`] of the answer:
@@ -54,7 +62,8 @@
 //! | `submit` | `created`, `existing` | — |
 //! | `get`, `find`, `story` | `found`, `absent` | — |
 //! | `claim`, each task of `claim_many` | `acquired`, `completed`, `busy`, `backoff`, `failed`, `cancelled`, `not_found` | — |
-//! | `renew`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `reopen` | `accepted` | — |
+//! | each task `claim_next` handed out | `acquired` | — |
+//! | `renew`, each lease of `renew_many`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `reopen` | `accepted` | — |
 //! | `fail` | `accepted` | `scheduled` (a retry is planned), `exhausted` (terminally failed) |
 //! | any fenced write (the row above, and `fail`) | `rejected` | the [`Rejection::label`](crate::Rejection::label): `already_completed`, `superseded`, `lease_expired`, `not_running`, `not_terminal`, `key_reused` |
 //! | `attempts`, `due`, `purge_expired`, `list`, `counts`, `stranded` | `ok` | — |
@@ -82,6 +91,8 @@
 //!   task (a redelivered message) are the same, so a redelivery counts
 //!   again: read it as an upper bound. Claims of tasks that failed through
 //!   `fail` are not counted here (they were counted once under `via="fail"`).
+//!   A task whose budget [`claim_next`](TaskStore::claim_next) found spent
+//!   is failed without appearing in its answer, so it is not counted here.
 //!
 //! Each counted failure also logs a `WARN` event "task failed terminally"
 //! with `task_id`, `scope`, `operation`, `key`, `via` and `reason`.
@@ -100,14 +111,14 @@
 //! | `version` | the assignment version (the lease's, or the returned task's) |
 //! | `attempt` | the attempt number |
 //! | `scope`, `operation` | the task's request-key scope and operation (`chat.reply`…) |
-//! | `batch` | how many tasks: asked for in a `claim_many` / `complete_many`, returned by `due` / `stranded`, removed by `purge_expired` |
+//! | `batch` | how many tasks: asked for in a `claim_many` / `complete_many` / `renew_many`, at most in a `claim_next`, returned by `due` / `stranded`, removed by `purge_expired` |
 //! | `outcome`, `reason` | as in [`taskfence_operations_total`](#outcomes); `ok` for a batch answered item by item |
 //!
 //! The `DEBUG` span named `taskfence` (field `op`) that every backend call
 //! opens where it enters ([`backend`](crate::backend)) is a child of this one.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tracing::field::{Empty, display};
@@ -246,7 +257,7 @@ fn call_span(call: &Call) -> Span {
     let span = op_span!(call.operation;
         "submit", "get", "find", "claim", "renew", "complete", "fail", "release", "cancel",
         "record_operation", "attempts", "reopen", "due", "purge_expired", "claim_many",
-        "complete_many", "list", "counts", "story", "stranded",
+        "complete_many", "claim_next", "renew_many", "list", "counts", "story", "stranded",
     );
     if let Some(id) = call.task_id {
         span.record("task_id", display(id));
@@ -343,6 +354,15 @@ impl Intercept for Recorder {
         completions: Vec<(Lease, Response)>,
     ) -> Result<Vec<Result<Fenced<Task>>>> {
         inner.complete_many(completions).await
+    }
+
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        inner.renew_many(leases, extend_by).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! The retry budget stored with each task, and the pure functions that turn a
 //! failure into "retry after this delay" or "stop".
 //!
-//! Backends call [`RetryPolicy::plan`] so that the same failure leads to the
+//! Backends call [`rules::plan`](crate::backend::rules::plan) so that the same failure leads to the
 //! same decision on every backend; only the deadline check, which needs the
 //! store's clock, is left to them.
 
@@ -292,8 +292,10 @@ impl RetryPolicy {
 
     /// Decides what a failure of attempt number `attempt` (1-based) leads to.
     /// `unit` is the jitter draw (see [`jitter_unit`](crate::backend::jitter_unit)). The deadline is not
-    /// checked here: it needs the store's clock.
-    pub fn plan(&self, kind: FailureKind, attempt: u32, unit: f64) -> Plan {
+    /// checked here: it needs the store's clock. Backends reach it through
+    /// [`rules::plan`](crate::backend::rules::plan), which also applies a
+    /// failure's own [`retry_after`](Failure::retry_after).
+    pub(crate) fn plan(&self, kind: FailureKind, attempt: u32, unit: f64) -> Plan {
         match kind {
             FailureKind::Permanent => Plan::Stop(StopReason::Permanent),
             FailureKind::Ambiguous if self.on_ambiguous == OnAmbiguous::Stop => {
@@ -379,6 +381,12 @@ pub struct Failure {
     pub message: String,
     /// How it failed.
     pub kind: FailureKind,
+    /// The delay the worker asks for before the next attempt (a provider's
+    /// `Retry-After`), instead of the policy's backoff. The budget still
+    /// decides: a failure that ends it stops the task, and a retry that would
+    /// start at or after the deadline stops it too.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub retry_after: Option<Duration>,
 }
 
 impl Failure {
@@ -387,25 +395,65 @@ impl Failure {
         Self {
             message: message.into(),
             kind,
+            retry_after: None,
         }
     }
     /// A [`FailureKind::Retryable`] failure.
+    ///
+    /// ```
+    /// let f = taskfence::Failure::retryable("provider returned 503");
+    /// assert!(f.retry_after.is_none());
+    /// ```
     pub fn retryable(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Retryable, message)
     }
     /// A [`FailureKind::Permanent`] failure.
+    ///
+    /// ```
+    /// let f = taskfence::Failure::permanent("400: content refused");
+    /// assert_eq!(f.kind, taskfence::policy::FailureKind::Permanent);
+    /// ```
     pub fn permanent(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Permanent, message)
     }
     /// A [`FailureKind::Ambiguous`] failure.
+    ///
+    /// ```
+    /// let f = taskfence::Failure::ambiguous("read timeout after the request was sent");
+    /// assert_eq!(f.kind, taskfence::policy::FailureKind::Ambiguous);
+    /// ```
     pub fn ambiguous(message: impl Into<String>) -> Self {
         Self::new(FailureKind::Ambiguous, message)
     }
 
-    /// Checks the message against [`limits`].
+    /// Asks for the next attempt after `delay` instead of the policy's
+    /// backoff (a `429` with `Retry-After: 20`), within the task's budget:
+    /// attempts and the deadline still decide whether there is a next one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let f = taskfence::Failure::retryable("429").retry_after(Duration::from_secs(20));
+    /// assert_eq!(f.retry_after, Some(Duration::from_secs(20)));
+    /// ```
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    /// Checks the message and the requested delay against [`limits`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert!(taskfence::Failure::retryable("429").validate().is_ok());
+    /// assert!(taskfence::Failure::retryable("429").retry_after(Duration::ZERO).validate().is_err());
+    /// ```
     pub fn validate(&self) -> Result<(), InvalidInput> {
         limits::check_len("failure message", self.message.len(), limits::MAX_MESSAGE_LEN)?;
-        limits::check_free_text("failure message", &self.message)
+        limits::check_free_text("failure message", &self.message)?;
+        if let Some(delay) = self.retry_after {
+            limits::check_duration("retry_after", delay, limits::MAX_BACKOFF)?;
+        }
+        Ok(())
     }
 }
 

@@ -71,7 +71,8 @@ pub trait TaskStore: Send + Sync {
     /// backoff, or terminal failure.
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
 
-    /// Gives the task back now (graceful shutdown). The attempt stays counted.
+    /// Gives the task back now (graceful shutdown): pending and due at once
+    /// (`due` and `claim_next` find it). The attempt stays counted.
     async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
 
     /// Cancels a live task. A worker still running it is then rejected with
@@ -99,7 +100,9 @@ pub trait TaskStore: Send + Sync {
     /// ([`Inspect::story`](crate::inspect::Inspect::story)).
     ///
     /// A completed task is refused with [`Rejection::AlreadyCompleted`], a
-    /// live one with [`Rejection::NotTerminal`]; an unknown id is
+    /// live one with [`Rejection::NotTerminal`], one whose request key a newer
+    /// task took (DynamoDB, after the dedup record expired) with
+    /// [`Rejection::KeyReused`]; an unknown id is
     /// [`Error::NotFound`](crate::Error::NotFound). Bad input is a typed error and writes nothing.
     ///
     /// ```
@@ -121,8 +124,12 @@ pub trait TaskStore: Send + Sync {
     /// ```
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>>;
 
-    /// Up to `limit` tasks to re-dispatch: a backoff that has passed, or a
-    /// lease that has expired. Reading only; publishing twice is harmless.
+    /// Up to `limit` tasks to re-dispatch: a backoff that has passed, a
+    /// lease that has expired, a release or a reopening. Reading only;
+    /// publishing twice is harmless. A task never claimed is not listed (its
+    /// handoff covers it; [`Inspect::stranded`](crate::inspect::Inspect::stranded)
+    /// finds one whose handoff was lost); [`claim_next`](Self::claim_next)
+    /// takes both kinds.
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>>;
 
     /// Removes up to `limit` terminal tasks whose retention has passed, with
@@ -177,6 +184,149 @@ pub trait TaskStore: Send + Sync {
     /// # Ok(()) }
     /// ```
     async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>>;
+
+    /// Claims up to [`ClaimNext::limit`] of the tasks that need a worker now,
+    /// oldest due first, each with its own fenced lease: the store is the
+    /// queue, and this is how a worker asks it for work.
+    ///
+    /// A task needs a worker when it is pending and not backing off (new,
+    /// released, retrying past its backoff, reopened) or running with an
+    /// expired lease. Concurrent callers never get the same task: one that
+    /// another caller holds or is claiming right now is skipped, not waited
+    /// for. Each task is decided exactly as [`claim`](Self::claim) decides
+    /// it: a task among the oldest due whose budget is spent (attempts or
+    /// deadline) is failed instead and not returned, so fewer leases than
+    /// the limit may come back while more tasks are due. An empty answer
+    /// means nothing was due. [`ClaimNext::operation`] and
+    /// [`ClaimNext::scope`] restrict it to some queues.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// for k in ["a", "b", "c"] {
+    ///     store.submit(NewTask::new(RequestKey::new("u", "chat.reply", k), InputHash::of([k]))).await?;
+    /// }
+    /// let leases = store.claim_next(ClaimNext::new("w", Duration::from_secs(30), 2)).await?;
+    /// assert_eq!(leases.len(), 2);
+    /// assert_eq!(leases[0].task().key.key, "a", "oldest first");
+    /// let rest = store.claim_next(ClaimNext::new("w", Duration::from_secs(30), 10)).await?;
+    /// assert_eq!(rest.len(), 1, "a task is handed out once");
+    /// # Ok(()) }
+    /// ```
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>>;
+
+    /// Renews several leases in one request (a consumer's held leases), each
+    /// fenced on its own exactly as [`renew`](Self::renew) would decide it,
+    /// in order; an accepted renewal moves that lease's expiry in place.
+    ///
+    /// Leases must be of distinct tasks, at most [`limits::MAX_BATCH`]; bad
+    /// input is a typed error and renews nothing. The default renews one by
+    /// one; `PgStore` renews the batch in one statement.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// store.submit(NewTask::new(RequestKey::new("u", "op", "a"), InputHash::of(["a"]))).await?;
+    /// let mut held = store.claim_next(ClaimNext::new("w", Duration::from_secs(30), 10)).await?;
+    /// let renewed = store.renew_many(&mut held, Duration::from_secs(60)).await?;
+    /// assert!(renewed.iter().all(Fenced::is_accepted));
+    /// # Ok(()) }
+    /// ```
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>>;
+}
+
+/// What a [`TaskStore::claim_next`] asks for: who claims, for how long, how
+/// many at most, and optionally which operations and scopes (one
+/// deployment's several queues).
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::ClaimNext;
+/// let next = ClaimNext::new("worker-7", Duration::from_secs(30), 16).operation("chat.reply");
+/// assert!(next.validate().is_ok());
+/// assert!(ClaimNext::new("worker-7", Duration::from_secs(30), 0).validate().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClaimNext {
+    /// The worker's id, recorded with each attempt.
+    pub worker: String,
+    /// Lease length of each claimed task, measured on the store's clock.
+    pub lease: Duration,
+    /// At most this many leases (`1..=`[`limits::MAX_BATCH`]).
+    pub limit: usize,
+    /// Only tasks of these operations; empty: any.
+    pub operations: Vec<String>,
+    /// Only tasks of these scopes; empty: any.
+    pub scopes: Vec<String>,
+}
+
+impl ClaimNext {
+    /// Up to `limit` due tasks for `worker`, each for a lease of `lease`.
+    pub fn new(worker: impl Into<String>, lease: Duration, limit: usize) -> Self {
+        Self {
+            worker: worker.into(),
+            lease,
+            limit,
+            operations: Vec::new(),
+            scopes: Vec::new(),
+        }
+    }
+
+    /// Adds an operation to claim from (call once per operation).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let next = taskfence::ClaimNext::new("w", Duration::from_secs(30), 8).operation("a").operation("b");
+    /// assert_eq!(next.operations, ["a", "b"]);
+    /// ```
+    pub fn operation(mut self, operation: impl Into<String>) -> Self {
+        self.operations.push(operation.into());
+        self
+    }
+
+    /// Adds a scope to claim from (call once per scope).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let next = taskfence::ClaimNext::new("w", Duration::from_secs(30), 8).scope("tenant-7");
+    /// assert_eq!(next.scopes, ["tenant-7"]);
+    /// ```
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scopes.push(scope.into());
+        self
+    }
+
+    /// The claim each task gets: the same worker and lease.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// let next = taskfence::ClaimNext::new("w", Duration::from_secs(30), 8);
+    /// assert_eq!(next.request(), taskfence::ClaimRequest::new("w", Duration::from_secs(30)));
+    /// ```
+    pub fn request(&self) -> ClaimRequest {
+        ClaimRequest::new(self.worker.clone(), self.lease)
+    }
+
+    /// Checks the worker, the lease, the limit and each operation and scope
+    /// against [`limits`].
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        self.request().validate()?;
+        limits::check_claim_limit(self.limit)?;
+        limits::check_filters("operations", self.operations.len())?;
+        limits::check_filters("scopes", self.scopes.len())?;
+        for operation in &self.operations {
+            limits::check_text("operation", operation, limits::MAX_OPERATION_LEN)?;
+        }
+        for scope in &self.scopes {
+            limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+        }
+        Ok(())
+    }
 }
 
 /// What [`TaskStore::submit`] did.

@@ -451,7 +451,9 @@ pub struct Task {
     /// Lease expiry of the current assignment (set while `Running`).
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub lease_until: Option<OffsetDateTime>,
-    /// Earliest instant of the next claim after a retryable failure (set while `Pending`).
+    /// Earliest instant of the next claim (only while `Pending`): the end of
+    /// a retry's backoff, or the instant a release or a reopening made the
+    /// task due again. `None` for a task never claimed: due since `created_at`.
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339::option"))]
     pub not_before: Option<OffsetDateTime>,
     /// The saved response, once `Completed`.
@@ -529,7 +531,7 @@ impl Task {
     }
 
     /// The elapsed-time deadline, if the policy has one: `budget_started_at + deadline`
-    /// (`created_at + deadline` until the task is retried).
+    /// (`created_at + deadline` until the task is reopened).
     pub fn deadline_at(&self) -> Option<OffsetDateTime> {
         self.policy.deadline.map(|d| self.budget_started_at + d)
     }

@@ -19,7 +19,7 @@ use crate::error::InvalidInput;
 use crate::inspect::TaskQuery;
 use crate::limits;
 use crate::policy::Failure;
-use crate::store::{ClaimRequest, Lease, ReopenRequest};
+use crate::store::{ClaimNext, ClaimRequest, Lease, ReopenRequest};
 use crate::task::{NewTask, RequestKey, Response, TaskId};
 
 type Checked = Result<Span, InvalidInput>;
@@ -126,6 +126,17 @@ pub(crate) fn complete_many(completions: &[(Lease, Response)]) -> Checked {
         .iter()
         .try_for_each(|(_, response)| limits::check_response(response))?;
     Ok(span("complete_many", None))
+}
+
+pub(crate) fn claim_next(request: &ClaimNext) -> Checked {
+    request.validate()?;
+    Ok(span("claim_next", None))
+}
+
+pub(crate) fn renew_many(leases: &[Lease], extend_by: Duration) -> Checked {
+    limits::check_batch(leases.iter().map(Lease::task_id))?;
+    limits::check_extension(extend_by)?;
+    Ok(span("renew_many", None))
 }
 
 pub(crate) fn list(query: &TaskQuery) -> Checked {

@@ -19,7 +19,7 @@
 //! | [`rules`] | every decision (claim, fence, accept, fail, cancel, reopen) as a pure function of a task and an instant |
 //! | [`Plan`], [`jitter_unit`] | a failed attempt's retry plan and its jitter draw |
 //! | [`new_task`], [`new_lease`], [`renewed`] | the task and lease values a backend hands back |
-//! | [`claim_one_by_one`], [`complete_one_by_one`] | batches made of single operations |
+//! | [`claim_one_by_one`], [`complete_one_by_one`], [`renew_one_by_one`] | batches made of single operations |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
@@ -46,7 +46,9 @@ use tracing::Instrument;
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::{Failure, StopReason};
-use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore};
+use crate::store::{
+    Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
+};
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
 
 pub(crate) mod entry;
@@ -66,21 +68,34 @@ pub mod rules;
 /// assert_backend::<taskfence::MemoryStore>();
 /// ```
 #[async_trait]
-#[allow(missing_docs)] // each method is documented on the TaskStore method of the same name
 pub trait Backend: Send + Sync {
+    /// [`TaskStore::submit`], on validated input.
     async fn submit(&self, task: NewTask) -> Result<Submitted>;
+    /// [`TaskStore::get`], on validated input.
     async fn get(&self, id: TaskId) -> Result<Option<Task>>;
+    /// [`TaskStore::find`], on validated input.
     async fn find(&self, key: &RequestKey) -> Result<Option<Task>>;
+    /// [`TaskStore::claim`], on validated input.
     async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim>;
+    /// [`TaskStore::renew`], on validated input.
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>>;
+    /// [`TaskStore::complete`], on validated input.
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
+    /// [`TaskStore::fail`], on validated input.
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
+    /// [`TaskStore::release`], on validated input.
     async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
+    /// [`TaskStore::cancel`], on validated input.
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>>;
+    /// [`TaskStore::record_operation`], on validated input.
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>>;
+    /// [`TaskStore::attempts`], on validated input.
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+    /// [`TaskStore::reopen`], on validated input.
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>>;
+    /// [`TaskStore::due`], on validated input.
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>>;
+    /// [`TaskStore::purge_expired`], on validated input.
     async fn purge_expired(&self, limit: usize) -> Result<u64>;
 
     /// Called with distinct ids, at least one. By default one
@@ -94,6 +109,18 @@ pub trait Backend: Send + Sync {
     async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
         complete_one_by_one(completions, |lease, response| self.complete(lease, response)).await
     }
+
+    /// Called with a valid request. No default: handing each due task to
+    /// one caller is the backend's own (a row lock skipped, a conditional
+    /// write); [`rules::due_since`] and [`rules::wanted`] say which tasks are
+    /// candidates and in what order, [`rules::claim`] decides each.
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>>;
+
+    /// Called with leases of distinct tasks, at least one. By default one
+    /// [`renew`](Self::renew) per lease, in order.
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        renew_one_by_one(leases, extend_by, |lease, extend_by| self.renew(lease, extend_by)).await
+    }
 }
 
 /// The operator's queries of a storage backend, on validated input:
@@ -105,11 +132,14 @@ pub trait Backend: Send + Sync {
 /// assert_inspect::<taskfence::MemoryStore>();
 /// ```
 #[async_trait]
-#[allow(missing_docs)] // each method is documented on the Inspect method of the same name
 pub trait InspectBackend: Backend {
+    /// [`Inspect::list`], on validated input.
     async fn list(&self, query: &TaskQuery) -> Result<Page>;
+    /// [`Inspect::counts`], on validated input.
     async fn counts(&self, scope: Option<&str>) -> Result<Counts>;
+    /// [`Inspect::story`], on validated input.
     async fn story(&self, id: TaskId) -> Result<Option<Story>>;
+    /// [`Inspect::stranded`], on validated input.
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
 }
 
@@ -200,6 +230,21 @@ impl<B: Backend + ?Sized> TaskStore for B {
         }
         Backend::complete_many(self, completions).instrument(span).await
     }
+
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
+        let span = entry::claim_next(&request)?;
+        Backend::claim_next(self, request).instrument(span).await
+    }
+
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        let span = entry::renew_many(leases, extend_by)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        Backend::renew_many(self, leases, extend_by)
+            .instrument(span)
+            .await
+    }
 }
 
 #[async_trait]
@@ -279,6 +324,31 @@ where
     Ok(out)
 }
 
+/// A batch of renewals made of single renewals, in order (the default of
+/// [`Backend::renew_many`], and of wrappers that change `renew`).
+///
+/// ```
+/// # async fn f(store: &dyn taskfence::TaskStore, leases: &mut [taskfence::Lease]) -> taskfence::Result<()> {
+/// let extend = std::time::Duration::from_secs(30);
+/// let renewed = taskfence::backend::renew_one_by_one(leases, extend, |l, d| store.renew(l, d)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn renew_one_by_one<'l, F, Fut>(
+    leases: &'l mut [Lease],
+    extend_by: Duration,
+    mut renew: F,
+) -> Result<Vec<Fenced<()>>>
+where
+    F: FnMut(&'l mut Lease, Duration) -> Fut,
+    Fut: Future<Output = Result<Fenced<()>>>,
+{
+    let mut out = Vec::with_capacity(leases.len());
+    for lease in leases {
+        out.push(renew(lease, extend_by).await?);
+    }
+    Ok(out)
+}
+
 /// A task as `new` is stored when submitted: pending, never claimed, its
 /// retry budget starting at `created_at`, kept until `expires_at`. Every
 /// backend builds its new tasks with this, so they agree on what one is.
@@ -319,16 +389,19 @@ pub fn renewed(lease: &mut Lease, expires_at: OffsetDateTime) {
     lease.set_expires_at(expires_at);
 }
 
-/// What [`RetryPolicy::plan`](crate::policy::RetryPolicy::plan) decided for
-/// a failed attempt.
+/// What [`rules::plan`] decided for a failed attempt.
 ///
 /// ```
 /// use std::time::Duration;
 /// use taskfence::backend::Plan;
-/// use taskfence::policy::{FailureKind, RetryPolicy, StopReason};
-/// let p = RetryPolicy::default().max_attempts(2).jitter(0.0);
-/// assert_eq!(p.plan(FailureKind::Retryable, 1, 0.5), Plan::RetryAfter(Duration::from_secs(1)));
-/// assert_eq!(p.plan(FailureKind::Retryable, 2, 0.5), Plan::Stop(StopReason::AttemptsExhausted));
+/// use taskfence::policy::StopReason;
+/// fn describe(plan: Plan) -> String {
+///     match plan {
+///         Plan::RetryAfter(delay) => format!("again in {delay:?}"),
+///         Plan::Stop(reason) => format!("failed: {}", reason.as_str()),
+///     }
+/// }
+/// assert_eq!(describe(Plan::Stop(StopReason::Permanent)), "failed: permanent failure");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {

@@ -10,8 +10,8 @@
 use time::OffsetDateTime;
 
 use super::{Plan, jitter_unit};
-use crate::policy::{AcceptanceRule, FailureKind, RetryPolicy, StopReason};
-use crate::store::{Claim, Fenced, Rejection};
+use crate::policy::{AcceptanceRule, Failure, RetryPolicy, StopReason};
+use crate::store::{Claim, ClaimNext, Fenced, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
 /// What a claim of `task` at `now` must do.
@@ -63,6 +63,48 @@ pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
         return ClaimRule::Exhaust(StopReason::DeadlineExhausted);
     }
     ClaimRule::Take
+}
+
+/// Since when `task` has needed a worker, if it needs one at `now`: pending
+/// and past its backoff (since the backoff ended, or since submission when
+/// it has none), or running with a lease expired at `now` (since the
+/// expiry). [`claim_next`](crate::TaskStore::claim_next) hands these out,
+/// oldest first (ties by id); [`claim`] then decides each (a spent budget
+/// fails the task instead).
+///
+/// ```
+/// use taskfence::backend::rules::due_since;
+/// # fn f(task: &taskfence::Task) {
+/// if let Some(since) = due_since(task, time::OffsetDateTime::now_utc()) {
+///     println!("waiting for a worker since {since}");
+/// }
+/// # }
+/// ```
+pub fn due_since(task: &Task, now: OffsetDateTime) -> Option<OffsetDateTime> {
+    match task.status {
+        Status::Pending => match task.not_before {
+            Some(not_before) => (not_before <= now).then_some(not_before),
+            None => Some(task.created_at),
+        },
+        Status::Running => task.lease_until.filter(|until| *until <= now),
+        Status::Completed | Status::Failed | Status::Cancelled => None,
+    }
+}
+
+/// Whether `task` is of the operations and scopes `request` names (an empty
+/// list names all).
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::backend::rules::wanted;
+/// # fn f(task: &taskfence::Task) {
+/// let any = taskfence::ClaimNext::new("w", Duration::from_secs(30), 8);
+/// assert!(wanted(&any, task));
+/// # }
+/// ```
+pub fn wanted(request: &ClaimNext, task: &Task) -> bool {
+    (request.operations.is_empty() || request.operations.contains(&task.key.operation))
+        && (request.scopes.is_empty() || request.scopes.contains(&task.key.scope))
 }
 
 /// A check a write of a lease must pass, given the task, the lease's version
@@ -145,28 +187,54 @@ pub fn accept(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Reje
     }
 }
 
-/// What a failed attempt leads to, given that it passed the fence at `now`:
-/// `Ok(not_before)` schedules a retry, `Err(reason)` makes the task `Failed`.
-/// The jitter draw comes from the attempt id (see [`jitter_unit`]).
+/// What `failure` of the attempt `attempt` of `task` leads to, before the
+/// deadline (which needs the store's clock): the policy's plan for the
+/// failure's kind and the attempts spent in the budget, with the failure's
+/// own [`retry_after`](crate::Failure::retry_after) in place of the policy's
+/// backoff. The jitter draw comes from the attempt id (see [`jitter_unit`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::backend::{Plan, rules::plan};
+/// use taskfence::{Failure, InputHash, NewTask, RequestKey, RetryPolicy, TaskId};
+/// let now = time::OffsetDateTime::now_utc();
+/// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])).policy(RetryPolicy::default().max_attempts(2));
+/// let mut task = taskfence::backend::new_task(TaskId::new(), new, now, now + NewTask::DEFAULT_RETENTION);
+/// task.version = 1; // the first attempt failed
+/// let attempt = taskfence::task::AttemptId::new();
+/// let asked = Failure::retryable("429").retry_after(Duration::from_secs(20));
+/// assert_eq!(plan(&task, attempt, &asked), Plan::RetryAfter(Duration::from_secs(20)));
+/// task.version = 2; // the last attempt failed
+/// assert!(matches!(plan(&task, attempt, &asked), Plan::Stop(_)));
+/// ```
+pub fn plan(task: &Task, attempt: AttemptId, failure: &Failure) -> Plan {
+    match task
+        .policy
+        .plan(failure.kind, task.attempts_in_budget(), jitter_unit(attempt))
+    {
+        Plan::RetryAfter(backoff) => Plan::RetryAfter(failure.retry_after.unwrap_or(backoff)),
+        stop => stop,
+    }
+}
+
+/// What `failure` of an attempt leads to, given that it passed the fence at
+/// `now`: `Ok(not_before)` schedules a retry, `Err(reason)` makes the task
+/// `Failed` ([`plan`], then the deadline).
 ///
 /// ```
 /// use taskfence::backend::rules::after_failure;
-/// use taskfence::policy::FailureKind;
 /// use taskfence::task::AttemptId;
 /// # fn f(task: &taskfence::Task) {
-/// let decision = after_failure(task, AttemptId::new(), FailureKind::Retryable, time::OffsetDateTime::now_utc());
+/// let decision = after_failure(task, AttemptId::new(), &taskfence::Failure::retryable("503"), time::OffsetDateTime::now_utc());
 /// # }
 /// ```
 pub fn after_failure(
     task: &Task,
     attempt: AttemptId,
-    kind: FailureKind,
+    failure: &Failure,
     now: OffsetDateTime,
 ) -> Result<OffsetDateTime, StopReason> {
-    match task
-        .policy
-        .plan(kind, task.attempts_in_budget(), jitter_unit(attempt))
-    {
+    match plan(task, attempt, failure) {
         Plan::Stop(reason) => Err(reason),
         Plan::RetryAfter(delay) => {
             let not_before = now + delay;

@@ -70,7 +70,7 @@ impl DynamoFixture {
         Self { store, clock, client }
     }
 
-    /// The concrete store (for `submit_with`, `complete_with`, the client).
+    /// The concrete store (for `with(items)`, the client).
     ///
     /// ```no_run
     /// # fn f(fixture: taskfence::testing::DynamoFixture) {

@@ -28,8 +28,8 @@ use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, ReopenRequest, Reopening, Retry,
-    Submitted,
+    Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, Rejection, ReopenRequest,
+    Reopening, Retry, Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 
@@ -54,6 +54,10 @@ const BATCH_GET: usize = 100;
 /// Requests a batch operation (`claim_many`, `complete_many`, the reads of
 /// a listing) has in flight at once.
 const CONCURRENCY: usize = 32;
+/// How many index entries a `claim_next` reads per lease it may hand out:
+/// room for tasks other callers take first and for the ones its operations
+/// and scopes leave out.
+const CANDIDATES_PER_CLAIM: usize = 4;
 
 /// The DynamoDB [`TaskStore`](crate::TaskStore): one table, conditional writes, leases on the
 /// writer's clock (see the [module documentation](crate::dynamodb)).
@@ -148,8 +152,8 @@ impl DynamoStoreBuilder {
 }
 
 /// What to run when the table is missing.
-const CREATE_TABLE_FIX: &str =
-    "create the table: `taskfence::dynamodb::create_table`, or `taskfence migrate` from the command line";
+const CREATE_TABLE_FIX: &str = "create the table: `taskfence::dynamodb::create_table`, or `taskfence migrate` \
+     from the command line (a table named only by your own items of `with(items)` is yours to create)";
 
 /// An SDK error as this crate's: a table that does not exist is
 /// [`Error::NotMigrated`] (create it); anything else a storage error.
@@ -1195,7 +1199,7 @@ impl Backend for DynamoStore {
             task.status = Status::Running;
             let mut e = fence(Expr::default(), lease.version(), now);
             let mut items = Vec::new();
-            let retry = match rules::after_failure(&task, lease.attempt_id(), failure.kind, now) {
+            let retry = match rules::after_failure(&task, lease.attempt_id(), &failure, now) {
                 Ok(not_before) => {
                     e = e
                         .set(item::STATUS, s(Status::Pending.as_str()))
@@ -1235,12 +1239,14 @@ impl Backend for DynamoStore {
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let pk = item::task_pk(lease.task_id());
         self.fenced_tx("release", rules::fence, &lease, |now| {
+            // Due again from now on: in the due index, so `due` and
+            // `claim_next` find it.
             let task = fence(Expr::default(), lease.version(), now)
                 .set(item::STATUS, s(Status::Pending.as_str()))
                 .remove(item::LEASE_UNTIL)
-                .remove(item::NOT_BEFORE)
-                .remove(DUE_SHARD)
-                .remove(DUE_AT);
+                .set(item::NOT_BEFORE, at(now))
+                .set(DUE_SHARD, s(DUE_INDEX))
+                .set(DUE_AT, at(now));
             let attempt = Expr::default()
                 .set(item::FINISHED_AT, at(now))
                 .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
@@ -1319,37 +1325,9 @@ impl Backend for DynamoStore {
     }
 
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        let entries = self
-            .query_all(
-                Some(DUE_INDEX),
-                "#shard = :shard AND #at <= :now",
-                HashMap::from([
-                    ("#shard".to_owned(), DUE_SHARD.to_owned()),
-                    ("#at".to_owned(), DUE_AT.to_owned()),
-                ]),
-                HashMap::from([
-                    (":shard".to_owned(), s(DUE_INDEX)),
-                    (":now".to_owned(), at(self.now())),
-                ]),
-                Some(limit),
-            )
-            .await?;
-        entries
-            .iter()
-            .map(|e| {
-                let pk = e
-                    .get(PARTITION_KEY)
-                    .and_then(|v| v.as_s().ok())
-                    .map_or("", String::as_str);
-                item::task_id_of_pk(pk).map_err(Error::storage)
-            })
-            .collect()
+        self.due_ids(self.now(), limit).await
     }
 
-    /// One consistent `BatchGetItem` per 100 tasks, then each task's
-    /// decision written as its own conditional transaction, the transactions
-    /// concurrent: fencing stays per task, a refused or lost condition is
-    /// decided again for that task alone.
     async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
         let mut items = self.batch_get(ids).await?;
         let mut read: Vec<Option<Task>> = Vec::with_capacity(ids.len());
@@ -1397,6 +1375,67 @@ impl Backend for DynamoStore {
             }
         }
         Ok(out)
+    }
+
+    /// Candidates from both queue indexes (due since `now`, and never
+    /// claimed), read again consistently, ordered by [`rules::due_since`];
+    /// then claimed in that order, each by the conditional write of
+    /// [`claim`](crate::TaskStore::claim), a round at a time until the limit
+    /// is reached or the candidates run out: a task another caller took
+    /// first answers busy and the next candidate takes its place.
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
+        let now = self.now();
+        let window = request.limit.saturating_mul(CANDIDATES_PER_CLAIM);
+        let mut ids = self.due_ids(now, window).await?;
+        ids.extend(self.unclaimed_ids(window).await?);
+        ids.sort_unstable();
+        ids.dedup();
+        let mut found = self.batch_get(&ids).await?;
+        let mut candidates = Vec::with_capacity(found.len());
+        for id in ids {
+            let Some(item) = found.remove(&id) else { continue };
+            let task = item::task(&item).map_err(Error::storage)?;
+            if let Some(since) = rules::due_since(&task, now).filter(|_| rules::wanted(&request, &task)) {
+                candidates.push((since, id, task));
+            }
+        }
+        candidates.sort_unstable_by_key(|(since, id, _)| (*since, *id));
+        let mut candidates = candidates.into_iter();
+        let mut leases = Vec::with_capacity(request.limit);
+        while leases.len() < request.limit {
+            let round: Vec<(TaskId, Task)> = candidates
+                .by_ref()
+                .take(request.limit - leases.len())
+                .map(|(_, id, task)| (id, task))
+                .collect();
+            if round.is_empty() {
+                break;
+            }
+            let mut round: Vec<_> = round.into_iter().map(Some).collect();
+            let claims = Self::concurrently(round.len(), |i| {
+                let (store, claim) = (self.clone(), request.request());
+                let (id, task) = round[i].take().expect("each candidate is claimed once");
+                async move { store.claim_read(id, task, claim).await }
+                    .instrument(entry::span("claim", Some(id)))
+            })
+            .await?;
+            let mut failed = None;
+            for claim in claims {
+                match claim {
+                    Ok(Claim::Acquired(lease)) => leases.push(lease),
+                    Ok(_) => {}
+                    Err(e) => failed = Some(e),
+                }
+            }
+            if let Some(e) = failed {
+                // Give back what this call took, so the tasks wait for no lease.
+                for lease in leases {
+                    let _ = Backend::release(self, lease).await;
+                }
+                return Err(e);
+            }
+        }
+        Ok(leases)
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
@@ -1480,6 +1519,38 @@ fn task_id_of(entry: &Item) -> Result<TaskId> {
 }
 
 impl DynamoStore {
+    /// Up to `limit` ids from the due index: a backoff passed, a lease
+    /// expired, a release or a reopening, by `now`; earliest first.
+    async fn due_ids(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<TaskId>> {
+        let entries = self
+            .query_all(
+                Some(DUE_INDEX),
+                "#shard = :shard AND #at <= :now",
+                HashMap::from([
+                    ("#shard".to_owned(), DUE_SHARD.to_owned()),
+                    ("#at".to_owned(), DUE_AT.to_owned()),
+                ]),
+                HashMap::from([(":shard".to_owned(), s(DUE_INDEX)), (":now".to_owned(), at(now))]),
+                Some(limit),
+            )
+            .await?;
+        entries.iter().map(task_id_of).collect()
+    }
+
+    /// Up to `limit` ids from the unclaimed index: never claimed, oldest first.
+    async fn unclaimed_ids(&self, limit: usize) -> Result<Vec<TaskId>> {
+        let entries = self
+            .query_all(
+                Some(UNCLAIMED_INDEX),
+                "#shard = :shard",
+                HashMap::from([("#shard".to_owned(), UNCLAIMED_SHARD.to_owned())]),
+                HashMap::from([(":shard".to_owned(), s(UNCLAIMED_INDEX))]),
+                Some(limit),
+            )
+            .await?;
+        entries.iter().map(task_id_of).collect()
+    }
+
     /// Runs `make(i)` for `i` in `0..n` as tasks of the runtime, at most
     /// [`CONCURRENCY`] at once, and returns their outputs in order. Dropping
     /// the returned future aborts what is still running.

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::inspect::{Counts, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::Failure;
-use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
+use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
 use super::{PgStore, ops};
@@ -337,6 +337,46 @@ impl<'c> OnConnection<'c> {
         }
         let store = self.store;
         async { ops::complete_many(&store.sql, self.conn().await?, completions).await }
+            .instrument(span)
+            .await
+    }
+
+    /// [`TaskStore::claim_next`](crate::TaskStore::claim_next): the next due
+    /// tasks, claimed in the caller's transaction (their leases commit or
+    /// roll back with it; until it ends, other callers skip them).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let mut tx = store.pool().begin().await?;
+    /// let leases = store.on(&mut tx).claim_next(taskfence::ClaimNext::new("w", Duration::from_secs(30), 8)).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_next(&mut self, request: ClaimNext) -> Result<Vec<Lease>> {
+        let span = entry::claim_next(&request)?;
+        let store = self.store;
+        async { ops::claim_next(&store.sql, self.conn().await?, request).await }
+            .instrument(span)
+            .await
+    }
+
+    /// [`TaskStore::renew_many`](crate::TaskStore::renew_many).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, mut held: Vec<taskfence::Lease>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// let mut conn = store.pool().acquire().await?;
+    /// let renewed = store.on(&mut conn).renew_many(&mut held, Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn renew_many(&mut self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        let span = entry::renew_many(leases, extend_by)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let store = self.store;
+        async { ops::renew_many(&store.sql, self.conn().await?, leases, extend_by).await }
             .instrument(span)
             .await
     }

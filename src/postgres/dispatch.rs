@@ -96,6 +96,7 @@ impl PgStore {
         let span = entry::span("dispatch", None);
         async move {
             let mut tx = self.pool.begin().await.map_err(db)?;
+            self.check_schema(&mut tx).await?;
             let handoffs: Vec<(i64, TaskId)> = self
                 .sql
                 .claim_handoffs

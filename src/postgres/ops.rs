@@ -15,12 +15,13 @@ use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use time::OffsetDateTime;
 
 use crate::backend::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
-use crate::backend::{Plan, jitter_unit, new_lease, new_task, renewed};
+use crate::backend::{Plan, new_lease, new_task, renewed};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
 use crate::policy::{Failure, StopReason};
 use crate::store::{
-    Attempt, AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, Rejection, ReopenRequest, Retry, Submitted,
+    Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, Rejection, ReopenRequest, Retry,
+    Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 
@@ -80,6 +81,7 @@ pub(super) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             Some(row) if row.try_get::<bool, _>("created").map_err(db)? => {
                 let created_at = row.try_get("created_at").map_err(db)?;
                 let expires_at = row.try_get("expires_at").map_err(db)?;
+                tracing::Span::current().record("task_id", tracing::field::display(id));
                 return Ok(Submitted::Created(new_task(id, new, created_at, expires_at)));
             }
             Some(row) => row::task(&row).map_err(db)?,
@@ -227,14 +229,9 @@ pub(super) async fn fail(
     lease: Lease,
     failure: Failure,
 ) -> Result<Fenced<Retry>> {
-    // The policy's decision is pure (reused from `RetryPolicy::plan`); only
-    // the deadline comparison needs the store clock and happens in SQL.
-    let policy = &lease.task().policy;
-    let (stop, delay) = match policy.plan(
-        failure.kind,
-        lease.task().attempts_in_budget(),
-        jitter_unit(lease.attempt_id()),
-    ) {
+    // The policy's decision is pure (`rules::plan`); only the deadline
+    // comparison needs the store clock and happens in SQL.
+    let (stop, delay) = match rules::plan(lease.task(), lease.attempt_id(), &failure) {
         Plan::Stop(reason) => (Some(reason.message(&failure.message)), Duration::ZERO),
         Plan::RetryAfter(delay) => (None, delay),
     };
@@ -348,7 +345,7 @@ async fn fenced_write<'q, T>(
     checked_write(sql, conn, op, rules::fence, lease, query, accepted).await
 }
 
-/// [`fenced_write`](Self::fenced_write) for a write that `check` decides
+/// [`fenced_write`] for a write that `check` decides
 /// (a completion: [`rules::accept`]), so the re-read classifies a refusal
 /// by the same rule the statement's guard applies.
 async fn checked_write<'q, T>(
@@ -563,6 +560,106 @@ pub(super) async fn claim_many(
         });
     }
     Ok(claims)
+}
+
+/// One statement (see `claim_next` in `sql.rs`): the leases it took, in due
+/// order; a task it failed for a spent budget is not among them.
+pub(super) async fn claim_next(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    request: ClaimNext,
+) -> Result<Vec<Lease>> {
+    let attempts: Vec<AttemptId> = (0..request.limit).map(|_| AttemptId::new()).collect();
+    let rows = sql
+        .claim_next
+        .query()
+        .bind(i64::try_from(request.limit).unwrap_or(i64::MAX))
+        .bind(attempts.iter().map(|a| a.as_uuid()).collect::<Vec<_>>())
+        .bind(interval(request.lease))
+        .bind(&request.worker)
+        .bind(StopReason::AttemptsExhausted.as_str())
+        .bind(StopReason::DeadlineExhausted.as_str())
+        .bind(&request.operations)
+        .bind(&request.scopes)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    let mut leases = Vec::with_capacity(rows.len());
+    for row in rows {
+        let place: i64 = row.try_get("n").map_err(db)?;
+        let attempt_id = usize::try_from(place - 1)
+            .ok()
+            .and_then(|i| attempts.get(i))
+            .copied()
+            .ok_or_else(|| Error::storage(Raced("claim_next")))?;
+        if let Claim::Acquired(lease) =
+            written_claim(row::task(&row).map_err(db)?, attempt_id, request.worker.clone())
+        {
+            leases.push(lease);
+        }
+    }
+    Ok(leases)
+}
+
+/// One statement for the batch; the refused leases' rows read once more and
+/// classified by [`rules::fence`].
+pub(super) async fn renew_many(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    leases: &mut [Lease],
+    extend_by: Duration,
+) -> Result<Vec<Fenced<()>>> {
+    let rows = sql
+        .renew_many
+        .query()
+        .bind(leases.iter().map(|l| l.task_id().as_uuid()).collect::<Vec<_>>())
+        .bind(leases.iter().map(version).collect::<Vec<_>>())
+        .bind(interval(extend_by))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    let mut until = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id = TaskId::from_uuid(row.try_get("id").map_err(db)?);
+        until.insert(id, row.try_get::<OffsetDateTime, _>("lease_until").map_err(db)?);
+    }
+    let refused: Vec<_> = leases
+        .iter()
+        .map(Lease::task_id)
+        .filter(|id| !until.contains_key(id))
+        .map(|id| id.as_uuid())
+        .collect();
+    let mut reread = if refused.is_empty() {
+        HashMap::new()
+    } else {
+        let rows = sql
+            .read_many
+            .query()
+            .bind(&refused)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db)?;
+        rows_by_id(rows)?
+    };
+    let mut answers = Vec::with_capacity(leases.len());
+    for lease in leases.iter_mut() {
+        if let Some(&until) = until.get(&lease.task_id()) {
+            renewed(lease, until);
+            answers.push(Fenced::Accepted(()));
+            continue;
+        }
+        let row = reread
+            .remove(&lease.task_id())
+            .ok_or(Error::NotFound(lease.task_id()))?;
+        let task = row::task(&row).map_err(db)?;
+        let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+        answers.push(match rules::fence(&task, lease.version(), now) {
+            Err(rejection) => Fenced::Rejected(rejection),
+            // Acceptable on the re-read: the row changed in between; renew it alone.
+            Ok(()) => renew(sql, conn, lease, extend_by).await?,
+        });
+    }
+    Ok(answers)
 }
 
 /// One statement for the whole batch (see `complete_many` in `sql.rs`),

@@ -81,6 +81,8 @@ pub(crate) struct Statements {
     pub(crate) complete_many: Sql,
     /// `complete_many` for a batch of current-assignment leases only.
     pub(crate) complete_many_current: Sql,
+    pub(crate) claim_next: Sql,
+    pub(crate) renew_many: Sql,
     pub(crate) read_many: Sql,
     pub(crate) reopen: Sql,
     pub(crate) redispatch: Sql,
@@ -198,6 +200,8 @@ impl Statements {
             ("claim_many", self.claim_many.as_str()),
             ("complete_many", self.complete_many.as_str()),
             ("complete_many_current", self.complete_many_current.as_str()),
+            ("claim_next", self.claim_next.as_str()),
+            ("renew_many", self.renew_many.as_str()),
             ("read_many", self.read_many.as_str()),
             ("reopen", self.reopen.as_str()),
             ("redispatch", self.redispatch.as_str()),
@@ -328,6 +332,15 @@ impl Statements {
             "((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
                         OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))"
         );
+        // The task columns of `t`, where another relation has some of the same names.
+        let t_cols = TASK_COLUMNS
+            .split(", ")
+            .map(|c| format!("t.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // A task of the operations ($7) and scopes ($8) a `claim_next` asks for.
+        let wanted = "(cardinality($7::text[]) = 0 OR t.operation = ANY($7::text[]))
+                      AND (cardinality($8::text[]) = 0 OR t.scope = ANY($8::text[]))";
         // A take moves the row's previous attempt (`lock`: its locked
         // pre-image) to the journal, as `expired` if it never reported.
         let moved = |lock: &str| {
@@ -579,11 +592,15 @@ impl Statements {
                 SELECT {cols} FROM failed"
             )),
             // $1 id, $2 version.
+            // The task is due again from the release on (`not_before`: now),
+            // so `due` and `claim_next` find it.
             release: Sql::from(format!(
                 "WITH {locked}
                 UPDATE {s}.tasks
-                SET status = 'pending', lease_until = NULL, not_before = NULL,
-                    attempt_finished_at = {s}.store_clock(), attempt_outcome = 'released'
+                SET (status, lease_until, not_before, attempt_finished_at, attempt_outcome) = (
+                    SELECT 'pending', NULL::timestamptz, c.now, c.now, 'released'
+                    FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
+                )
                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
                 RETURNING id"
             )),
@@ -678,6 +695,63 @@ impl Statements {
                 WHERE id = ANY($1) AND id NOT IN (SELECT id FROM claimed)",
                 claim_set("req.rattempt"),
                 moved("locked_all")
+            )),
+            // $1 limit, $2 attempt ids (one per place in the answer), $3 lease
+            // interval, $4 worker, $5/$6 the stop reasons, $7 operations, $8
+            // scopes (empty: any). The store as the queue: the tasks that need
+            // a worker, oldest due first, each branch an index range scan in due
+            // order (`tasks_unclaimed`, `tasks_pending_backoff`,
+            // `tasks_running_lease`) that locks its rows and skips the ones
+            // another caller holds, so no two callers get one task and none
+            // waits for another. Up to $1 per branch are locked, the $1 due
+            // first are taken (the rest are let go when the statement ends),
+            // each by `claim`'s own SET and WHERE: taken, or failed when its
+            // budget is spent; the replaced attempt moves to the journal.
+            claim_next: Sql::from(format!(
+                "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() AS now),
+                fresh AS MATERIALIZED (
+                    SELECT id, version, {ATTEMPT_COLUMNS}, created_at AS due_at FROM {s}.tasks AS t
+                    WHERE t.status = 'pending' AND t.version = 0 AND t.not_before IS NULL AND {wanted}
+                    ORDER BY t.created_at, t.id LIMIT $1
+                    FOR NO KEY UPDATE SKIP LOCKED),
+                waiting AS MATERIALIZED (
+                    SELECT id, version, {ATTEMPT_COLUMNS}, not_before AS due_at FROM {s}.tasks AS t
+                    WHERE t.status = 'pending' AND t.not_before IS NOT NULL
+                      AND t.not_before <= (SELECT now FROM clock) AND {wanted}
+                    ORDER BY t.not_before LIMIT $1
+                    FOR NO KEY UPDATE SKIP LOCKED),
+                expired AS MATERIALIZED (
+                    SELECT id, version, {ATTEMPT_COLUMNS}, lease_until AS due_at FROM {s}.tasks AS t
+                    WHERE t.status = 'running' AND t.lease_until <= (SELECT now FROM clock) AND {wanted}
+                    ORDER BY t.lease_until LIMIT $1
+                    FOR NO KEY UPDATE SKIP LOCKED),
+                picked AS MATERIALIZED (
+                    SELECT p.*, row_number() OVER (ORDER BY p.due_at, p.id) AS n
+                    FROM (SELECT * FROM fresh UNION ALL SELECT * FROM waiting UNION ALL SELECT * FROM expired) AS p
+                    ORDER BY p.due_at, p.id LIMIT $1),
+                claimed AS (
+                    UPDATE {s}.tasks AS t
+                    {}
+                    FROM picked AS p
+                    WHERE t.id = p.id AND {claim_available}
+                    RETURNING {t_cols}, p.n
+                ),
+                {}
+                SELECT * FROM claimed ORDER BY n",
+                claim_set("($2::uuid[])[p.n]"),
+                moved("picked"),
+            )),
+            // $1 ids, $2 versions (same order), $3 extension. `renew` for
+            // every lease of the batch, each row guarded on its own, every row
+            // locked first in id order.
+            renew_many: Sql::from(format!(
+                "WITH {locked_all},
+                req AS (SELECT r.rid, r.rversion FROM unnest($1::uuid[], $2::int8[]) AS r(rid, rversion))
+                UPDATE {s}.tasks AS t SET lease_until = {s}.store_clock() + $3
+                FROM req
+                WHERE t.id = req.rid AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
+                  AND t.version = req.rversion AND t.status = 'running' AND t.lease_until > {s}.store_clock()
+                RETURNING t.id, t.lease_until"
             )),
             complete_many: Sql::from(complete_many(true)),
             complete_many_current: Sql::from(complete_many(false)),
@@ -785,7 +859,7 @@ impl Statements {
             // since (an anti-join on `handoffs_pkey`, keyed by task). The clock is read once
             // (an InitPlan).
             schema_version: Sql::from(format!(
-                "SELECT max(version) FROM {s}.{}",
+                "SELECT max(version) FROM {s}.{} WHERE success",
                 super::migrate::HISTORY_TABLE
             )),
             stranded: Sql::from(format!(

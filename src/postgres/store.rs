@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{Counts, Page, Story, TaskQuery};
 use crate::limits;
 use crate::policy::Failure;
-use crate::store::{Attempt, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
+use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
 use super::conn::OnConnection;
@@ -348,6 +348,14 @@ impl Backend for PgStore {
 
     async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
         ops::complete_many(&self.sql, &mut *self.acquire().await?, completions).await
+    }
+
+    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
+        ops::claim_next(&self.sql, &mut *self.acquire().await?, request).await
+    }
+
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        ops::renew_many(&self.sql, &mut *self.acquire().await?, leases, extend_by).await
     }
 }
 

@@ -10,11 +10,23 @@ use crate::store::{Claim, ClaimRequest, Fenced, Lease, Retry, TaskStore};
 use crate::task::{InputHash, NewTask, RequestKey, TaskId};
 
 /// The lease the helpers claim with.
+///
+/// ```
+/// assert_eq!(taskfence::testing::LEASE, std::time::Duration::from_secs(30));
+/// ```
 pub const LEASE: Duration = Duration::from_secs(30);
 
-/// The scope and operation of [`new_task`]'s keys.
+/// The scope of [`new_task`]'s keys.
+///
+/// ```
+/// assert_eq!(taskfence::testing::new_task("k").key.scope, taskfence::testing::SCOPE);
+/// ```
 pub const SCOPE: &str = "scope-a";
 /// The operation of [`new_task`]'s keys.
+///
+/// ```
+/// assert_eq!(taskfence::testing::new_task("k").key.operation, taskfence::testing::OPERATION);
+/// ```
 pub const OPERATION: &str = "chat.reply";
 
 /// The request key `key` under [`SCOPE`] / [`OPERATION`].

@@ -155,6 +155,7 @@ macro_rules! __conformance_suite {
             deadline_exhausted_is_terminal,
             claim_during_backoff_waits,
             permanent_and_ambiguous_failures_follow_policy,
+            requested_retry_delay_replaces_the_backoff_within_the_budget,
             renew_keeps_lease_alive_and_fails_after_takeover,
             release_gives_task_back_and_keeps_attempt,
             cancel_stops_running_worker,
@@ -180,6 +181,14 @@ macro_rules! __conformance_suite {
             reopen_refuses_completed_live_and_unknown_tasks,
             reopen_of_cancelled_task_keeps_old_leases_fenced,
             bad_reopen_requests_are_refused_and_write_nothing,
+            claim_next_hands_out_due_tasks_oldest_first,
+            claim_next_skips_tasks_that_need_no_worker,
+            claim_next_fails_a_spent_budget_instead,
+            claim_next_takes_only_the_operations_and_scopes_asked_for,
+            released_task_is_due_and_handed_out_again,
+            concurrent_claim_next_hands_each_task_out_once,
+            renew_many_fences_each_lease_on_its_own,
+            bad_claim_next_and_renew_many_are_refused_and_write_nothing,
         );
     };
     (@tests $fixture:expr; $($name:ident),* $(,)?) => {

@@ -37,6 +37,9 @@ pub const LEASE: Duration = Duration::from_secs(10);
 pub const MAX_ATTEMPTS: u32 = 3;
 /// Retention of every dedup record.
 pub const RETENTION: Duration = Duration::from_secs(120);
+/// The limit of every `claim_next`: above any number of tasks an
+/// interleaving submits, so which tasks it takes never depends on their order.
+pub const NEXT_LIMIT: usize = 1000;
 
 /// The policy of every task: no jitter, so the model can predict each delay.
 pub fn policy() -> RetryPolicy {
@@ -64,6 +67,12 @@ pub enum Op {
         worker: u8,
         /// Which task.
         task: u8,
+    },
+    /// Worker asks the store for every task that needs a worker
+    /// (`claim_next`), keeping the first lease it gets.
+    ClaimNext {
+        /// Which worker.
+        worker: u8,
     },
     /// Worker renews the lease it holds.
     Renew {
@@ -225,6 +234,7 @@ impl Runner<'_> {
         match op {
             Op::Submit { key, input } => self.submit(key, input, ctx).await,
             Op::Claim { worker, task } => self.claim(worker, task, ctx).await,
+            Op::ClaimNext { worker } => self.claim_next(worker, ctx).await,
             Op::Renew { worker }
             | Op::Complete { worker }
             | Op::Fail { worker, .. }
@@ -333,6 +343,48 @@ impl Runner<'_> {
         }
     }
 
+    /// `claim_next` with a limit above the number of tasks: every task that
+    /// needs a worker (pending past its backoff, or its lease expired) is
+    /// taken, or failed when its budget is spent; no other task changes.
+    async fn claim_next(&mut self, worker: u8, ctx: &str) {
+        let request = crate::store::ClaimNext::new(format!("worker-{worker}"), LEASE, NEXT_LIMIT);
+        let leases = self
+            .store
+            .claim_next(request)
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let m = &mut self.m;
+        let now = m.now;
+        let mut expected = Vec::new();
+        for t in m.tasks.iter_mut().filter(|t| !t.purged) {
+            let needs_worker = match t.status {
+                Status::Pending => t.not_before.is_none_or(|nb| nb <= now),
+                Status::Running => t.lease_until.is_some_and(|u| u <= now),
+                _ => false,
+            };
+            if !needs_worker {
+                continue;
+            }
+            if t.spent() >= u64::from(MAX_ATTEMPTS) {
+                (t.status, t.lease_until, t.not_before) = (Status::Failed, None, None);
+                continue;
+            }
+            t.version += 1;
+            (t.status, t.lease_until, t.not_before) = (Status::Running, Some(now + LEASE.as_secs()), None);
+            expected.push((t.id, t.version));
+        }
+        let mut got: Vec<(TaskId, u64)> = leases.iter().map(|l| (l.task_id(), l.version())).collect();
+        got.sort();
+        expected.sort();
+        assert_eq!(
+            got, expected,
+            "{ctx}: claim_next hands out exactly the tasks that need a worker"
+        );
+        if let Some(first) = leases.into_iter().next() {
+            m.held[worker as usize % WORKERS] = Some(first);
+        }
+    }
+
     /// A fenced write with the lease `worker` holds: the store's verdict
     /// (accepted, or which rejection) must be the model's.
     async fn fenced(&mut self, op: Op, worker: u8, ctx: &str) {
@@ -394,7 +446,8 @@ impl Runner<'_> {
         let got = self.store.release(lease).await.expect(ctx);
         self.m.held[slot] = None;
         if got.is_accepted() {
-            (self.m.tasks[i].status, self.m.tasks[i].lease_until) = (Status::Pending, None);
+            let t = &mut self.m.tasks[i];
+            (t.status, t.lease_until, t.not_before) = (Status::Pending, None, Some(self.m.now));
         }
         got.rejection().cloned()
     }
@@ -578,6 +631,7 @@ pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (0u8..4, 0u8..2).prop_map(|(key, input)| Op::Submit { key, input }),
         4 => (worker.clone(), any::<u8>()).prop_map(|(worker, task)| Op::Claim { worker, task }),
+        2 => worker.clone().prop_map(|worker| Op::ClaimNext { worker }),
         2 => worker.clone().prop_map(|worker| Op::Renew { worker }),
         3 => worker.clone().prop_map(|worker| Op::Complete { worker }),
         2 => (worker.clone(), prop::bool::weighted(0.2)).prop_map(|(worker, permanent)| Op::Fail { worker, permanent }),
@@ -596,7 +650,7 @@ pub fn op() -> impl Strategy<Value = Op> {
 /// let _interleavings = taskfence::testing::model::ops(40);
 /// ```
 pub fn ops(max_len: usize) -> impl Strategy<Value = Vec<Op>> {
-    prop::collection::vec(op(), 1..max_len)
+    prop::collection::vec(op(), 1..=max_len)
 }
 
 /// Runs `ops` on a fresh fixture from `fixture` and on the model, on the

@@ -159,6 +159,17 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             ),
         ),
         "read_many" => ("uuid[]", format!("ARRAY[{id}::uuid, gen_random_uuid()]")),
+        "claim_next" => (
+            "int8, uuid[], interval, text, text, text, text[], text[]",
+            format!(
+                "16, ARRAY[{}], '30 s', 'w', 'attempts exhausted', 'deadline exhausted', '{{}}', '{{}}'",
+                vec!["gen_random_uuid()"; 16].join(", ")
+            ),
+        ),
+        "renew_many" => (
+            "uuid[], int8[], interval",
+            format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s'"),
+        ),
         "reopen" => (
             "uuid, text, text, bool, int4, int8, int8, float8, float8, int8, text",
             format!("{id}, 'ops', 'quota raised', true, 5, 1000000000, 300000000000, 2, 0.2, NULL, 'retry'"),
@@ -248,6 +259,19 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind(vec![1_i64, 1])
             .bind(vec![b"answer".to_vec(), b"other".to_vec()]),
         "read_many" => q.bind(vec![id, Uuid::now_v7()]),
+        "claim_next" => q
+            .bind(16_i64)
+            .bind((0..16).map(|_| Uuid::now_v7()).collect::<Vec<_>>())
+            .bind(interval(30))
+            .bind("w")
+            .bind("attempts exhausted")
+            .bind("deadline exhausted")
+            .bind(Vec::<String>::new())
+            .bind(Vec::<String>::new()),
+        "renew_many" => q
+            .bind(vec![id, Uuid::now_v7()])
+            .bind(vec![1_i64, 1])
+            .bind(interval(30)),
         "reopen" => q
             .bind(id)
             .bind("ops")

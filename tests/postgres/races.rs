@@ -102,3 +102,44 @@ async fn thirty_two_concurrent_completes_with_the_same_lease_accept_once() {
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].outcome, AttemptOutcome::Completed);
 }
+
+/// A queue drained by 32 `claim_next` callers through a pool of two
+/// connections (each caller waits for a connection, then skips the rows the
+/// other holds): every task is handed out once, none is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_claim_next_callers_on_two_connections_take_each_task_once() {
+    const TASKS: usize = 300;
+    let f = common::fixture_with(2).await;
+    let store = f.pg_store().clone();
+    let mut submitted = std::collections::HashSet::new();
+    for i in 0..TASKS {
+        submitted.insert(
+            store
+                .submit(new_task(&format!("q-{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    let taken = race(RACERS, |i| {
+        let store = store.clone();
+        async move {
+            let mut mine = Vec::new();
+            loop {
+                let next = taskfence::ClaimNext::new(format!("worker-{i}"), Duration::from_secs(30), 5);
+                let leases = store.claim_next(next).await.expect("claim_next");
+                if leases.is_empty() {
+                    return mine;
+                }
+                mine.extend(leases.iter().map(|l| l.task_id()));
+            }
+        }
+    })
+    .await;
+    let handed: Vec<_> = taken.into_iter().flatten().collect();
+    let distinct: std::collections::HashSet<_> = handed.iter().copied().collect();
+    assert_eq!(handed.len(), TASKS, "each task handed out once");
+    assert_eq!(distinct, submitted, "every task handed out");
+    assert_eq!(f.count("attempts").await, 0, "no attempt was replaced");
+}

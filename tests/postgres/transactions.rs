@@ -288,6 +288,13 @@ async fn every_operation_on_the_callers_transaction_rolls_back_with_it() {
         |on| on.claim_many(&[pending.id], request()),
         |c, t| { c[0].is_acquired() && t.is_some_and(|t| t.version == 1) }
     );
+    rolls_back!(
+        &f,
+        pending.id,
+        "claim_next",
+        |on| on.claim_next(taskfence::ClaimNext::new("w", lease_for, 4)),
+        |c, t| { c.len() == 1 && t.is_some_and(|t| t.version == 1) }
+    );
 
     // the fenced writes of a held lease
     let lease = common::acquire(store, pending.id, "w").await;
@@ -298,6 +305,14 @@ async fn every_operation_on_the_callers_transaction_rolls_back_with_it() {
         "renew",
         |on| on.renew(&mut renewed, Duration::from_secs(600)),
         |r, t| { r.is_accepted() && t.is_some_and(|t| t.lease_until == Some(renewed.expires_at())) }
+    );
+    let mut held = [lease.clone()];
+    rolls_back!(
+        &f,
+        pending.id,
+        "renew_many",
+        |on| on.renew_many(&mut held, Duration::from_secs(900)),
+        |r, t| { r[0].is_accepted() && t.is_some_and(|t| t.lease_until == Some(held[0].expires_at())) }
     );
     rolls_back!(
         &f,

@@ -212,3 +212,56 @@ pub async fn permanent_and_ambiguous_failures_follow_policy(f: &dyn Fixture) {
     );
     assert_eq!(attempts[0].error.as_deref(), Some("timeout after send"));
 }
+
+/// A worker's own retry delay (a provider's `Retry-After`) replaces the
+/// backoff, within the budget: the attempt still counts, the last attempt
+/// still ends the task, and a delay past the deadline stops it.
+pub async fn requested_retry_delay_replaces_the_backoff_within_the_budget(f: &dyn Fixture) {
+    let store = f.store();
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .jitter(0.0)
+        .initial_backoff(Duration::from_secs(60));
+    let t = submit(&*store, new_task("send-1").policy(policy)).await;
+    let lease = acquire(&*store, t.id, "w").await;
+    let asked = Failure::retryable("429 Retry-After: 5").retry_after(Duration::from_secs(5));
+    let Retry::Scheduled {
+        not_before,
+        attempts_left,
+    } = fail_accepted(&*store, lease, asked.clone()).await
+    else {
+        panic!("a retry within the budget")
+    };
+    assert_eq!(attempts_left, 1);
+    let waited = not_before - task(&*store, t.id).await.not_before.expect("backing off");
+    assert_eq!(waited, time::Duration::ZERO, "the stored backoff is the answer's");
+    assert!(matches!(
+        store.claim(t.id, request("w")).await.unwrap(),
+        Claim::Backoff { .. }
+    ));
+    f.advance(Duration::from_secs(6)).await;
+    let last = acquire(&*store, t.id, "w").await; // after 5 s, not the policy's 60 s
+    assert!(
+        matches!(fail_accepted(&*store, last, asked).await, Retry::Exhausted(_)),
+        "the last attempt ends the task whatever delay it asks for"
+    );
+
+    let with_deadline = new_task("send-2").policy(policy.deadline(Duration::from_secs(30)));
+    let d = submit(&*store, with_deadline).await;
+    let lease = acquire(&*store, d.id, "w").await;
+    let too_late = Failure::retryable("429 Retry-After: 120").retry_after(Duration::from_secs(120));
+    assert!(matches!(
+        fail_accepted(&*store, lease, too_late).await,
+        Retry::Exhausted(_)
+    ));
+    let failed = task(&*store, d.id).await;
+    assert_eq!(failed.status, Status::Failed);
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("deadline exhausted")),
+        "{:?}",
+        failed.last_error
+    );
+}

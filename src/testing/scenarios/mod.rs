@@ -14,6 +14,7 @@
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
 //! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
 //! | [`batch`] | Batches decide each task as the single operation would. |
+//! | [`next`] | The store as the queue: `claim_next` hands each task that needs a worker to one caller, oldest first; `renew_many`. |
 //! | [`reopen`] | An operator's reopening: a fresh budget, old leases still fenced. |
 //! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::testing::inspection_suite)). |
 //!
@@ -39,6 +40,7 @@ pub mod fencing;
 pub mod inspection;
 pub mod lifecycle;
 pub mod maintenance;
+pub mod next;
 pub mod reopen;
 
 pub use acceptance::*;
@@ -51,9 +53,10 @@ pub use fencing::*;
 pub use inspection::*;
 pub use lifecycle::*;
 pub use maintenance::*;
+pub use next::*;
 pub use reopen::*;
 
-pub(crate) use crate::testing::kit::{LEASE, acquire, key, new_task, request};
+pub(crate) use crate::testing::kit::{LEASE, acquire, fail_accepted, key, new_task, request};
 
 /// A little past [`LEASE`].
 pub(crate) const PAST_LEASE: Duration = Duration::from_secs(31);

@@ -94,7 +94,7 @@ pub async fn reopen_gives_failed_task_a_fresh_budget(f: &dyn Fixture) {
     );
 }
 
-/// The fresh budget takes the request's policy, and its deadline counts from the retry.
+/// The fresh budget takes the request's policy, and its deadline counts from the reopening.
 pub async fn reopen_gives_new_policy_and_fresh_deadline(f: &dyn Fixture) {
     let store = f.store();
     let hour = Duration::from_secs(3600);
@@ -133,7 +133,7 @@ pub async fn reopen_gives_new_policy_and_fresh_deadline(f: &dyn Fixture) {
     );
 }
 
-/// A completed task keeps its response; a live one needs no retry; an unknown
+/// A completed task keeps its response; a live one needs no reopening; an unknown
 /// one is not found. Each refusal writes nothing.
 pub async fn reopen_refuses_completed_live_and_unknown_tasks(f: &dyn Fixture) {
     let store = f.store();
@@ -225,7 +225,7 @@ pub async fn reopen_of_cancelled_task_keeps_old_leases_fenced(f: &dyn Fixture) {
     }
 }
 
-/// Bad retry requests get a typed error and write nothing.
+/// Bad reopen requests get a typed error and write nothing.
 pub async fn bad_reopen_requests_are_refused_and_write_nothing(f: &dyn Fixture) {
     let store = f.store();
     let t = submit(&*store, new_task("send-1")).await;
