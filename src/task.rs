@@ -349,6 +349,12 @@ pub struct NewTask {
     pub retention: Duration,
     /// Which attempts may save the response; stored with the task for its whole life.
     pub acceptance: AcceptanceRule,
+    /// Whether the task goes out through the outbox: `PgStore` writes a
+    /// handoff row with it (and with each reopening) for a dispatcher to
+    /// publish to a broker. `false` for a task the store's own consumers
+    /// take ([`claim_next`](crate::TaskStore::claim_next)): one row to write.
+    /// Stores without an outbox ignore it.
+    pub handoff: bool,
 }
 
 impl NewTask {
@@ -364,6 +370,7 @@ impl NewTask {
             policy: RetryPolicy::default(),
             retention: Self::DEFAULT_RETENTION,
             acceptance: AcceptanceRule::default(),
+            handoff: true,
         }
     }
 
@@ -382,6 +389,21 @@ impl NewTask {
     /// Sets the retention window of the dedup record.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = retention;
+        self
+    }
+
+    /// No handoff row: the task is for the store's own consumers
+    /// ([`claim_next`](crate::TaskStore::claim_next)), not for a broker, so
+    /// submitting it writes the task row alone. Tasks with and without a
+    /// handoff share one store; a consumer can take both.
+    ///
+    /// ```
+    /// use taskfence::{InputHash, NewTask, RequestKey};
+    /// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])).without_handoff();
+    /// assert!(!new.handoff);
+    /// ```
+    pub fn without_handoff(mut self) -> Self {
+        self.handoff = false;
         self
     }
 

@@ -67,6 +67,11 @@ const FILES: &[File] = &[
         description: "handoffs keyed by their task",
         sql: include_str!("../../migrations/0006_handoffs_by_task.sql"),
     },
+    File {
+        version: 7,
+        description: "tasks without a handoff",
+        sql: include_str!("../../migrations/0007_optional_handoff.sql"),
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

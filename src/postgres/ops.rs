@@ -74,6 +74,7 @@ pub(super) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             .bind(deadline.map(interval))
             .bind(interval(new.retention))
             .bind(new.acceptance.as_str())
+            .bind(new.handoff)
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;

@@ -520,7 +520,8 @@ impl Statements {
         );
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
-            // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule.
+            // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule,
+            // $17 whether a handoff goes with it.
             // ON CONFLICT DO NOTHING never raises a unique violation. A new
             // task returns only what the server chose (its clock's instants;
             // the caller has every other value), the rest of its row NULL; a
@@ -532,15 +533,15 @@ impl Statements {
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
                         deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
-                        budget_started_at)
+                        budget_started_at, handoff)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
-                           c.now + $14, c.now, c.now + $15, $16, c.now
+                           c.now + $14, c.now, c.now + $15, $16, c.now, $17
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
                     RETURNING created_at, expires_at
                 ),
                 handoff AS (
-                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT $1, created_at FROM created
+                    INSERT INTO {s}.handoffs (task_id, created_at) SELECT $1, created_at FROM created WHERE $17
                 )
                 SELECT false AS created, {cols} FROM {s}.tasks
                 WHERE scope = $2 AND operation = $3 AND request_key = $4
@@ -792,7 +793,7 @@ impl Statements {
                                      CASE WHEN $4 THEN $11 ELSE t.on_ambiguous END AS on_ambiguous) AS p
                     )
                     WHERE t.id = (SELECT id FROM locked) AND t.status IN ('failed', 'cancelled')
-                    RETURNING {cols}, t.reopen_count
+                    RETURNING {cols}, t.reopen_count, t.handoff
                 ),
                 recorded AS (
                     INSERT INTO {s}.reopenings (task_id, number, at, by, reason, from_status, version)
@@ -801,13 +802,15 @@ impl Statements {
                 ),
                 handoff AS (
                     INSERT INTO {s}.handoffs (task_id, created_at) SELECT id, budget_started_at FROM reopened
+                    WHERE handoff
                 )
                 SELECT {cols} FROM reopened"
             )),
-            // $1 ids. A fresh unpublished handoff for each task still pending.
+            // $1 ids. A fresh unpublished handoff for each task still pending
+            // that goes out through the outbox.
             redispatch: Sql::from(format!(
                 "INSERT INTO {s}.handoffs (task_id, created_at)
-                 SELECT id, {s}.store_clock() FROM {s}.tasks WHERE id = ANY($1) AND status = 'pending'"
+                 SELECT id, {s}.store_clock() FROM {s}.tasks WHERE id = ANY($1) AND status = 'pending' AND handoff"
             )),
             list: (0..ListShape::COUNT)
                 .map(|i| Sql::from(list_sql(s, ListShape::from_index(i))))

@@ -249,3 +249,65 @@ async fn batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whol
         Err(taskfence::Error::InvalidInput(_))
     ));
 }
+
+/// A task for the store's own consumers writes its row alone: no handoff at
+/// submission, reopening or redispatch, so the dispatcher never publishes
+/// it; a broker task beside it in the same schema keeps its outbox, and
+/// `claim_next` takes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_without_a_handoff_write_one_row_and_share_the_schema_with_broker_tasks() {
+    use taskfence::store::ReopenRequest;
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let queued = store
+        .submit(new_task("store-queue").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
+    assert_eq!(
+        (f.count("tasks").await, f.count("handoffs").await),
+        (1, 0),
+        "one row"
+    );
+    let brokered = store.submit(new_task("broker")).await.unwrap().into_task();
+    assert_eq!(f.count("handoffs").await, 1, "the broker task's handoff");
+
+    let (sent, publish) = recorder();
+    store.dispatch(100, publish).await.unwrap();
+    assert_eq!(
+        *sent.lock().unwrap(),
+        [brokered.id],
+        "only the broker task is published"
+    );
+
+    assert_eq!(
+        store.redispatch(&[queued.id]).await.unwrap(),
+        0,
+        "no handoff to re-send"
+    );
+    let next = taskfence::ClaimNext::new("w", Duration::from_secs(30), 10);
+    let leases = store.claim_next(next).await.unwrap();
+    let mut taken: Vec<_> = leases.iter().map(|l| l.task_id()).collect();
+    taken.sort();
+    let mut both = vec![queued.id, brokered.id];
+    both.sort();
+    assert_eq!(taken, both, "a consumer takes both kinds");
+
+    let lease = leases.into_iter().find(|l| l.task_id() == queued.id).unwrap();
+    store
+        .fail(lease, taskfence::Failure::permanent("bad input"))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .reopen(queued.id, ReopenRequest::new("ops", "fixed"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        f.count("handoffs").await,
+        1,
+        "the reopening wrote no handoff either"
+    );
+}

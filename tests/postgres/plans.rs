@@ -123,9 +123,9 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
     let id = format!("'{id}'");
     match name {
         "submit" => (
-            "uuid, text, text, text, bytea, bytea, int4, int8, int8, float8, float8, int8, text, interval, interval, text",
+            "uuid, text, text, text, bytea, bytea, int4, int8, int8, float8, float8, int8, text, interval, interval, text, bool",
             "gen_random_uuid(), 'scope-1', 'chat.reply', 'key-new', sha256('x'), '', 5, 1000000000, \
-             300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day', 'current_assignment'"
+             300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day', 'current_assignment', true"
                 .into(),
         ),
         "get" | "read" | "attempts" => ("uuid", id),
@@ -222,7 +222,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("retry")
             .bind(None::<PgInterval>)
             .bind(interval(86_400))
-            .bind("current_assignment"),
+            .bind("current_assignment")
+            .bind(true),
         "get" | "read" | "attempts" => q.bind(id),
         "find" => q.bind("scope-1").bind("chat.reply").bind("key-1"),
         "claim" | "claim_fresh" => q
