@@ -392,7 +392,7 @@ fn errors_count_by_kind() {
 }
 
 #[test]
-fn terminal_failures_retries_and_warnings() {
+fn terminal_failures_reopenings_and_warnings() {
     let mut ids = Vec::new();
     let seen = observe(|store, clock| {
         let ids = &mut ids;
@@ -429,7 +429,7 @@ fn terminal_failures_retries_and_warnings() {
             // A redelivery's claim answers the same: it counts again (documented upper bound).
             let claims = store.claim_many(&[a.id], ClaimRequest::new("w", LEASE)).await?;
             assert!(matches!(claims[..], [Claim::Failed(_)]));
-            // Retrying a live task is refused.
+            // Reopening a live task is refused.
             let c = store.submit(new_task("c")).await?.into_task();
             assert!(matches!(
                 store

@@ -43,7 +43,7 @@ pub(crate) enum Report {
     /// `show`.
     Story(Box<Story>),
     /// `reopen`: the reopened task.
-    Retried(Box<Task>),
+    Reopened(Box<Task>),
     /// `cancel`: the cancelled task.
     Cancelled(Box<Task>),
     /// `purge`: how many tasks were removed.
@@ -97,7 +97,7 @@ impl Report {
                 out
             }
             Report::Story(story) => show(story, now),
-            Report::Retried(task) => format!(
+            Report::Reopened(task) => format!(
                 "reopened task {}: {}, {} attempt(s) in the fresh budget{}\n",
                 task.id,
                 task.status,
@@ -153,7 +153,7 @@ impl Report {
                 "next": page.next.map(|c| c.to_string()),
             }),
             Report::Story(story) => value(story.as_ref()),
-            Report::Retried(task) | Report::Cancelled(task) => value(task.as_ref()),
+            Report::Reopened(task) | Report::Cancelled(task) => value(task.as_ref()),
             Report::Purged(n) => json!({ "purged": n }),
             Report::Stranded {
                 tasks, redispatched, ..

@@ -56,7 +56,7 @@ async fn stats_list_show_and_reopen_on_dynamodb() {
         "no outbox in the store"
     );
 
-    let retried = dynamo(
+    let reopened = dynamo(
         &table,
         &[
             "reopen",
@@ -68,8 +68,8 @@ async fn stats_list_show_and_reopen_on_dynamodb() {
         ],
     );
     assert!(
-        retried.ok().starts_with(&format!("reopened task {}", bad.id)),
-        "{retried:#?}"
+        reopened.ok().starts_with(&format!("reopened task {}", bad.id)),
+        "{reopened:#?}"
     );
     // The binary wrote on this machine's clock: bring the fixture's up to it.
     f.clock().set(time::OffsetDateTime::now_utc());

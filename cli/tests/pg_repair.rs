@@ -1,4 +1,4 @@
-//! `retry` and `cancel` against the real PostgreSQL: the change is made
+//! `reopen` and `cancel` against the real PostgreSQL: the change is made
 //! through the store's fenced operation, a refusal is exit 4 and writes
 //! nothing.
 
@@ -11,7 +11,7 @@ use taskfence::testing::{Fixture, InspectFixture, acquire};
 use taskfence::{RetryPolicy, Status};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_reopens_a_failed_task_and_a_worker_claims_it() {
+async fn reopen_of_a_failed_task_lets_a_worker_claim_it() {
     let f = fixture().await;
     let store = f.store();
     let task = failed(&*store, "tenant-a", "k1", "provider quota exceeded").await;
@@ -57,7 +57,7 @@ async fn retry_reopens_a_failed_task_and_a_worker_claims_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_by_default_is_user_at_host_and_prints_json() {
+async fn reopen_by_default_is_user_at_host_and_prints_json() {
     let f = fixture().await;
     let task = failed(&*f.store(), "tenant-a", "k1", "boom").await;
     let json = common::run(
@@ -78,7 +78,7 @@ async fn retry_by_default_is_user_at_host_and_prints_json() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_of_a_completed_or_live_task_is_refused_and_writes_nothing() {
+async fn reopen_of_a_completed_or_live_task_is_refused_and_writes_nothing() {
     let f = fixture().await;
     let store = f.store();
     let done = completed(&*store, "tenant-a", "done").await;
@@ -103,7 +103,9 @@ async fn retry_of_a_completed_or_live_task_is_refused_and_writes_nothing() {
     .failed(4);
     let live_refused = pg(&f, &["reopen", &live.id.to_string(), "--reason", "again"]);
     assert!(
-        live_refused.failed(4).contains("it is pending"),
+        live_refused
+            .failed(4)
+            .contains("it is pending; only a failed or cancelled task can be reopened"),
         "{live_refused:#?}"
     );
 

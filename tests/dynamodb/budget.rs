@@ -65,7 +65,7 @@ async fn items_without_budget_attributes_read_as_the_first_budget() {
             .is_accepted()
     );
 
-    // Cancel and retry an old item too.
+    // Cancel and reopen an old item too.
     let other = store.submit(new_task("old-2")).await.unwrap().into_task();
     make_old(&f, other.id).await;
     assert!(store.cancel(other.id, "stop").await.unwrap().is_accepted());
@@ -116,7 +116,7 @@ impl Intercept for BeforeFirstWrite {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_decided_on_the_spent_budget_does_not_fail_the_reopened_task() {
     // The budget is part of every condition: a claim that read the spent
-    // budget, then lost the race to a cancel and a retry (the same version,
+    // budget, then lost the race to a cancel and a reopening (the same version,
     // the same status again), must decide again on the fresh budget instead
     // of marking the reopened task failed.
     let f = dynamo::fixture().await;
@@ -162,10 +162,10 @@ async fn a_claim_decided_on_the_spent_budget_does_not_fail_the_reopened_task() {
         .unwrap();
     assert!(
         hook.0.lock().unwrap().is_none(),
-        "the cancel and retry ran in between"
+        "the cancel and reopening ran in between"
     );
     let Claim::Acquired(lease) = claim else {
-        panic!("decided on the spent budget after the retry: {claim:?}")
+        panic!("decided on the spent budget after the reopening: {claim:?}")
     };
     assert_eq!((lease.version(), lease.task().budget_base), (2, 1));
     let stored = store.get(task.id).await.unwrap().unwrap();

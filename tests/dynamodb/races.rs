@@ -119,7 +119,7 @@ async fn racing_completions_from_two_clients_save_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_retries_from_two_clients_reopen_once() {
+async fn racing_reopens_from_two_clients_accept_once() {
     let f = dynamo::fixture().await;
     let stores = [
         f.store(),
@@ -136,7 +136,7 @@ async fn racing_retries_from_two_clients_reopen_once() {
                     taskfence::store::ReopenRequest::new(format!("ops-{i}"), "again"),
                 )
                 .await
-                .expect("retry")
+                .expect("reopen")
         }
     })
     .await;

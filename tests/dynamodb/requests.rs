@@ -159,7 +159,7 @@ async fn every_happy_path_write_but_claim_and_cancel_is_one_request() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_is_a_read_and_one_transaction() {
+async fn reopen_is_a_read_and_one_transaction() {
     let counter = RequestCounter::new();
     let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
     let store = f.store();
@@ -178,13 +178,13 @@ async fn retry_is_a_read_and_one_transaction() {
     assert_eq!(
         requests(&counter),
         expect(&[("GetItem", 1), ("TransactWriteItems", 1)]),
-        "retry: the task, then task + record + reopening in one transaction"
+        "reopen: the task, then task + record + reopening in one transaction"
     );
     assert!(!store.reopen(task.id, request).await.unwrap().is_accepted());
     assert_eq!(
         requests(&counter),
         expect(&[("GetItem", 1)]),
-        "a refused retry only reads"
+        "a refused reopening only reads"
     );
 }
 

@@ -294,10 +294,13 @@ async fn tasks_without_a_handoff_write_one_row_and_share_the_schema_with_broker_
     assert_eq!(taken, both, "a consumer takes both kinds");
 
     let lease = leases.into_iter().find(|l| l.task_id() == queued.id).unwrap();
-    store
-        .fail(lease, taskfence::Failure::permanent("bad input"))
-        .await
-        .unwrap();
+    assert!(
+        store
+            .fail(lease, taskfence::Failure::permanent("bad input"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     assert!(
         store
             .reopen(queued.id, ReopenRequest::new("ops", "fixed"))

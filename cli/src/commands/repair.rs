@@ -36,7 +36,7 @@ pub(super) async fn reopen(store: &Store, args: ReopenArgs) -> Result<Report, Cl
         request = request.policy(policy);
     }
     match store.inspect.reopen(args.id, request).await? {
-        Fenced::Accepted(task) => Ok(Report::Retried(Box::new(task))),
+        Fenced::Accepted(task) => Ok(Report::Reopened(Box::new(task))),
         Fenced::Rejected(r) => Err(refused("reopen", args.id, &r)),
     }
 }
@@ -56,7 +56,9 @@ fn refused(what: &str, id: TaskId, rejection: &Rejection) -> CliError {
             format!("cannot {what} task {id}: it is completed (its response is saved)")
         }
         Rejection::NotTerminal(status) => {
-            format!("cannot {what} task {id}: it is {status}; only a failed or cancelled task can be retried")
+            format!(
+                "cannot {what} task {id}: it is {status}; only a failed or cancelled task can be reopened"
+            )
         }
         Rejection::NotRunning(status) => format!("cannot {what} task {id}: it is {status}"),
         other => format!("cannot {what} task {id}: {other}"),

@@ -133,7 +133,7 @@ pub struct Settings {
     pub dispatch_idle: Duration,
 
     /// With --dispatch: how often to re-publish the tasks that are due (a
-    /// backoff that passed, an expired lease, an operator's retry) for
+    /// backoff that passed, an expired lease, an operator's reopening) for
     /// which the queue may hold no message any more.
     #[arg(long, env = "TASKFENCE_REDISPATCH_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub redispatch_interval: Duration,

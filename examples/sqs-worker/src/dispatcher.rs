@@ -45,11 +45,11 @@ enum Outbox {
 /// It also re-dispatches ([`redispatch_round`](Self::redispatch_round),
 /// [`run_redispatch`](Self::run_redispatch)): tasks that are
 /// [`due`](TaskStore::due) — a backoff that passed, a lease that expired,
-/// a task an operator reopened with `retry` — get a new message. The queue
+/// a task an operator reopened with `reopen` — get a new message. The queue
 /// already redelivers most of them (a failed attempt's message stays hidden
 /// until its backoff ends, a crashed worker's until its lease ends); this
 /// loop covers the ones whose message is gone: deleted after a terminal
-/// failure and then retried, dead-lettered, expired, purged.
+/// failure and then reopened, dead-lettered, expired, purged.
 #[derive(Clone)]
 pub struct Dispatcher {
     outbox: Outbox,

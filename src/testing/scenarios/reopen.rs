@@ -160,7 +160,7 @@ pub async fn reopen_refuses_completed_live_and_unknown_tasks(f: &dyn Fixture) {
         Fenced::Rejected(Rejection::AlreadyCompleted(saved)) => {
             assert_eq!(saved.response, Some(Response::from("saved")));
         }
-        other => panic!("a completed task cannot be retried, got {other:?}"),
+        other => panic!("a completed task cannot be reopened, got {other:?}"),
     }
     assert_eq!(
         store.reopen(pending.id, by_ops()).await.unwrap().rejection(),
