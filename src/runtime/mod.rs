@@ -59,6 +59,16 @@
 //! # Ok(()) }
 //! ```
 
+mod commit;
+mod consumer;
+mod held;
+mod source;
+mod stop;
+
+pub use consumer::{Consumer, ConsumerConfig, Stopped};
+pub use source::{Delivery, Source, StoreQueue, Wake};
+pub use stop::Stop;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,6 +170,9 @@ pub enum RetryReason {
         /// Claims still allowed by the budget.
         attempts_left: u32,
     },
+    /// A stopping consumer gave the task back (released its lease, or never
+    /// started it): another process can take it at once.
+    Released,
 }
 
 /// Why a message is left alone.
@@ -179,6 +192,10 @@ pub enum LeaveReason {
     /// The final write (complete or fail) was refused: the assignment was
     /// superseded or its lease had expired.
     Rejected(Rejection),
+    /// The store did not answer a claim, a completion or a failure report:
+    /// the durable task decides at the next delivery (if the write happened,
+    /// that delivery is acknowledged without work).
+    StoreFailed,
 }
 
 /// Callbacks at the moments a lease is granted and extended, so the adapter can
@@ -594,11 +611,21 @@ impl Worker {
 
     /// A redelivery at `at` (store clock), as a delay on the worker's clock.
     fn retry_at(&self, at: OffsetDateTime, reason: RetryReason) -> Disposition {
-        let delay = Duration::try_from(at - self.clock.now()).unwrap_or(Duration::ZERO);
-        Disposition::RetryAfter {
-            delay: delay.max(self.config.min_retry_delay),
-            reason,
-        }
+        retry_at(&*self.clock, self.config.min_retry_delay, at, reason)
+    }
+}
+
+/// A redelivery at `at` (store clock) as a delay on `clock`, at least `min`.
+pub(crate) fn retry_at(
+    clock: &dyn Clock,
+    min: Duration,
+    at: OffsetDateTime,
+    reason: RetryReason,
+) -> Disposition {
+    let delay = Duration::try_from(at - clock.now()).unwrap_or(Duration::ZERO);
+    Disposition::RetryAfter {
+        delay: delay.max(min),
+        reason,
     }
 }
 
@@ -615,7 +642,7 @@ impl std::fmt::Debug for Worker {
 /// the lease when the task was acquired. `retry_at` turns a store instant into
 /// a redelivery.
 #[allow(clippy::result_large_err)] // a short-lived return value, matched at once
-fn settled(
+pub(crate) fn settled(
     claim: Claim,
     retry_at: impl Fn(OffsetDateTime, RetryReason) -> Disposition,
 ) -> std::result::Result<Disposition, Lease> {
@@ -631,7 +658,7 @@ fn settled(
 }
 
 /// A refused write that still settles the task for good: acknowledge.
-fn terminal_ack(rejection: &Rejection) -> Option<Disposition> {
+pub(crate) fn terminal_ack(rejection: &Rejection) -> Option<Disposition> {
     match rejection {
         Rejection::AlreadyCompleted(_) | Rejection::NotRunning(Status::Completed) => {
             Some(Disposition::Ack(AckReason::CompletedElsewhere))
@@ -643,7 +670,7 @@ fn terminal_ack(rejection: &Rejection) -> Option<Disposition> {
 }
 
 /// The disposition of a refused complete or fail.
-fn rejected(rejection: Rejection) -> Disposition {
+pub(crate) fn rejected(rejection: Rejection) -> Disposition {
     terminal_ack(&rejection).unwrap_or(Disposition::Leave(LeaveReason::Rejected(rejection)))
 }
 

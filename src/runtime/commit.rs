@@ -1,0 +1,136 @@
+//! Group commit: the completions of a consumer's work functions, saved by
+//! one batched write ([`TaskStore::complete_many`]), each still fenced on
+//! its own; each caller hears its own answer once the batch is durable.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::store::{Fenced, Lease, TaskStore};
+use crate::task::{Response, Task};
+
+/// One completion waiting for its batch.
+struct Pending {
+    lease: Lease,
+    response: Response,
+    answer: oneshot::Sender<Result<Fenced<Task>>>,
+}
+
+/// A batch that failed as a whole: every completion in it hears this.
+#[derive(Debug, thiserror::Error)]
+#[error("the batched completion failed: {0}")]
+struct BatchFailed(String);
+
+/// The handle work functions complete through; the batching loop runs
+/// until every handle is dropped.
+#[derive(Clone)]
+pub(crate) struct Committer {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Committer {
+    /// Starts the loop on `store`: a batch is what is queued when the
+    /// previous one is done, up to `max`; while fewer completions are queued
+    /// than work functions run (`running`), it waits up to `window` for more.
+    pub(crate) fn start(
+        store: Arc<dyn TaskStore>,
+        max: usize,
+        window: Duration,
+        running: Arc<AtomicUsize>,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(batches(store, rx, max, window, running));
+        (Self { queue }, task)
+    }
+
+    /// Saves `response` for `lease` in the next batch; resolves once that
+    /// batch is durable (or failed).
+    pub(crate) async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+        let (answer, heard) = oneshot::channel();
+        let pending = Pending {
+            lease,
+            response,
+            answer,
+        };
+        if self.queue.send(pending).is_err() {
+            return Err(Error::storage(BatchFailed("the committer stopped".into())));
+        }
+        heard
+            .await
+            .unwrap_or_else(|_| Err(Error::storage(BatchFailed("the committer stopped".into()))))
+    }
+}
+
+async fn batches(
+    store: Arc<dyn TaskStore>,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    max: usize,
+    window: Duration,
+    running: Arc<AtomicUsize>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + window;
+        loop {
+            while batch.len() < max {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            // More may come soon: others are still working.
+            let more_coming = running.load(Ordering::Acquire) > batch.len();
+            if batch.len() >= max || !more_coming || window.is_zero() {
+                break;
+            }
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(next)) => batch.push(next),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        commit(&*store, batch).await;
+    }
+}
+
+/// One `complete_many` for the batch (duplicates of one task go alone, as
+/// the batch forbids them), each answer to its caller.
+async fn commit(store: &dyn TaskStore, batch: Vec<Pending>) {
+    let mut seen = std::collections::HashSet::with_capacity(batch.len());
+    let (batch, repeats): (Vec<_>, Vec<_>) = batch.into_iter().partition(|p| seen.insert(p.lease.task_id()));
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut completions = Vec::with_capacity(batch.len());
+    for Pending {
+        lease,
+        response,
+        answer,
+    } in batch
+    {
+        completions.push((lease, response));
+        answers.push(answer);
+    }
+    match store.complete_many(completions).await {
+        Ok(results) => {
+            for (answer, result) in answers.into_iter().zip(results) {
+                let _ = answer.send(result);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "batched completion failed");
+            let message = e.to_string();
+            for answer in answers {
+                let _ = answer.send(Err(Error::storage(BatchFailed(message.clone()))));
+            }
+        }
+    }
+    for Pending {
+        lease,
+        response,
+        answer,
+    } in repeats
+    {
+        let _ = answer.send(store.complete(lease, response).await);
+    }
+}

@@ -1,0 +1,646 @@
+//! What the consumer guarantees, each scenario on a fresh store of any
+//! backend: one saved response per task, renewals and completions batched,
+//! panics and retry delays within the budget, a bounded, graceful stop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::runtime::{AckReason, ConsumerConfig, Delivery, Disposition, Source, StoreQueue};
+use taskfence::store::AttemptOutcome;
+use taskfence::{
+    ClaimNext, ClaimRequest, Failure, Fenced, InputHash, Lease, NewTask, RequestKey, Response, Result,
+    RetryPolicy, Status, Task, TaskId, TaskStore,
+};
+use tokio::time::Instant;
+
+use crate::common::eventually;
+
+const LEASE: Duration = Duration::from_secs(30);
+/// How long a scenario waits for what must happen (a liveness bound, not a
+/// speed requirement).
+const WITHIN: Duration = Duration::from_secs(60);
+
+fn new_task(key: &str) -> NewTask {
+    NewTask::new(
+        RequestKey::new("tenant-1", "chat.reply", key),
+        InputHash::of([key]),
+    )
+    .payload(key.to_owned())
+    .without_handoff()
+}
+
+fn config() -> ConsumerConfig {
+    ConsumerConfig::new("consumer-1", LEASE).idle(Duration::from_millis(10), Duration::from_millis(100))
+}
+
+async fn submit_all(store: &dyn TaskStore, keys: impl IntoIterator<Item = String>) -> Vec<TaskId> {
+    let mut ids = Vec::new();
+    for key in keys {
+        ids.push(store.submit(new_task(&key)).await.unwrap().into_task().id);
+    }
+    ids
+}
+
+async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
+    store.get(id).await.unwrap().expect("the task exists")
+}
+
+/// Waits until every task has `status`.
+async fn all_reach(store: &dyn TaskStore, ids: &[TaskId], status: Status) {
+    eventually(WITHIN, || async {
+        for &id in ids {
+            if task(store, id).await.status != status {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// Counts the batched calls the consumer makes (and the single ones it should not).
+#[derive(Default)]
+struct Calls {
+    renew: AtomicUsize,
+    renew_many: AtomicUsize,
+    renew_many_largest: AtomicUsize,
+    complete: AtomicUsize,
+    complete_many: AtomicUsize,
+    complete_many_items: AtomicUsize,
+    complete_many_largest: AtomicUsize,
+}
+
+#[async_trait]
+impl Intercept for Counting {
+    async fn renew(
+        &self,
+        inner: &dyn TaskStore,
+        lease: &mut Lease,
+        extend_by: Duration,
+    ) -> Result<Fenced<()>> {
+        self.0.renew.fetch_add(1, Ordering::Relaxed);
+        inner.renew(lease, extend_by).await
+    }
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        self.0.renew_many.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .renew_many_largest
+            .fetch_max(leases.len(), Ordering::Relaxed);
+        inner.renew_many(leases, extend_by).await
+    }
+    async fn complete(
+        &self,
+        inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
+        self.0.complete.fetch_add(1, Ordering::Relaxed);
+        inner.complete(lease, response).await
+    }
+    async fn complete_many(
+        &self,
+        inner: &dyn TaskStore,
+        completions: Vec<(Lease, Response)>,
+    ) -> Result<Vec<Result<Fenced<Task>>>> {
+        self.0.complete_many.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .complete_many_items
+            .fetch_add(completions.len(), Ordering::Relaxed);
+        self.0
+            .complete_many_largest
+            .fetch_max(completions.len(), Ordering::Relaxed);
+        inner.complete_many(completions).await
+    }
+}
+
+/// The interceptor that fills a [`Calls`].
+struct Counting(Arc<Calls>);
+
+fn counted(store: Arc<dyn TaskStore>) -> (Arc<dyn TaskStore>, Arc<Calls>) {
+    let calls = Arc::new(Calls::default());
+    (
+        Arc::new(Intercepted::new(store, Counting(Arc::clone(&calls)))),
+        calls,
+    )
+}
+
+/// 120 tasks, 8 at a time: each completes once with its own reply, one
+/// attempt each; the replies are saved in batches (one `complete_many` for
+/// several tasks), never one by one.
+pub(crate) async fn drains_a_queue_saving_one_response_each_in_group_commits(store: Arc<dyn TaskStore>) {
+    let (observed, calls) = counted(store.clone());
+    let ids = submit_all(&*store, (0..120).map(|i| format!("q-{i}"))).await;
+    let consumer = StoreQueue::new(observed)
+        .consumer(config().concurrency(8))
+        .unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|ctx| async move {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        Ok(Response::from(format!("reply to {}", ctx.task().key.key)))
+    }));
+    all_reach(&*store, &ids, Status::Completed).await;
+    stop.request();
+    let stopped = running.await.unwrap().unwrap();
+
+    for &id in &ids {
+        let t = task(&*store, id).await;
+        assert_eq!(
+            t.response,
+            Some(Response::from(format!("reply to {}", t.key.key)))
+        );
+        assert_eq!(t.attempts(), 1, "one attempt each");
+    }
+    assert_eq!(stopped.completed, 120);
+    assert_eq!(
+        calls.complete.load(Ordering::Relaxed),
+        0,
+        "no completion went alone"
+    );
+    assert_eq!(calls.complete_many_items.load(Ordering::Relaxed), 120);
+    assert!(
+        calls.complete_many_largest.load(Ordering::Relaxed) > 1,
+        "completions of concurrent work share a write ({} writes for 120)",
+        calls.complete_many.load(Ordering::Relaxed)
+    );
+}
+
+/// Work that runs three times as long as its lease keeps it: every held
+/// lease is renewed in one request, and each task completes on its first
+/// attempt.
+pub(crate) async fn held_leases_are_renewed_together_and_outlive_their_length(store: Arc<dyn TaskStore>) {
+    let (observed, calls) = counted(store.clone());
+    let ids = submit_all(&*store, (0..6).map(|i| format!("slow-{i}"))).await;
+    let lease = Duration::from_secs(1);
+    let config = ConsumerConfig::new("consumer-1", lease)
+        .renew_every(Duration::from_millis(250))
+        .concurrency(6)
+        .idle(Duration::from_millis(10), Duration::from_millis(100));
+    let consumer = StoreQueue::new(observed).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Ok(Response::from("slow reply"))
+    }));
+    all_reach(&*store, &ids, Status::Completed).await;
+    stop.request();
+    running.await.unwrap().unwrap();
+
+    for &id in &ids {
+        assert_eq!(task(&*store, id).await.attempts(), 1, "no lease lapsed");
+    }
+    assert_eq!(calls.renew.load(Ordering::Relaxed), 0, "no lease renewed alone");
+    assert!(calls.renew_many.load(Ordering::Relaxed) >= 1);
+    assert!(
+        calls.renew_many_largest.load(Ordering::Relaxed) > 1,
+        "the held leases share a renewal"
+    );
+}
+
+/// A work function that panics is a retryable failure: recorded, counted
+/// against the budget, and the task fails when the budget is spent; never
+/// lost, never running forever.
+pub(crate) async fn a_panicking_work_function_is_a_failure_within_the_budget(store: Arc<dyn TaskStore>) {
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .jitter(0.0)
+        .initial_backoff(Duration::from_millis(100));
+    let t = store
+        .submit(new_task("explodes").policy(policy))
+        .await
+        .unwrap()
+        .into_task();
+    let consumer = StoreQueue::new(store.clone()).consumer(config()).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        if true {
+            panic!("index out of bounds in the prompt builder");
+        }
+        Ok(Response::from("never"))
+    }));
+    all_reach(&*store, &[t.id], Status::Failed).await;
+    stop.request();
+    let stopped = running.await.unwrap().unwrap();
+
+    let failed = task(&*store, t.id).await;
+    assert_eq!(failed.attempts(), 2, "both attempts of the budget were used");
+    let attempts = store.attempts(t.id).await.unwrap();
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a.outcome == AttemptOutcome::Failed(taskfence::policy::FailureKind::Retryable))
+    );
+    assert!(
+        attempts[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("panicked") && e.contains("prompt builder")),
+        "{attempts:?}"
+    );
+    assert_eq!(stopped.failed, 2);
+}
+
+/// A work function's `Retry-After` replaces the policy's backoff (here a
+/// minute): the second attempt comes after the requested 200 ms.
+pub(crate) async fn a_requested_retry_delay_replaces_the_backoff(store: Arc<dyn TaskStore>) {
+    let policy = RetryPolicy::default()
+        .jitter(0.0)
+        .initial_backoff(Duration::from_secs(60));
+    let t = store
+        .submit(new_task("rate-limited").policy(policy))
+        .await
+        .unwrap()
+        .into_task();
+    let consumer = StoreQueue::new(store.clone()).consumer(config()).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|ctx| async move {
+        if ctx.lease().attempt() == 1 {
+            return Err(Failure::retryable("429").retry_after(Duration::from_millis(200)));
+        }
+        Ok(Response::from("after the wait"))
+    }));
+    all_reach(&*store, &[t.id], Status::Completed).await;
+    stop.request();
+    running.await.unwrap().unwrap();
+    let attempts = store.attempts(t.id).await.unwrap();
+    assert_eq!(attempts.len(), 2);
+    let waited = attempts[1].started_at - attempts[0].finished_at.unwrap();
+    assert!(
+        waited >= time::Duration::milliseconds(200) && waited < time::Duration::seconds(30),
+        "the second attempt started {waited} after the first failed"
+    );
+}
+
+/// A stop lets running work finish (its responses saved) and fetches
+/// nothing more: a task submitted after the stop stays pending.
+pub(crate) async fn a_stop_lets_running_work_finish_and_fetches_no_more(store: Arc<dyn TaskStore>) {
+    let ids = submit_all(&*store, (0..4).map(|i| format!("w-{i}"))).await;
+    let consumer = StoreQueue::new(store.clone())
+        .consumer(config().concurrency(4))
+        .unwrap();
+    let stop = consumer.stop().clone();
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let started = seen.clone();
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(Response::from("finished during the grace"))
+        }
+    }));
+    eventually(WITHIN, || async {
+        (started.load(Ordering::SeqCst) == 4).then_some(())
+    })
+    .await;
+    stop.request();
+    let late = store
+        .submit(new_task("after-the-stop"))
+        .await
+        .unwrap()
+        .into_task();
+    let stopped = running.await.unwrap().unwrap();
+
+    assert_eq!(stopped.completed, 4);
+    assert_eq!(stopped.released, 0, "nothing was cut short");
+    for &id in &ids {
+        assert_eq!(task(&*store, id).await.status, Status::Completed);
+    }
+    let late = task(&*store, late.id).await;
+    assert_eq!(
+        (late.status, late.attempts()),
+        (Status::Pending, 0),
+        "no fetch after the stop"
+    );
+}
+
+/// Work that outlives the grace is dropped and its lease released: the task
+/// is pending and due at once, its attempt recorded as released, and another
+/// consumer takes it immediately. The stop took the grace, not the lease.
+pub(crate) async fn work_past_the_grace_is_released_for_another_process(store: Arc<dyn TaskStore>) {
+    let ids = submit_all(&*store, (0..3).map(|i| format!("long-{i}"))).await;
+    let grace = Duration::from_millis(300);
+    let config = config().concurrency(3).stop_after(grace, Duration::from_secs(5));
+    let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let started = seen.clone();
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Response::from("never"))
+        }
+    }));
+    eventually(WITHIN, || async {
+        (started.load(Ordering::SeqCst) == 3).then_some(())
+    })
+    .await;
+    let asked = Instant::now();
+    stop.request();
+    let stopped = running.await.unwrap().unwrap();
+    let took = asked.elapsed();
+
+    assert_eq!(stopped.released, 3);
+    assert!(took >= grace, "the work had its grace ({took:?})");
+    assert!(
+        took < grace + Duration::from_secs(5),
+        "bounded by grace + release deadline ({took:?})"
+    );
+    for &id in &ids {
+        let t = task(&*store, id).await;
+        assert_eq!((t.status, t.attempts()), (Status::Pending, 1));
+        let attempts = store.attempts(id).await.unwrap();
+        assert_eq!(attempts[0].outcome, AttemptOutcome::Released);
+    }
+    let next = store
+        .claim_next(ClaimNext::new("consumer-2", LEASE, 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        next.len(),
+        3,
+        "another process takes them at once, not after the lease"
+    );
+}
+
+/// A second stop request does not wait for the grace: the work is dropped
+/// and its lease released at once.
+pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskStore>) {
+    let t = store.submit(new_task("stuck")).await.unwrap().into_task();
+    let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(5));
+    let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Response::from("never"))
+    }));
+    eventually(WITHIN, || async {
+        (task(&*store, t.id).await.status == Status::Running).then_some(())
+    })
+    .await;
+    stop.request();
+    stop.request();
+    let stopped = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the second request does not wait for the hour of grace")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stopped.released, 1);
+    assert_eq!(task(&*store, t.id).await.status, Status::Pending);
+}
+
+/// A store that stops answering (every write hangs) cannot hold the stop:
+/// after the grace, releasing and the last saves get the release deadline,
+/// and the consumer returns.
+pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_deadline(
+    store: Arc<dyn TaskStore>,
+) {
+    let t = store.submit(new_task("hung")).await.unwrap().into_task();
+    let hang = Arc::new(AtomicBool::new(false));
+    let hanging: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), Hangs(hang.clone())));
+    let grace = Duration::from_millis(200);
+    let deadline = Duration::from_millis(500);
+    let config = config().stop_after(grace, deadline);
+    let consumer = StoreQueue::new(hanging).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Response::from("never"))
+    }));
+    eventually(WITHIN, || async {
+        (task(&*store, t.id).await.status == Status::Running).then_some(())
+    })
+    .await;
+    hang.store(true, Ordering::SeqCst);
+    let asked = Instant::now();
+    stop.request();
+    running.await.unwrap().unwrap();
+    let took = asked.elapsed();
+    assert!(
+        took < grace + deadline + Duration::from_secs(2),
+        "a store that never answers held the stop for {took:?}"
+    );
+}
+
+/// Every write hangs once `hang` is set.
+struct Hangs(Arc<AtomicBool>);
+
+impl Hangs {
+    async fn maybe_hang(&self) {
+        if self.0.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl Intercept for Hangs {
+    async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
+        self.maybe_hang().await;
+        inner.release(lease).await
+    }
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        self.maybe_hang().await;
+        inner.renew_many(leases, extend_by).await
+    }
+    async fn complete_many(
+        &self,
+        inner: &dyn TaskStore,
+        completions: Vec<(Lease, Response)>,
+    ) -> Result<Vec<Result<Fenced<Task>>>> {
+        self.maybe_hang().await;
+        inner.complete_many(completions).await
+    }
+}
+
+/// Cancelling a task while its work runs: the next renewal is refused, the
+/// work function is told (`lease_lost`); one that ignores it is dropped
+/// after the lost grace, and nothing is saved.
+pub(crate) async fn a_lost_lease_stops_the_work_and_saves_nothing(store: Arc<dyn TaskStore>) {
+    let t = store
+        .submit(new_task("cancelled-midway"))
+        .await
+        .unwrap()
+        .into_task();
+    let config = ConsumerConfig::new("consumer-1", Duration::from_secs(3))
+        .renew_every(Duration::from_millis(100))
+        .lost_grace(Duration::from_millis(200))
+        .idle(Duration::from_millis(10), Duration::from_millis(100));
+    let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let noticed = Arc::new(AtomicBool::new(false));
+    let told = noticed.clone();
+    let running = tokio::spawn(consumer.run(move |ctx| {
+        let told = told.clone();
+        async move {
+            ctx.lease_lost().await;
+            told.store(true, Ordering::SeqCst);
+            // Ignores the signal: dropped after the lost grace.
+            std::future::pending::<std::result::Result<Response, Failure>>().await
+        }
+    }));
+    eventually(WITHIN, || async {
+        (task(&*store, t.id).await.status == Status::Running).then_some(())
+    })
+    .await;
+    assert!(
+        store
+            .cancel(t.id, "the user deleted the chat")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    eventually(WITHIN, || async { noticed.load(Ordering::SeqCst).then_some(()) }).await;
+    stop.request();
+    let stopped = running.await.unwrap().unwrap();
+    assert_eq!(stopped.lost, 1);
+    let t = task(&*store, t.id).await;
+    assert_eq!((t.status, t.response), (Status::Cancelled, None));
+}
+
+/// A broker's source: task ids as messages, each with a receipt; each
+/// settlement recorded with the task's status at that moment.
+struct Messages {
+    store: Arc<dyn TaskStore>,
+    ids: HashMap<u32, TaskId>,
+    queue: Mutex<Vec<u32>>,
+    settled: Settled,
+}
+
+/// Each receipt's settlement, with the task's status when it was settled.
+type Settled = Arc<Mutex<HashMap<u32, (Disposition, Option<Status>)>>>;
+
+#[async_trait]
+impl Source for Messages {
+    type Receipt = u32;
+
+    async fn fetch(&self, max: usize, _claim: &ClaimRequest) -> Result<Vec<Delivery<u32>>> {
+        let mut queue = self.queue.lock().unwrap();
+        let n = queue.len().min(max);
+        Ok(queue
+            .drain(..n)
+            .map(|receipt| Delivery::Task(self.ids[&receipt], receipt))
+            .collect())
+    }
+
+    async fn settle(&self, receipt: u32, disposition: Disposition) -> Result<()> {
+        let status = self.store.get(self.ids[&receipt]).await?.map(|t| t.status);
+        self.settled
+            .lock()
+            .unwrap()
+            .insert(receipt, (disposition, status));
+        Ok(())
+    }
+}
+
+/// Messages naming tasks: a fresh one is worked on, a completed one and a
+/// second copy of a message are acknowledged without work, an unknown id is
+/// acknowledged as not found; every message is settled, a completed one
+/// only once its response is saved.
+pub(crate) async fn broker_deliveries_are_claimed_together_and_settled_after_the_store(
+    store: Arc<dyn TaskStore>,
+) {
+    let fresh = store.submit(new_task("fresh")).await.unwrap().into_task();
+    let done = store.submit(new_task("done")).await.unwrap().into_task();
+    let lease = match store
+        .claim(done.id, ClaimRequest::new("earlier", LEASE))
+        .await
+        .unwrap()
+    {
+        taskfence::Claim::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        store
+            .complete(lease, Response::from("saved earlier"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let settled = Arc::new(Mutex::new(HashMap::new()));
+    let source = Messages {
+        store: store.clone(),
+        ids: HashMap::from([(1, fresh.id), (2, done.id), (3, fresh.id), (4, TaskId::new())]),
+        queue: Mutex::new(vec![1, 2, 3, 4]),
+        settled: settled.clone(),
+    };
+    let consumer = taskfence::runtime::Consumer::new(store.clone(), source, config()).unwrap();
+    let stop = consumer.stop().clone();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let runs = counted.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::from("worked"))
+        }
+    }));
+    eventually(WITHIN, || async {
+        (settled.lock().unwrap().len() == 4).then_some(())
+    })
+    .await;
+    stop.request();
+    running.await.unwrap().unwrap();
+
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "one work call, for the fresh task only"
+    );
+    let settled = settled.lock().unwrap().clone();
+    assert_eq!(
+        settled[&1],
+        (Disposition::Ack(AckReason::Completed), Some(Status::Completed)),
+        "acknowledged once the response was durable"
+    );
+    assert_eq!(settled[&2].0, Disposition::Ack(AckReason::AlreadyCompleted));
+    assert_eq!(
+        settled[&3].0,
+        Disposition::Ack(AckReason::AlreadyCompleted),
+        "the copy in the same fetch"
+    );
+    assert_eq!(settled[&4].0, Disposition::Ack(AckReason::NotFound));
+    assert_eq!(
+        task(&*store, done.id).await.response,
+        Some(Response::from("saved earlier"))
+    );
+}
+
+/// An idle consumer (waiting up to a minute between empty fetches) starts
+/// a task submitted through its queue's submitter without waiting out the
+/// idle time.
+pub(crate) async fn a_submission_wakes_an_idle_consumer(store: Arc<dyn TaskStore>) {
+    let queue = StoreQueue::new(store.clone());
+    let submit = queue.submitter();
+    let config =
+        ConsumerConfig::new("consumer-1", LEASE).idle(Duration::from_secs(60), Duration::from_secs(60));
+    let consumer = queue.consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move { Ok(Response::from("woken")) }));
+    // Let the first (empty) fetch happen, so the consumer is in its idle wait.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = submit.submit(new_task("wake-up")).await.unwrap().into_task();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        all_reach(&*store, &[t.id], Status::Completed),
+    )
+    .await
+    .expect("woken well before the minute of idle wait");
+    stop.request();
+    running.await.unwrap().unwrap();
+}
