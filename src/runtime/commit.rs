@@ -1,6 +1,8 @@
 //! Group commit: the completions of a consumer's work functions, saved by
 //! one batched write ([`TaskStore::complete_many`]), each still fenced on
 //! its own; each caller hears its own answer once the batch is durable.
+//! Up to [`LANES`] batches are written at once, so a batch gathers while the
+//! one before it waits for its commit.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,6 +13,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::{Error, Result};
 use crate::store::{Fenced, Lease, TaskStore};
 use crate::task::{Response, Task};
+
+/// Batches written at once.
+const LANES: usize = 4;
 
 /// One completion waiting for its batch.
 struct Pending {
@@ -71,6 +76,7 @@ async fn batches(
     window: Duration,
     running: Arc<AtomicUsize>,
 ) {
+    let lanes = Arc::new(tokio::sync::Semaphore::new(LANES));
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         let deadline = tokio::time::Instant::now() + window;
@@ -91,8 +97,18 @@ async fn batches(
                 Ok(None) | Err(_) => break,
             }
         }
-        commit(&*store, batch).await;
+        let lane = Arc::clone(&lanes)
+            .acquire_owned()
+            .await
+            .expect("the lanes are never closed");
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            commit(&*store, batch).await;
+            drop(lane);
+        });
     }
+    // Every handle is gone: wait for the batches still being written.
+    let _all = lanes.acquire_many(LANES as u32).await;
 }
 
 /// One `complete_many` for the batch (duplicates of one task go alone, as

@@ -31,7 +31,7 @@ use crate::task::{Response, TaskId};
 /// use std::time::Duration;
 /// use taskfence::runtime::ConsumerConfig;
 /// let config = ConsumerConfig::new("worker-1", Duration::from_secs(30)).concurrency(32);
-/// assert_eq!(config.fetch, 32, "a fetch fills every free slot by default");
+/// assert_eq!((config.prefetch, config.fetch), (32, 64), "as many again held ready, fetched at once");
 /// assert!(config.validate().is_ok());
 /// assert!(ConsumerConfig::new("worker-1", Duration::from_secs(30)).concurrency(0).validate().is_err());
 /// ```
@@ -44,8 +44,14 @@ pub struct ConsumerConfig {
     pub lease: Duration,
     /// How many work functions run at once. Default 16.
     pub concurrency: usize,
-    /// The most deliveries one fetch asks for (never more than the free
-    /// slots). Defaults to `concurrency`.
+    /// How many tasks beyond those running the consumer holds ready (leased,
+    /// renewed, started as soon as a work function returns), so the next
+    /// fetch overlaps the work and the commits. Defaults to `concurrency`;
+    /// 0 fetches only for free slots. On a stop, tasks not started yet are
+    /// released at once.
+    pub prefetch: usize,
+    /// The most deliveries one fetch asks for. Defaults to
+    /// `concurrency + prefetch`.
     pub fetch: usize,
     /// How often the held leases are renewed, all in one request. Defaults
     /// to a third of the lease.
@@ -84,7 +90,8 @@ impl ConsumerConfig {
             worker_id: worker_id.into(),
             lease,
             concurrency: 16,
-            fetch: 16,
+            prefetch: 16,
+            fetch: 32,
             renew_every: lease / 3,
             commit_batch: 64,
             commit_window: Duration::from_millis(2),
@@ -97,10 +104,18 @@ impl ConsumerConfig {
         }
     }
 
-    /// Sets `concurrency` (and `fetch` to the same).
+    /// Sets `concurrency`, and `prefetch` to the same (`fetch` to twice it).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
-        self.fetch = n;
+        self.prefetch = n;
+        self.fetch = n.saturating_mul(2);
+        self
+    }
+
+    /// Sets `prefetch` (and `fetch` to `concurrency + prefetch`).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n;
+        self.fetch = self.concurrency.saturating_add(n);
         self
     }
 
@@ -153,6 +168,14 @@ impl ConsumerConfig {
     /// [`limits::MAX_BATCH`], and that renewals come before the lease runs out.
     pub fn validate(&self) -> std::result::Result<(), InvalidInput> {
         ClaimRequest::new(self.worker_id.clone(), self.lease).validate()?;
+        if self.prefetch > limits::MAX_BATCH {
+            return Err(InvalidInput::OutOfRange {
+                field: "prefetch",
+                value: self.prefetch.to_string(),
+                min: "0".into(),
+                max: limits::MAX_BATCH.to_string(),
+            });
+        }
         for (field, n) in [
             ("concurrency", self.concurrency),
             ("fetch", self.fetch),
@@ -418,6 +441,7 @@ impl<S: Source> Consumer<S> {
             config.lease,
         ));
         let shared = Arc::new(Shared {
+            working: Arc::new(Semaphore::new(config.concurrency)),
             store: Arc::clone(&self.store),
             source: Arc::clone(&self.source),
             config: Arc::clone(&config),
@@ -462,6 +486,8 @@ impl<S: Source> Consumer<S> {
 
 /// What every run of a consumer shares.
 struct Shared<S: Source, F> {
+    /// A slot per work function running (the concurrency limit).
+    working: Arc<Semaphore>,
     store: Arc<dyn TaskStore>,
     source: Arc<S>,
     config: Arc<ConsumerConfig>,
@@ -506,7 +532,8 @@ where
 {
     let config = &shared.config;
     let claim = config.claim();
-    let slots = Arc::new(Semaphore::new(config.concurrency));
+    // A slot per task held: running, or ready to run.
+    let slots = Arc::new(Semaphore::new(config.concurrency + config.prefetch));
     let wake = shared.source.wake();
     let mut phase = shared.stop.watch();
     let mut idle = config.idle_min;
@@ -522,6 +549,22 @@ where
                 Ok(permit) => permits.push(permit),
                 Err(_) => break,
             }
+        }
+        // While work runs, slots come back one by one: wait a moment for
+        // half of them rather than fetching a task at a time.
+        let refill = ((config.concurrency + config.prefetch) / 2).clamp(1, config.fetch);
+        if permits.len() < refill
+            && let Ok(Ok(more)) = tokio::time::timeout(
+                REFILL_WAIT,
+                Arc::clone(&slots)
+                    .acquire_many_owned(u32::try_from(refill - permits.len()).unwrap_or(u32::MAX)),
+            )
+            .await
+        {
+            permits.extend(split(more));
+        }
+        if shared.stop.phase() >= Phase::Draining {
+            return;
         }
         let fetched = tokio::select! {
             fetched = shared.source.fetch(permits.len(), &claim) => fetched,
@@ -637,8 +680,22 @@ enum Ended {
     Stopping,
 }
 
-/// One task: its work under the held lease, then the durable outcome, then
-/// the source is told.
+/// How long a fetch waits for half the slots to come back while work runs.
+const REFILL_WAIT: Duration = Duration::from_millis(2);
+
+/// One permit of several as one permit each.
+fn split(mut permits: OwnedSemaphorePermit) -> Vec<OwnedSemaphorePermit> {
+    let mut out = Vec::with_capacity(permits.num_permits());
+    while permits.num_permits() > 1 {
+        out.push(permits.split(1).expect("more than one permit is held"));
+    }
+    out.push(permits);
+    out
+}
+
+/// One task: held ready until a work slot is free, its work under the held
+/// lease (the slot of the concurrency limit held while the work function
+/// runs), then the durable outcome, then the source is told.
 async fn run<S, F, Fut>(
     shared: Arc<Shared<S, F>>,
     lease: Lease,
@@ -650,9 +707,18 @@ async fn run<S, F, Fut>(
     F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = std::result::Result<Response, Failure>> + Send + 'static,
 {
-    let _slot = permit;
+    let held_slot = permit;
     let id = lease.task_id();
     let lost = shared.held.insert(lease.clone(), receipt);
+    // Ready: wait for a work slot; a stop gives back what has not started.
+    let mut phase = shared.stop.watch();
+    let slot = tokio::select! {
+        slot = Arc::clone(&shared.working).acquire_owned() => slot.expect("the semaphore is never closed"),
+        () = reached(&mut phase, Phase::Draining) => {
+            let Some(receipt) = shared.held.remove(id) else { return };
+            return give_back(&shared, lease, receipt).await;
+        }
+    };
     shared.running.fetch_add(1, Ordering::AcqRel);
     let ctx = WorkContext {
         store: Arc::clone(&shared.store),
@@ -660,7 +726,6 @@ async fn run<S, F, Fut>(
         lost: lost.clone(),
     };
     let mut work = tokio::spawn((shared.work)(ctx));
-    let mut phase = shared.stop.watch();
     let ended = tokio::select! {
         returned = &mut work => Ended::Returned(returned),
         () = lost_signal(lost) => {
@@ -673,14 +738,19 @@ async fn run<S, F, Fut>(
     };
     work.abort();
     shared.running.fetch_sub(1, Ordering::AcqRel);
-    let Some(held) = shared.held.remove(id) else {
-        return;
-    };
+    // The work is over: its slots go to the next tasks while the outcome is
+    // saved (the lease stays held, and renewed, until then).
+    drop((slot, held_slot));
     let disposition = match ended {
-        Ended::Stopping => return give_back(&shared, lease, held.receipt).await,
+        Ended::Stopping => {
+            let Some(receipt) = shared.held.remove(id) else {
+                return;
+            };
+            return give_back(&shared, lease, receipt).await;
+        }
         Ended::Lost => {
             shared.counts.lost.fetch_add(1, Ordering::Relaxed);
-            match held.lost.flatten() {
+            match shared.held.lost(id).flatten() {
                 Some(rejection) => terminal_ack(&rejection)
                     .unwrap_or(Disposition::Leave(LeaveReason::LeaseLost(Some(rejection)))),
                 None => Disposition::Leave(LeaveReason::LeaseLost(None)),
@@ -704,7 +774,10 @@ async fn run<S, F, Fut>(
             report(&shared, lease, failure).await
         }
     };
-    shared.settle(held.receipt, disposition).await;
+    let Some(receipt) = shared.held.remove(id) else {
+        return;
+    };
+    shared.settle(receipt, disposition).await;
 }
 
 /// Resolves once the lease is lost.

@@ -28,14 +28,6 @@ pub(crate) struct Held<R> {
     entries: Mutex<HashMap<TaskId, Entry<R>>>,
 }
 
-/// What a run takes back when its work is over: the receipt, and why the
-/// lease was lost if it was (`Some(None)`: the store stayed unreachable
-/// past the expiry).
-pub(crate) struct Released<R> {
-    pub(crate) receipt: R,
-    pub(crate) lost: Option<Option<Rejection>>,
-}
-
 impl<R: Clone> Held<R> {
     pub(crate) fn new() -> Self {
         Self {
@@ -61,12 +53,15 @@ impl<R: Clone> Held<R> {
         rx
     }
 
-    /// Stops holding the task's lease.
-    pub(crate) fn remove(&self, id: TaskId) -> Option<Released<R>> {
-        self.lock().remove(&id).map(|entry| Released {
-            receipt: entry.receipt,
-            lost: entry.why,
-        })
+    /// Stops holding the task's lease; its delivery's receipt.
+    pub(crate) fn remove(&self, id: TaskId) -> Option<R> {
+        self.lock().remove(&id).map(|entry| entry.receipt)
+    }
+
+    /// Why the task's lease was lost, if it was (`Some(None)`: the store
+    /// stayed unreachable past the expiry).
+    pub(crate) fn lost(&self, id: TaskId) -> Option<Option<Rejection>> {
+        self.lock().get(&id).and_then(|e| e.why.clone())
     }
 
     /// Every held lease, as last renewed.

@@ -170,7 +170,8 @@ pub(crate) struct Raw {
     submit: String,
     claim: String,
     complete: String,
-    claim_next: String,
+    claim_batch: String,
+    complete_batch: String,
 }
 
 impl Raw {
@@ -200,28 +201,54 @@ impl Raw {
                  WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > clock_timestamp()
                  RETURNING id"
             ),
-            // A queue's claim: the oldest pending task, skipping locked rows
-            // (the peers section adds the partial index it needs).
-            claim_next: format!(
-                "UPDATE {r}.tasks SET version = version + 1, status = 'running',
+            // A batched queue's fetch: up to $2 of the oldest pending tasks in
+            // one statement, skipping locked rows.
+            claim_batch: format!(
+                "UPDATE {r}.tasks AS t SET version = t.version + 1, status = 'running',
                      lease_until = clock_timestamp() + $1, not_before = NULL
-                 WHERE id = (SELECT id FROM {r}.tasks WHERE status = 'pending'
-                             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                 RETURNING id, version"
+                 FROM (SELECT id FROM {r}.tasks WHERE status = 'pending'
+                       ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) AS p
+                 WHERE t.id = p.id
+                 RETURNING t.id, t.version"
+            ),
+            // Its bulk completion: every (id, version) of the batch, each row
+            // still guarded on its version and lease.
+            complete_batch: format!(
+                "UPDATE {r}.tasks AS t SET status = 'completed', response = $3, lease_until = NULL,
+                     finished_at = clock_timestamp()
+                 FROM unnest($1::uuid[], $2::int8[]) AS r(id, version)
+                 WHERE t.id = r.id AND t.version = r.version AND t.status = 'running'
+                   AND t.lease_until > clock_timestamp()"
             ),
         }
     }
 
-    /// The oldest pending task claimed (`FOR UPDATE SKIP LOCKED`), or `None`
-    /// when none is left.
-    pub(crate) async fn claim_next(&self, pool: &PgPool) -> Res<Option<(Uuid, i64)>> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(self.claim_next.as_str()))
+    /// Up to `n` of the oldest pending tasks, claimed in one statement.
+    pub(crate) async fn claim_batch(&self, pool: &PgPool, n: usize) -> Res<Vec<(Uuid, i64)>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(self.claim_batch.as_str()))
             .bind(lease_interval())
-            .fetch_optional(pool)
+            .bind(i64::try_from(n)?)
+            .fetch_all(pool)
             .await?;
-        Ok(row
+        Ok(rows
+            .iter()
             .map(|r| Ok::<_, sqlx::Error>((r.try_get(0)?, r.try_get(1)?)))
-            .transpose()?)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Completes a claimed batch in one statement; errors if any was fenced out.
+    pub(crate) async fn complete_batch(&self, pool: &PgPool, batch: &[(Uuid, i64)]) -> Res<()> {
+        let done = sqlx::query(sqlx::AssertSqlSafe(self.complete_batch.as_str()))
+            .bind(batch.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+            .bind(batch.iter().map(|(_, v)| *v).collect::<Vec<_>>())
+            .bind(&RESPONSE[..])
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if done != batch.len() as u64 {
+            return Err(format!("raw batch completion: {done} of {} saved", batch.len()).into());
+        }
+        Ok(())
     }
 
     /// Submit, claim and complete one task; errors if a step is refused.

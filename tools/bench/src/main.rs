@@ -53,6 +53,8 @@ pub struct Config {
     pub url: String,
     /// Only the lifecycle section (ours vs the ceiling), printed, nothing written.
     pub lifecycle_only: bool,
+    /// Run only the peers and the idle-queue latency, and print them.
+    pub peers_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -95,6 +97,7 @@ impl Config {
             out,
             url,
             lifecycle_only: false,
+            peers_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -116,12 +119,14 @@ impl Config {
         let mut url = std::env::var("DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let mut lifecycle_only = false;
+        let mut peers_only = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--quick" => mode = Mode::Quick,
                 "--long" => mode = Mode::Long,
                 "--lifecycle" => lifecycle_only = true,
+                "--peers" => peers_only = true,
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -136,9 +141,10 @@ impl Config {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: taskfence-bench [--quick | --long] [--lifecycle] [--out DIR] [--database-url URL]\n\
+                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers] [--out DIR] [--database-url URL]\n\
                          writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
-                         --lifecycle runs only the lifecycle section and prints it"
+                         --lifecycle runs only the lifecycle section and prints it;\n\
+                         --peers runs only the peers and the idle-queue latency and prints them"
                     );
                     std::process::exit(0);
                 }
@@ -147,6 +153,7 @@ impl Config {
         }
         Ok(Self {
             lifecycle_only,
+            peers_only,
             ..Self::new(mode, out, url)
         })
     }
@@ -193,12 +200,22 @@ async fn run() -> Res<()> {
         pool.close().await;
         return Ok(());
     }
+    if cfg.peers_only {
+        peers::run(&cfg, &pool, &mut report).await?;
+        peers::wake_latency(&cfg, &pool, &mut report).await?;
+        report.finish(started.elapsed());
+        println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
     eprintln!("[bench] round trips per operation");
     trips::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] lifecycle throughput, ours vs the raw-SQL ceiling");
     lifecycle::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] peers: taskfence, batched, the ceiling, apalis and River on one workload");
     peers::run(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] submit to start on an idle queue");
+    peers::wake_latency(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] completion latency, the textbook locking transaction vs ours");
     completion::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] 32 workers racing for one task");

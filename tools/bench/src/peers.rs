@@ -1,6 +1,7 @@
-//! Peers: the same queue workload on taskfence (one task at a time, and in
-//! batches), the raw-SQL ceiling, apalis (`apalis-postgres`) and River
-//! (`riverqueue`), side by side in one run.
+//! Peers: the same queue workload on taskfence (the consumer on the store,
+//! and the broker path in batches), the raw-SQL batched ceiling, apalis
+//! (`apalis-postgres`) and River (`riverqueue`, fetch cooldown tuned and
+//! default), side by side in one run.
 //!
 //! Per system and worker count `W`: a fresh schema (apalis: a fresh temporary
 //! database, its migrations create the fixed schema `apalis`), set up with the
@@ -32,35 +33,44 @@ pub(crate) const BATCH: usize = 10;
 /// The systems, in the report's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum System {
-    Ours,
+    Consumer,
+    ConsumerPrefetch,
     Batched,
     Ceiling,
     Apalis,
     River,
+    RiverDefault,
 }
 
 impl System {
-    pub(crate) const ALL: [System; 5] = [
-        System::Ours,
+    pub(crate) const ALL: [System; 7] = [
+        System::Consumer,
+        System::ConsumerPrefetch,
         System::Batched,
         System::Ceiling,
         System::Apalis,
         System::River,
+        System::RiverDefault,
     ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            System::Ours => "taskfence",
-            System::Batched => "taskfence batched",
-            System::Ceiling => "raw-SQL ceiling",
+            System::Consumer => "taskfence consumer",
+            System::ConsumerPrefetch => "taskfence consumer, prefetch 4×",
+            System::Batched => "taskfence broker, batched",
+            System::Ceiling => "raw-SQL batched ceiling",
             System::Apalis => "apalis-postgres",
-            System::River => "River (riverqueue)",
+            System::River => "River (riverqueue), 1 ms cooldown",
+            System::RiverDefault => "River (riverqueue), default",
         }
     }
 
     fn is_peer(self) -> bool {
-        matches!(self, System::Apalis | System::River)
+        matches!(self, System::Apalis | System::River | System::RiverDefault)
     }
+
+    /// The peers a ratio is taken to (the faster of them).
+    const PEERS: [System; 3] = [System::Apalis, System::River, System::RiverDefault];
 
     /// Whether this build measures it (apalis needs the `apalis` feature).
     fn built(self) -> bool {
@@ -131,15 +141,72 @@ fn limit(n: u64) -> Duration {
 
 async fn measure(cfg: &Config, pool: &PgPool, system: System, workers: usize, n: u64) -> Res<Rates> {
     match system {
-        System::Ours => taskfence(cfg, pool, workers, n, 1).await,
+        System::Consumer => consumer(cfg, pool, workers, n, 1).await,
+        System::ConsumerPrefetch => consumer(cfg, pool, workers, n, 4).await,
         System::Batched => taskfence(cfg, pool, workers, n, BATCH).await,
         System::Ceiling => ceiling(cfg, pool, workers, n).await,
         #[cfg(feature = "apalis")]
         System::Apalis => apalis(cfg, workers, n).await,
         #[cfg(not(feature = "apalis"))]
         System::Apalis => Err("apalis-postgres is not built (feature `apalis`)".into()),
-        System::River => river(cfg, workers, n).await,
+        System::River => river(cfg, workers, n, Some(riverqueue::FETCH_COOLDOWN_MIN)).await,
+        System::RiverDefault => river(cfg, workers, n, None).await,
     }
+}
+
+/// The consumer on the store: `submit` without a handoff one by one; then a
+/// `Consumer` on a `StoreQueue` with `concurrency = W` and `prefetch =
+/// prefetch × W` runs a no-op on each (`claim_next` fetches,
+/// group-committed completions).
+async fn consumer(cfg: &Config, main: &PgPool, workers: usize, n: u64, prefetch: usize) -> Res<Rates> {
+    use taskfence::runtime::{ConsumerConfig, StoreQueue};
+
+    let schema = BenchSchema::create(cfg, main).await?;
+    let pool = own_pool(cfg, workers).await?;
+    let store: Arc<dyn TaskStore> = Arc::new(PgStore::builder(pool.clone()).schema(schema.name()).build()?);
+    let enqueue = {
+        let store = store.clone();
+        produce(workers, n, move |_| {
+            let store = store.clone();
+            async move {
+                let submitted = store
+                    .submit(new_task(&fresh_key("peer")).without_handoff())
+                    .await?;
+                if !submitted.is_created() {
+                    return Err("submit of a fresh key found an existing task".into());
+                }
+                Ok(())
+            }
+        })
+        .await?
+    };
+    let start = Instant::now();
+    let config = ConsumerConfig::new("bench", LEASE)
+        .concurrency(workers)
+        .prefetch(prefetch * workers)
+        .idle(Duration::from_millis(1), Duration::from_millis(20));
+    let consumer = StoreQueue::new(store).consumer(config)?;
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async { Ok(Response::new(RESPONSE.to_vec())) }));
+    let count = format!(
+        "SELECT count(*) FROM {}.tasks WHERE status = 'completed'",
+        schema.q()
+    );
+    wait_for(n, limit(n), || async {
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
+            .fetch_one(&pool)
+            .await?)
+    })
+    .await?;
+    let process = n as f64 / start.elapsed().as_secs_f64();
+    stop.request();
+    let stopped = running.await??;
+    if stopped.completed != n {
+        return Err(format!("the consumer completed {} of {n}", stopped.completed).into());
+    }
+    pool.close().await;
+    drop(schema);
+    Ok(Rates { enqueue, process })
 }
 
 /// A pool of `W + 4` connections, like the rest of the harness's.
@@ -258,9 +325,11 @@ async fn work(store: &PgStore, ids: &[TaskId]) -> Res<()> {
     Ok(())
 }
 
-/// The ceiling: the raw `INSERT` one by one; then `W` workers each looping
-/// a `FOR UPDATE SKIP LOCKED` claim of the oldest pending row (on a partial
-/// index of pending ids) and the guarded completing `UPDATE`.
+/// The batched ceiling: the raw `INSERT` one by one; then `W` tasks in
+/// flight as `ceil(W / 10)` loops, each claiming up to its share of `W`
+/// oldest pending rows in one `FOR UPDATE SKIP LOCKED` statement and
+/// completing them in one guarded bulk `UPDATE` (a partial index of pending
+/// ids serves the fetch).
 async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rates> {
     let schema = BenchSchema::create(cfg, main).await?;
     sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -280,14 +349,19 @@ async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rat
         .await?
     };
     let start = Instant::now();
-    let handles: Vec<_> = (0..workers)
+    let loops = workers.div_ceil(BATCH);
+    let share = workers.div_ceil(loops);
+    let handles: Vec<_> = (0..loops)
         .map(|_| {
             let (raw, pool) = (raw.clone(), pool.clone());
             tokio::spawn(async move {
-                while let Some((id, version)) = raw.claim_next(&pool).await? {
-                    raw.complete(&pool, id, version).await?;
+                loop {
+                    let batch = raw.claim_batch(&pool, share).await?;
+                    if batch.is_empty() {
+                        return Res::Ok(());
+                    }
+                    raw.complete_batch(&pool, &batch).await?;
                 }
-                Res::Ok(())
             })
         })
         .collect();
@@ -463,11 +537,11 @@ async fn river_noop(
 
 /// River for Rust: its migrations into a fresh schema; `Client::insert` one
 /// by one; one client with `max_workers = W` on the queue, River's defaults
-/// otherwise except the fetch cooldown at its minimum (its 100 ms default
-/// caps a queue at one fetch per 100 ms).
-async fn river(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
+/// otherwise, the fetch cooldown `cooldown` when given (its 100 ms default
+/// caps a queue at one fetch per 100 ms; the tuned side uses the 1 ms minimum).
+async fn river(cfg: &Config, workers: usize, n: u64, cooldown: Option<Duration>) -> Res<Rates> {
     use riverqueue::database::{PostgresDatabase, SchemaName};
-    use riverqueue::{Client, FETCH_COOLDOWN_MIN, QueueConfig, Workers};
+    use riverqueue::{Client, QueueConfig, Workers};
 
     let schema = TempSchema::new(&cfg.url, "taskfence_bench_river_").await;
     let name = schema.name().to_owned();
@@ -483,11 +557,13 @@ async fn river(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
         .await?;
     let mut registry = Workers::new();
     registry.add_fn(river_noop)?;
-    let client = Client::builder(PostgresDatabase::new(pool.clone()).with_schema(schema_name))
+    let mut builder = Client::builder(PostgresDatabase::new(pool.clone()).with_schema(schema_name))
         .workers(registry)
-        .queue("default", QueueConfig::new(workers))
-        .fetch_cooldown(FETCH_COOLDOWN_MIN)
-        .build()?;
+        .queue("default", QueueConfig::new(workers));
+    if let Some(cooldown) = cooldown {
+        builder = builder.fetch_cooldown(cooldown);
+    }
+    let client = builder.build()?;
     let enqueue = {
         let client = client.clone();
         produce(workers, n, move |i| {
@@ -562,28 +638,38 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              (apalis: a fresh temporary database, its schema is fixed): N tasks enqueued one by one \
              by W producers (enqueue), then W workers run a no-op on each (processing), the clock \
              stopping when a count in the database reaches N completions (polled every 5 ms). \
-             **taskfence**: `submit`; a dispatcher (`dispatch_batches(100, 1)` into an in-process \
-             channel standing for the broker, included in the processing time) and per message \
-             `claim` + `complete`. **taskfence batched**: the same with `dispatch_batches(100, {BATCH})` \
-             and per message of {BATCH} tasks `claim_many` + `complete_many`. **raw-SQL ceiling**: \
-             the hand-written `INSERT`, then per task a `FOR UPDATE SKIP LOCKED` claim and the \
-             guarded completing `UPDATE`. **apalis-postgres** 1.0: `push`, W apalis workers with \
-             the default `Config` (fetches of 10, acknowledgements in batches). **River** \
-             (riverqueue 0.5): `Client::insert`, one client with `max_workers = W`, fetch cooldown \
-             at its 1 ms minimum. Every system gets its own pool of W + 4 connections. N = {} / \
-             {} / {} at 1 / 8 / 32 workers; {} round(s), the order of systems rotated per round; \
-             medians. Ratios are to the faster of apalis and River at that worker count \
-             (River alone when apalis is not built).",
+             **taskfence consumer**: `submit` of tasks without a handoff (one row each), then \
+             `runtime::Consumer` on a `StoreQueue` with `concurrency = W` (`claim_next` fetches up \
+             to the free slots, completions group-committed by `complete_many`; `prefetch` at its \
+             default, W, and at 4W in the second row). **taskfence \
+             broker, batched**: `submit` (task and handoff row), a dispatcher \
+             (`dispatch_batches(100, {BATCH})` into an in-process channel standing for the broker, \
+             included in the processing time) and per message of {BATCH} tasks `claim_many` + \
+             `complete_many`. **raw-SQL batched ceiling**: the hand-written `INSERT`, then W tasks in \
+             flight as ceil(W/{BATCH}) loops, each claiming its share in one `FOR UPDATE SKIP LOCKED` \
+             statement and completing them in one guarded bulk `UPDATE` (no attempt history, no \
+             fencing beyond the version, nothing else written). **apalis-postgres** 1.0: `push`, W \
+             apalis workers with the default `Config` (fetches of 10, acknowledgements in batches). \
+             **River** (riverqueue 0.5): `Client::insert`, one client with `max_workers = W`, the \
+             fetch cooldown at its 1 ms minimum, and at its 100 ms default. Every system gets its \
+             own pool of W + 4 connections. N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
+             the order of systems rotated per round; medians. Ratios are to the fastest peer \
+             (apalis, River tuned, River default) at that worker count.",
             tasks(cfg, 1),
             tasks(cfg, 8),
             tasks(cfg, 32),
             cfg.peer_rounds
         ),
     );
+    let best = |w: usize, f: fn(&Rates) -> f64| {
+        System::PEERS
+            .into_iter()
+            .map(|p| med(w, p, f))
+            .fold(f64::NAN, f64::max)
+    };
     let mut rows = Vec::new();
     for &workers in &cfg.workers {
-        let best_enq = med(workers, System::Apalis, enq).max(med(workers, System::River, enq));
-        let best_proc = med(workers, System::Apalis, proc_).max(med(workers, System::River, proc_));
+        let (best_enq, best_proc) = (best(workers, enq), best(workers, proc_));
         for system in System::ALL {
             if !system.built() {
                 let no = "not built (feature `apalis`)".to_owned();
@@ -613,41 +699,37 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
             "workers",
             "system",
             "enqueue (tasks/s)",
-            "enqueue ÷ faster peer",
+            "enqueue ÷ fastest peer",
             "processing (tasks/s)",
-            "processing ÷ faster peer",
+            "processing ÷ fastest peer",
         ],
         rows,
     );
 
-    let ratio_at = |w: usize, s: System, f: fn(&Rates) -> f64| {
-        let best = med(w, System::Apalis, f).max(med(w, System::River, f));
-        med(w, s, f) / best
-    };
     let met = |ok: bool| if ok { "met" } else { "missed" };
     let mut targets = Vec::new();
-    if cfg.workers.contains(&8) {
-        let b = ratio_at(8, System::Batched, proc_);
+    for &w in cfg.workers.iter().filter(|&&w| w >= 8) {
+        let c = med(w, System::Consumer, proc_) / best(w, proc_);
         targets.push(vec![
-            "batched processing at 8 workers ≥ 2× the faster peer".to_owned(),
-            format!("{b:.2}×"),
-            met(b >= 2.0).to_owned(),
+            format!("consumer processing at {w} workers ≥ 1.5× the fastest peer"),
+            format!("{c:.2}×"),
+            met(c >= 1.5).to_owned(),
         ]);
     }
     for &w in &cfg.workers {
-        let o = ratio_at(w, System::Ours, proc_);
+        let e = med(w, System::Consumer, enq) / best(w, enq);
         targets.push(vec![
-            format!("single-task processing at {w} workers ≥ the faster peer"),
-            format!("{o:.2}×"),
-            met(o >= 1.0).to_owned(),
+            format!("enqueue without a handoff at {w} workers ≥ 1.5× the fastest peer"),
+            format!("{e:.2}×"),
+            met(e >= 1.5).to_owned(),
         ]);
     }
     for &w in &cfg.workers {
-        let o = ratio_at(w, System::Ours, enq);
+        let c = med(w, System::Consumer, proc_) / med(w, System::Ceiling, proc_);
         targets.push(vec![
-            format!("enqueue at {w} workers ≥ 1.5× the faster peer"),
-            format!("{o:.2}×"),
-            met(o >= 1.5).to_owned(),
+            format!("consumer processing at {w} workers ≥ 0.8× the batched ceiling"),
+            format!("{c:.2}×"),
+            met(c >= 0.8).to_owned(),
         ]);
     }
     report.table(&["target", "measured", ""], targets);
@@ -659,5 +741,82 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
             points: cfg.workers.iter().map(|&w| (w, med(w, system, proc_))).collect(),
         });
     }
+    Ok(())
+}
+
+/// Submit to start on an idle queue: a consumer waiting for work (its idle
+/// wait at the default 1 s) and one task at a time submitted through its
+/// queue's submitter, 20 ms apart; each sample is from the call to `submit`
+/// to the work function's first line.
+pub(crate) async fn wake_latency(cfg: &Config, main: &PgPool, report: &mut Report) -> Res<()> {
+    use taskfence::runtime::{ConsumerConfig, StoreQueue};
+
+    let samples_wanted = if cfg.mode == crate::Mode::Quick { 20 } else { 300 };
+    let schema = BenchSchema::create(cfg, main).await?;
+    let pool = own_pool(cfg, 4).await?;
+    let store: Arc<dyn TaskStore> = Arc::new(PgStore::builder(pool.clone()).schema(schema.name()).build()?);
+    let queue = StoreQueue::new(store);
+    let submit = queue.submitter();
+    let consumer = queue.consumer(ConsumerConfig::new("bench", LEASE))?;
+    let stop = consumer.stop().clone();
+    let (started, mut starts) = mpsc::unbounded_channel::<Instant>();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let _ = started.send(Instant::now());
+        async { Ok(Response::new(RESPONSE.to_vec())) }
+    }));
+    let mut samples = crate::stats::Samples::default();
+    for _ in 0..samples_wanted {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let asked = Instant::now();
+        submit
+            .submit(new_task(&fresh_key("wake")).without_handoff())
+            .await?;
+        let began = tokio::time::timeout(Duration::from_secs(10), starts.recv())
+            .await
+            .map_err(|_| "a submitted task did not start within 10 s")?
+            .ok_or("the consumer stopped")?;
+        samples.push(began.saturating_duration_since(asked));
+    }
+    stop.request();
+    running.await??;
+    pool.close().await;
+    drop(schema);
+
+    report.section(
+        "Submit to start on an idle queue",
+        &format!(
+            "A `Consumer` on a `StoreQueue`, idle (its wait between empty fetches at the default \
+             1 s), and {samples_wanted} tasks submitted one at a time through the queue's \
+             `submitter()`, 20 ms apart: from the `submit` call to the work function starting \
+             (the submit's own commit included). The submitter wakes the consumer in the same \
+             process; other processes' submissions are found by polling."
+        ),
+    );
+    let (p50, p99) = (samples.p50(), samples.p99());
+    report.table(
+        &["samples", "p50", "p99", "max"],
+        vec![vec![
+            samples.len().to_string(),
+            crate::stats::ms(p50),
+            crate::stats::ms(p99),
+            crate::stats::ms(samples.max()),
+        ]],
+    );
+    let met = |ok: bool| if ok { "met" } else { "missed" };
+    report.table(
+        &["target", "measured", ""],
+        vec![
+            vec![
+                "submit to start p50 ≤ 5 ms".to_owned(),
+                crate::stats::ms(p50),
+                met(p50 <= Duration::from_millis(5)).to_owned(),
+            ],
+            vec![
+                "submit to start p99 ≤ 50 ms".to_owned(),
+                crate::stats::ms(p99),
+                met(p99 <= Duration::from_millis(50)).to_owned(),
+            ],
+        ],
+    );
     Ok(())
 }

@@ -5,12 +5,14 @@
 use std::process::Command;
 
 /// The peers section's systems, as the report and the chart name them.
-const SYSTEMS: [&str; 5] = [
-    "taskfence",
-    "taskfence batched",
-    "raw-SQL ceiling",
+const SYSTEMS: [&str; 7] = [
+    "taskfence consumer",
+    "taskfence consumer, prefetch 4×",
+    "taskfence broker, batched",
+    "raw-SQL batched ceiling",
     "apalis-postgres",
-    "River (riverqueue)",
+    "River (riverqueue), 1 ms cooldown",
+    "River (riverqueue), default",
 ];
 
 /// The peers table: a row per system per worker count whose figures parse
@@ -52,9 +54,10 @@ fn peers_section_has_every_system_and_figures(md: &str) {
         }
     }
     for target in [
-        "| batched processing at 8 workers ≥ 2× the faster peer |",
-        "| single-task processing at 8 workers ≥ the faster peer |",
-        "| enqueue at 8 workers ≥ 1.5× the faster peer |",
+        "| consumer processing at 8 workers ≥ 1.5× the fastest peer |",
+        "| consumer processing at 32 workers ≥ 1.5× the fastest peer |",
+        "| enqueue without a handoff at 8 workers ≥ 1.5× the fastest peer |",
+        "| consumer processing at 1 workers ≥ 0.8× the batched ceiling |",
     ] {
         let row = section
             .lines()
@@ -93,6 +96,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
         "## Round trips per operation",
         "## Lifecycle throughput: ours vs the raw-SQL ceiling",
         "## Peers: enqueue and processing throughput",
+        "## Submit to start on an idle queue",
         "## Completion latency: the textbook locking transaction vs ours",
         "## 32 workers racing for one task",
         "## Latency as the table grows",
