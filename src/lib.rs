@@ -17,7 +17,7 @@
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | [`PgStore`], its transaction handle, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
-//! | `runtime` | the queue-agnostic worker runtime (feature `runtime`) |
+//! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
 //! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
 //! | `testing` | the backend conformance suite and the test kit (feature `testing`) |
 //! | [`offsets`] | `OffsetTracker`: the safe commit position for Kafka-style consumers |

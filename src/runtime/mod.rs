@@ -1,6 +1,14 @@
-//! A queue-agnostic worker runtime: give it a task id from any queue message,
-//! it runs the whole protocol and tells the queue adapter what to do with the
-//! message.
+//! The worker runtime, at two levels:
+//!
+//! - [`Consumer`] is the whole worker loop: it fetches from a [`Source`]
+//!   (the store itself, [`StoreQueue`], or a broker whose messages name task
+//!   ids), runs the work function with a concurrency limit, renews what it
+//!   holds in one request, group-commits completions and stops within a
+//!   bound (see its docs and `examples/pg-worker`).
+//! - [`Worker`] handles one delivery, for an adapter that keeps its own loop:
+//!   give it a task id from any queue message, it runs the whole protocol
+//!   and tells the adapter what to do with the message. The consumer runs
+//!   each task by the same steps.
 //!
 //! A queue delivers "go work on task X" at least once; [`Worker::handle`] makes
 //! every delivery safe:

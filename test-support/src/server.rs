@@ -150,6 +150,12 @@ impl TempDatabase {
         self.admin.clone().database(&self.name)
     }
 
+    /// The new database's URL, for a process the test starts.
+    pub fn url(&self) -> String {
+        use sqlx::ConnectOptions;
+        self.options().to_url_lossy().to_string()
+    }
+
     /// A pool on the new database.
     pub async fn pool(&self, connections: u32) -> PgPool {
         PgPoolOptions::new()

@@ -1,0 +1,140 @@
+//! The smallest taskfence service: PostgreSQL is the queue, no broker. An
+//! HTTP handler submits a task (one row, deduplicated on the caller's
+//! `Idempotency-Key`); the consumer in the same process runs it at once and
+//! saves one response; SIGTERM stops it cleanly (running work finishes
+//! within the grace, the rest is released for another process).
+//!
+//! ```text
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run -p pg-worker
+//! # LISTEN (127.0.0.1:3000), WORK_MS (100: the pretend work), LEASE_SECS (30)
+//! curl -s -XPOST localhost:3000/greetings -H 'Idempotency-Key: k1' -d '{"name":"Ada"}' -H 'content-type: application/json'
+//! curl -s localhost:3000/greetings/<id>
+//! ```
+
+use std::{sync::Arc, time::Duration};
+
+use axum::extract::{Json, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use taskfence::runtime::{ConsumerConfig, StoreQueue, WorkContext};
+use taskfence::{Error, Failure, InputHash, NewTask, PgStore, RequestKey, Response, TaskId, TaskStore};
+
+const OPERATION: &str = "greet";
+
+#[derive(serde::Deserialize)]
+struct Greeting {
+    name: String,
+}
+
+type Reply = (StatusCode, Json<serde_json::Value>);
+
+/// POST /greetings: the task for this key, new or the one submitted before.
+async fn submit(
+    State(store): State<Arc<dyn TaskStore>>,
+    headers: HeaderMap,
+    Json(body): Json<Greeting>,
+) -> Reply {
+    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({"error": "Idempotency-Key required"})),
+        );
+    };
+    // The key names the request; the input hash says what it asked for, so
+    // the same key with another name is refused rather than answered wrongly.
+    let task = NewTask::new(
+        RequestKey::new("demo", OPERATION, key),
+        InputHash::of([body.name.as_bytes()]),
+    )
+    .payload(body.name)
+    .without_handoff();
+    match store.submit(task).await {
+        Ok(submitted) => (
+            StatusCode::ACCEPTED,
+            Json(serde_json::json!({"id": submitted.task().id.to_string()})),
+        ),
+        Err(e @ (Error::KeyConflict { .. } | Error::InvalidInput(_))) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(serde_json::json!({"error": e.to_string()})),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"error": e.to_string()})),
+        ),
+    }
+}
+
+/// GET /greetings/{id}: where the task is, and its saved response.
+async fn status(State(store): State<Arc<dyn TaskStore>>, Path(id): Path<String>) -> Reply {
+    let Ok(id) = id.parse::<TaskId>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({"error": "not a task id"})),
+        );
+    };
+    match store.get(id).await {
+        Ok(Some(task)) => (
+            StatusCode::OK,
+            Json(serde_json::json!({
+                "status": task.status.as_str(),
+                "attempts": task.attempts(),
+                "response": task.response.as_ref().and_then(Response::as_str),
+            })),
+        ),
+        Ok(None) => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({"error": "no such task"})),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"error": e.to_string()})),
+        ),
+    }
+}
+
+/// The work: what a real service would do with a provider, here a pause.
+async fn greet(ctx: WorkContext, work: Duration) -> Result<Response, Failure> {
+    let name =
+        std::str::from_utf8(&ctx.task().payload).map_err(|_| Failure::permanent("name is not UTF-8"))?;
+    tokio::time::sleep(work).await;
+    Ok(Response::from(format!("Hello, {name}!")))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    let url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres");
+    let work = Duration::from_millis(env("WORK_MS", "100").parse()?);
+    let lease = Duration::from_secs(env("LEASE_SECS", "30").parse()?);
+    let store = PgStore::new(
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&url)
+            .await?,
+    );
+    store.migrate().await?;
+
+    let queue = StoreQueue::new(Arc::new(store)).operation(OPERATION);
+    // Submissions through the queue's submitter wake this consumer at once.
+    let submitter = queue.submitter();
+    let worker = format!("pg-worker-{}", std::process::id());
+    let consumer = queue.consumer(ConsumerConfig::new(worker, lease).concurrency(16))?;
+    // First SIGTERM: drain; a second: release what still runs, at once.
+    tokio::spawn(consumer.stop().clone().on_signals());
+
+    let app = axum::Router::new()
+        .route("/greetings", post(submit))
+        .route("/greetings/{id}", get(status))
+        .with_state(submitter);
+    let listener = tokio::net::TcpListener::bind(env("LISTEN", "127.0.0.1:3000")).await?;
+    println!("listening on {}", listener.local_addr()?);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let stopped = consumer.run(move |ctx| greet(ctx, work)).await?;
+    server.abort();
+    println!(
+        "stopped: {} completed, {} released",
+        stopped.completed, stopped.released
+    );
+    Ok(())
+}
