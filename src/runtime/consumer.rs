@@ -432,7 +432,10 @@ impl<S: Source> Consumer<S> {
             Arc::clone(&running),
         );
         let held = Arc::new(Held::new());
-        let renewals = tokio::spawn(renew_loop(
+        // In a set, so dropping `run` (aborted, say) stops the renewals too:
+        // a consumer that is gone must not keep its leases alive.
+        let mut renewals = JoinSet::new();
+        renewals.spawn(renew_loop(
             Arc::clone(&self.store),
             Arc::clone(&self.source),
             Arc::clone(&held),
@@ -473,7 +476,7 @@ impl<S: Source> Consumer<S> {
         let deadline = Instant::now() + config.release_deadline;
         while let Ok(Some(_)) = tokio::time::timeout_at(deadline, runs.join_next()).await {}
         runs.abort_all();
-        renewals.abort();
+        renewals.abort_all();
         let counts = shared.counts.stopped();
         drop(shared); // the committer's last handle: its loop ends after the queued batch
         if tokio::time::timeout_at(deadline, commit_loop).await.is_err() {
@@ -726,6 +729,8 @@ async fn run<S, F, Fut>(
         lost: lost.clone(),
     };
     let mut work = tokio::spawn((shared.work)(ctx));
+    // A run dropped with its consumer takes its work function with it.
+    let _work_ends_with_the_run = AbortOnDrop(work.abort_handle());
     let ended = tokio::select! {
         returned = &mut work => Ended::Returned(returned),
         () = lost_signal(lost) => {
@@ -778,6 +783,15 @@ async fn run<S, F, Fut>(
         return;
     };
     shared.settle(receipt, disposition).await;
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves once the lease is lost.

@@ -88,6 +88,24 @@ impl Stop {
         *self.phase.borrow() > Phase::Running
     }
 
+    /// Resolves once a stop is requested (at once if one was): for the rest
+    /// of a service (its HTTP server, a sweep) to stop with the consumer.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let stop = taskfence::runtime::Stop::new();
+    /// let server_stops = tokio::spawn({
+    ///     let stop = stop.clone();
+    ///     async move { stop.requested().await }
+    /// });
+    /// stop.request();
+    /// server_stops.await.unwrap();
+    /// # }
+    /// ```
+    pub async fn requested(&self) {
+        reached(&mut self.watch(), Phase::Draining).await;
+    }
+
     /// Pulls the switch on each `SIGTERM` or `SIGINT` (Ctrl-C) this process
     /// receives, forever: the first drains, the second stops at once. Spawn
     /// it beside the consumer.

@@ -58,4 +58,5 @@ on_every_backend!(
     a_lost_lease_stops_the_work_and_saves_nothing,
     broker_deliveries_are_claimed_together_and_settled_after_the_store,
     a_submission_wakes_an_idle_consumer,
+    a_dropped_consumer_stops_renewing_its_leases,
 );

@@ -648,3 +648,56 @@ pub(crate) async fn a_submission_wakes_an_idle_consumer(store: Arc<dyn TaskStore
     stop.request();
     running.await.unwrap().unwrap();
 }
+
+/// A consumer dropped without a stop (its task aborted, its runtime shut
+/// down) takes its renewals with it: the leases it held lapse and another
+/// consumer takes the work over, rather than a process-long renewal loop
+/// keeping tasks nobody works on.
+pub(crate) async fn a_dropped_consumer_stops_renewing_its_leases(store: Arc<dyn TaskStore>) {
+    let ids = submit_all(&*store, (0..3).map(|i| format!("dropped-{i}"))).await;
+    let lease = Duration::from_millis(600);
+    let dropped = ConsumerConfig::new("consumer-dropped", lease)
+        .renew_every(Duration::from_millis(150))
+        .concurrency(3)
+        .idle(Duration::from_millis(10), Duration::from_millis(100));
+    let consumer = StoreQueue::new(store.clone()).consumer(dropped).unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let started = seen.clone();
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(Response::from("never"))
+        }
+    }));
+    eventually(WITHIN, || async {
+        (started.load(Ordering::SeqCst) == 3).then_some(())
+    })
+    .await;
+    // Renewals run while it lives: the leases outlast their length.
+    tokio::time::sleep(lease * 2).await;
+    for &id in &ids {
+        let t = task(&*store, id).await;
+        assert_eq!(
+            (t.status, t.attempts()),
+            (Status::Running, 1),
+            "renewed while alive"
+        );
+    }
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+
+    // Gone: the leases lapse and another consumer takes every task over.
+    let next = StoreQueue::new(store.clone()).consumer(config()).unwrap();
+    let stop = next.stop().clone();
+    let taking_over = tokio::spawn(next.run(|_ctx| async { Ok(Response::from("taken over")) }));
+    all_reach(&*store, &ids, Status::Completed).await;
+    stop.request();
+    taking_over.await.unwrap().unwrap();
+    for &id in &ids {
+        let attempts = store.attempts(id).await.unwrap();
+        let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome).collect();
+        assert_eq!(outcomes, [AttemptOutcome::Expired, AttemptOutcome::Completed]);
+    }
+}
