@@ -13,11 +13,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool, Row};
+use taskfence::runtime::Wake;
 use taskfence::{
     Error, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, Submitted, Task, TaskId,
 };
 use taskfence_axum::{IdempotencyKey, Problem};
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
 use crate::config::Limits;
@@ -43,8 +44,8 @@ pub(crate) struct AppState {
     pub(crate) key_retention: Duration,
     pub(crate) limits: Arc<Limits>,
     pub(crate) events: ReplyEvents,
-    /// Wakes the in-process worker after a commit (a no-op without one).
-    pub(crate) wake_worker: Arc<Notify>,
+    /// Wakes the in-process worker after a commit (wakes nothing without one).
+    pub(crate) wake_worker: Wake,
     pub(crate) stop: watch::Receiver<bool>,
 }
 
@@ -246,7 +247,9 @@ fn new_task(
     let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
         .payload(serde_json::to_vec(payload).map_err(problem::internal)?)
         .policy(state.policy)
-        .retention(state.key_retention);
+        .retention(state.key_retention)
+        // The worker claims from the store itself: no outbox row to publish.
+        .without_handoff();
     new.validate().map_err(|e| submit_problem(e.into()))?;
     Ok(new)
 }
@@ -267,7 +270,8 @@ async fn created(
         .map_err(problem::internal)?;
     let body = accepted(&mut tx, caller, task_id).await?;
     tx.commit().await.map_err(problem::internal)?;
-    state.wake_worker.notify_one();
+    // After the commit: woken earlier, the worker would not see the task yet.
+    state.wake_worker.wake();
     Ok(json(StatusCode::CREATED, body, false))
 }
 

@@ -66,16 +66,22 @@ impl Default for Limits {
     }
 }
 
-/// The in-process reply worker.
+/// The in-process reply worker (a `taskfence::runtime::Consumer`).
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     /// Replies generated at once.
     pub concurrency: usize,
     /// Lease per claim (renewed in the background while the provider runs).
     pub lease: Duration,
-    /// How often the outbox and the due tasks are polled when nothing wakes the
-    /// worker earlier (a Send in the same process wakes it at once).
+    /// The longest wait between two looks for work nothing woke the worker
+    /// for: a Send in another process, a retry past its backoff, an expired
+    /// lease. A Send in the same process wakes it at once.
     pub poll_every: Duration,
+    /// On shutdown, how long the replies in flight may take to finish; the
+    /// rest are released for another process. With the release, the stop
+    /// takes at most this plus 5 s: the default fits within Kubernetes'
+    /// default 30 s between SIGTERM and SIGKILL.
+    pub grace: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -84,6 +90,7 @@ impl Default for WorkerSettings {
             concurrency: 8,
             lease: Duration::from_secs(30),
             poll_every: Duration::from_millis(200),
+            grace: Duration::from_secs(20),
         }
     }
 }
@@ -213,9 +220,14 @@ pub struct Settings {
     #[arg(long, env = "CHAT_API_LEASE", value_parser = parse_duration, default_value = "30s")]
     pub lease: Duration,
 
-    /// How often the worker polls the outbox and the due tasks.
+    /// The longest wait between two polls for tasks nothing woke the worker for.
     #[arg(long, env = "CHAT_API_POLL_EVERY", value_parser = parse_duration, default_value = "200ms")]
     pub poll_every: Duration,
+
+    /// On SIGTERM, how long replies in flight may take to finish before they
+    /// are released to another process (a second SIGTERM releases at once).
+    #[arg(long, env = "CHAT_API_STOP_GRACE", value_parser = parse_duration, default_value = "20s")]
+    pub stop_grace: Duration,
 
     /// Attempts per reply task before it fails for good.
     #[arg(long, env = "CHAT_API_MAX_ATTEMPTS")]
@@ -251,6 +263,7 @@ impl Settings {
         config.worker.concurrency = self.worker_concurrency;
         config.worker.lease = self.lease;
         config.worker.poll_every = self.poll_every;
+        config.worker.grace = self.stop_grace;
         config.purge.every = self.purge_interval;
         config.purge.batch = self.purge_batch;
         config
@@ -336,6 +349,7 @@ mod tests {
         assert_eq!(from_flags.worker.lease, defaults.worker.lease);
         assert_eq!(from_flags.worker.poll_every, defaults.worker.poll_every);
         assert_eq!(from_flags.worker.concurrency, defaults.worker.concurrency);
+        assert_eq!(from_flags.worker.grace, defaults.worker.grace);
         assert_eq!(from_flags.purge.every, defaults.purge.every);
         assert_eq!(from_flags.purge.batch, defaults.purge.batch);
         assert_eq!(settings.listen.to_string(), "127.0.0.1:3000");
@@ -351,6 +365,8 @@ mod tests {
             "5m",
             "--poll-every",
             "50ms",
+            "--stop-grace",
+            "3s",
             "--max-attempts",
             "3",
             "--taskfence-schema",
@@ -368,6 +384,7 @@ mod tests {
         assert_eq!(config.mode, Mode::WorkerOnly);
         assert_eq!(config.worker.lease, Duration::from_secs(300));
         assert_eq!(config.worker.poll_every, Duration::from_millis(50));
+        assert_eq!(config.worker.grace, Duration::from_secs(3));
         assert_eq!(config.policy.max_attempts, 3);
         assert_eq!(config.reply_channel(), "tf_reply_saved");
         assert_eq!(settings.app_schema.as_deref(), Some("chat"));

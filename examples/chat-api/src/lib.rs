@@ -12,7 +12,7 @@
 //! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
 //! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
-//! | [`worker`] | the in-process worker: outbox dispatcher → [`taskfence::runtime::Worker`] → [`ReplyProvider`] |
+//! | [`worker`] | the in-process worker: [`taskfence::runtime::Consumer`] on the store ([`taskfence::runtime::StoreQueue`]) → [`ReplyProvider`] |
 //! | [`purge`] | the retention sweep beside the worker: `purge_expired` every `--purge-interval` |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
 //! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`] |

@@ -4,7 +4,8 @@
 //! `DATABASE_URL` (required), `CHAT_API_TOKENS` as `token=user,token=user`
 //! (required unless `--mode worker`), `TASKFENCE_LISTEN`, `CHAT_API_MODE`,
 //! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, … Logs go to stderr, filtered by
-//! `RUST_LOG` (default `info`). Stops gracefully on SIGTERM or Ctrl-C.
+//! `RUST_LOG` (default `info`). Stops gracefully on SIGTERM or Ctrl-C; a
+//! second one releases the replies still in flight at once.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -60,7 +61,16 @@ async fn run(settings: Settings) -> Result<(), String> {
     }
     shutdown_signal().await;
     tracing::info!("shutting down");
-    service.shutdown().await;
+    let worker = service.worker_stop();
+    let stopping = service.shutdown();
+    tokio::pin!(stopping);
+    tokio::select! {
+        () = &mut stopping => return Ok(()),
+        () = shutdown_signal() => {}
+    }
+    tracing::warn!("second signal: releasing the replies in flight now");
+    worker.now();
+    stopping.await;
     Ok(())
 }
 

@@ -23,9 +23,10 @@ use tokio::sync::{broadcast, watch};
 /// The store the worker runs on: [`PgStore`], whose `complete` also saves the
 /// reply and notifies, atomically. Every other call is [`PgStore`]'s own.
 ///
-/// Why a wrapper: [`taskfence::runtime::Worker`] completes through
-/// [`TaskStore::complete`]. Wrapping the store keeps the whole runtime
-/// (claim, lease renewal, retry budget, dispositions) and changes only what a
+/// Why a wrapper: [`taskfence::runtime::Consumer`] completes through
+/// [`TaskStore::complete_many`], which an [`Intercepted`] store turns into one
+/// `complete` per task. Wrapping the store keeps the whole runtime (claim,
+/// lease renewal, retry budget, graceful stop) and changes only what a
 /// completion writes.
 pub type ReplyStore = Intercepted<PgStore, SaveReply>;
 

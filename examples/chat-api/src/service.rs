@@ -4,8 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use taskfence::PgStore;
+use taskfence::runtime::{Stop, Wake};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
@@ -42,6 +43,8 @@ pub struct Service {
     addr: Option<SocketAddr>,
     events: Option<ReplyEvents>,
     stop: watch::Sender<bool>,
+    /// The reply worker's stop switch (one nothing watches without a worker).
+    stop_worker: Stop,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -65,8 +68,17 @@ impl Service {
             .build()?;
         db::migrate(&store).await?;
 
+        // Built first: invalid worker settings fail the start, and the API
+        // needs the consumer's wake-up.
+        let worker = match config.mode.runs_worker() {
+            true => {
+                let replies = reply_store(store.clone(), config.reply_channel());
+                Some(worker::consumer(replies, &config.worker).map_err(taskfence::Error::from)?)
+            }
+            false => None,
+        };
+        let stop_worker = worker.as_ref().map_or_else(Stop::new, |c| c.stop().clone());
         let (stop, stop_rx) = watch::channel(false);
-        let wake_worker = Arc::new(Notify::new());
         let mut tasks = Vec::new();
         let mut addr = None;
         let mut api_events = None;
@@ -86,7 +98,7 @@ impl Service {
                 key_retention: config.key_retention,
                 limits: Arc::new(config.limits.clone()),
                 events,
-                wake_worker: Arc::clone(&wake_worker),
+                wake_worker: worker.as_ref().map_or_else(Wake::default, |c| c.source().waker()),
                 stop: stop_rx.clone(),
             };
             let mut stop_serving = stop_rx.clone();
@@ -102,26 +114,15 @@ impl Service {
                 }
             }));
         }
-        if config.mode.runs_worker() {
-            tasks.push(tokio::spawn(purge::run(
-                store.clone(),
-                config.purge.clone(),
-                stop_rx.clone(),
-            )));
-            let replies = reply_store(store.clone(), config.reply_channel());
-            tasks.push(tokio::spawn(worker::run(
-                store,
-                replies,
-                provider,
-                config.worker.clone(),
-                wake_worker,
-                stop_rx,
-            )));
+        if let Some(consumer) = worker {
+            tasks.push(tokio::spawn(purge::run(store, config.purge.clone(), stop_rx)));
+            tasks.push(tokio::spawn(worker::run(consumer, provider)));
         }
         Ok(Self {
             addr,
             events: api_events,
             stop,
+            stop_worker,
             tasks,
         })
     }
@@ -136,11 +137,31 @@ impl Service {
         self.addr
     }
 
-    /// Stops serving (long-polls answer at once with the current state),
-    /// stops the worker (in-flight replies are abandoned to their leases) and
-    /// waits for all of it.
+    /// The worker's stop switch. [`shutdown`](Self::shutdown) drains it;
+    /// [`Stop::now`] cuts the grace short, releasing the replies in flight at
+    /// once (what a second SIGTERM does to the binary).
+    ///
+    /// ```no_run
+    /// # async fn f(service: chat_api::Service) {
+    /// let worker = service.worker_stop();
+    /// let stopping = tokio::spawn(service.shutdown());
+    /// // … the orchestrator is out of patience:
+    /// worker.now();
+    /// stopping.await.unwrap();
+    /// # }
+    /// ```
+    pub fn worker_stop(&self) -> Stop {
+        self.stop_worker.clone()
+    }
+
+    /// Stops serving (long-polls answer at once with the current state) and
+    /// the sweep, and drains the worker: it claims nothing more, replies in
+    /// flight get [`WorkerSettings::grace`](crate::WorkerSettings::grace) to
+    /// finish, the rest are released for another process to claim at once.
+    /// Waits for all of it.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        self.stop_worker.drain();
         for task in self.tasks {
             let _ = task.await;
         }

@@ -1,24 +1,26 @@
-//! The in-process reply worker: the outbox dispatcher feeds task ids straight
-//! into [`taskfence::runtime::Worker::handle`], which calls the [`ReplyProvider`].
+//! The in-process reply worker: a [`Consumer`] that takes reply tasks
+//! straight from the store ([`StoreQueue`]) and calls the [`ReplyProvider`].
 //!
-//! There is no external queue here, so the one thing a queue would add — the
-//! message survives a crash — comes from the outbox itself: a handoff is
-//! marked published only once a worker has **durably claimed** its task
-//! ([`LeaseHooks::on_claimed`]), or found it needs no work. A crash before that
-//! leaves the handoff pending and the next round publishes it again; a crash
-//! after it leaves a lease that expires, and [`dispatch_due`](taskfence::dispatch::dispatch_due) brings
-//! the task back (as it does for tasks waiting out a retry backoff). The
-//! dispatcher's transaction spans only those claims, never a provider call.
+//! Why the store is the queue: the API writes each reply task in the
+//! transaction that saves the user's message, so there is nothing to hand
+//! off and no second system to lose it in. The API wakes the consumer after
+//! its commit, so a reply starts at once; work nobody wakes it for (a Send in
+//! another process, a retry past its backoff, a crashed worker's expired
+//! lease) is found by polling.
+//!
+//! Why the graceful stop: on a deploy, replies in flight get
+//! [`WorkerSettings::grace`] to finish, and the rest are released, so another
+//! process claims them at once rather than after their lease.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use taskfence::runtime::{LeaseHooks, WorkContext, Worker, WorkerConfig};
-use taskfence::{Failure, Lease, PgStore, Response, TaskId};
-use tokio::sync::{Notify, Semaphore, oneshot, watch};
-use tokio::task::JoinSet;
+use taskfence::error::InvalidInput;
+use taskfence::runtime::{Consumer, ConsumerConfig, StoreQueue, WorkContext};
+use taskfence::{Failure, Response};
 
+use crate::api::OPERATION;
 use crate::config::WorkerSettings;
 use crate::replies::ReplyStore;
 
@@ -35,7 +37,8 @@ pub struct ReplyPayload {
 /// (`sim::SimulatedLlm` stands in for it in the binary and the tests).
 ///
 /// Called once per claimed attempt, raced against the loss of the lease: a
-/// call still running when another worker takes the task over is dropped.
+/// call still running when another worker takes the task over is dropped, and
+/// so is one still running when a stopping service's grace is over.
 ///
 /// ```
 /// use chat_api::ReplyProvider;
@@ -59,7 +62,7 @@ pub trait ReplyProvider: Send + Sync + 'static {
     async fn reply(&self, prompt: &str, attempt: u32) -> Result<String, Failure>;
 }
 
-/// The work function [`Worker::handle`] runs for a claimed reply task.
+/// The work function the consumer runs for a claimed reply task.
 async fn generate(provider: Arc<dyn ReplyProvider>, ctx: WorkContext) -> Result<Response, Failure> {
     let payload: ReplyPayload = serde_json::from_slice(&ctx.task().payload)
         .map_err(|e| Failure::permanent(format!("unreadable reply payload: {e}")))?;
@@ -70,138 +73,37 @@ async fn generate(provider: Arc<dyn ReplyProvider>, ctx: WorkContext) -> Result<
     }
 }
 
-/// Tells the dispatcher once the task is durably claimed.
-struct ClaimedSignal(Mutex<Option<oneshot::Sender<Result<(), NotStarted>>>>);
-
-impl ClaimedSignal {
-    fn fire(&self, outcome: Result<(), NotStarted>) {
-        if let Some(tx) = self.0.lock().expect("not poisoned").take() {
-            let _ = tx.send(outcome);
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseHooks for ClaimedSignal {
-    async fn on_claimed(&self, _lease: &Lease) {
-        self.fire(Ok(()));
-    }
-}
-
-/// Why a task id could not be handed to a worker this round (the handoff stays pending).
-#[derive(Debug, thiserror::Error)]
-enum NotStarted {
-    #[error("no free worker slot")]
-    Full,
-    #[error("the store failed before the task was claimed")]
-    Store,
-}
-
-struct Runner {
-    worker: Worker,
-    provider: Arc<dyn ReplyProvider>,
-    slots: Arc<Semaphore>,
-    running: JoinSet<()>,
-}
-
-impl Runner {
-    /// Starts handling `task_id`; the receiver says whether the handoff is
-    /// done with (claimed, or no work needed) or must stay pending.
-    fn start(&mut self, task_id: TaskId) -> oneshot::Receiver<Result<(), NotStarted>> {
-        let (tx, rx) = oneshot::channel();
-        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
-            let _ = tx.send(Err(NotStarted::Full));
-            return rx;
-        };
-        let (worker, provider) = (self.worker.clone(), Arc::clone(&self.provider));
-        self.running.spawn(async move {
-            let signal = ClaimedSignal(Mutex::new(Some(tx)));
-            let outcome = worker
-                .handle(task_id, &signal, |ctx| generate(provider, ctx))
-                .await;
-            match &outcome {
-                Ok(disposition) => tracing::debug!(%task_id, ?disposition, "handled"),
-                Err(error) => tracing::warn!(%task_id, %error, "handling failed; the task will be due again"),
-            }
-            // Not claimed: Ok means the store settled it (done, busy elsewhere…).
-            signal.fire(outcome.map(drop).map_err(|_| NotStarted::Store));
-            drop(slot);
-        });
-        rx
-    }
-
-    fn publisher(&mut self) -> impl FnMut(TaskId) -> PublishFuture + Send + '_ {
-        |task_id| {
-            let rx = self.start(task_id);
-            Box::pin(async move { rx.await.unwrap_or(Err(NotStarted::Store)) })
-        }
-    }
-}
-
-type PublishFuture = std::pin::Pin<Box<dyn Future<Output = Result<(), NotStarted>> + Send>>;
-
-/// Runs the worker until `stop` turns true: publish pending handoffs and due
-/// tasks into [`Worker::handle`], then sleep until `wake` (a Send in this
-/// process) or the poll interval.
-pub(crate) async fn run(
-    store: PgStore,
+/// The reply consumer on `replies` (whose completions save the reply rows),
+/// taking only reply tasks.
+pub(crate) fn consumer(
     replies: ReplyStore,
-    provider: Arc<dyn ReplyProvider>,
-    settings: WorkerSettings,
-    wake: Arc<Notify>,
-    mut stop: watch::Receiver<bool>,
-) {
+    settings: &WorkerSettings,
+) -> Result<Consumer<StoreQueue>, InvalidInput> {
     let worker_id = format!(
         "chat-worker-{}-{}",
         std::process::id(),
         &uuid::Uuid::now_v7().simple().to_string()[20..]
     );
-    let config = WorkerConfig::new(worker_id, settings.lease);
-    let worker = match Worker::new(Arc::new(replies), config) {
-        Ok(worker) => worker,
-        Err(error) => {
-            tracing::error!(%error, "invalid worker settings; the worker is not running");
-            return;
-        }
-    };
-    let mut runner = Runner {
-        worker,
-        provider,
-        slots: Arc::new(Semaphore::new(settings.concurrency.max(1))),
-        running: JoinSet::new(),
-    };
-    while !*stop.borrow() {
-        while runner.running.try_join_next().is_some() {}
-        let free = runner.slots.available_permits();
-        if free > 0 {
-            match store.dispatch(free, runner.publisher()).await {
-                Ok(round) => log_round("handoff", round.published.len(), round.failed),
-                Err(error) => tracing::warn!(%error, "dispatch failed"),
-            }
-        }
-        let free = runner.slots.available_permits();
-        if free > 0 {
-            match taskfence::dispatch::dispatch_due(&store, free, runner.publisher()).await {
-                Ok(round) => log_round("due", round.published.len(), round.failed),
-                Err(error) => tracing::warn!(%error, "dispatch_due failed"),
-            }
-        }
-        tokio::select! {
-            () = wake.notified() => {}
-            () = tokio::time::sleep(settings.poll_every) => {}
-            () = crate::service::stopped(&mut stop) => {}
-        }
-    }
-    // In-flight replies are abandoned: their leases expire and another worker
-    // takes them over (counting an attempt). Nothing half-written remains.
-    runner.running.shutdown().await;
+    let mut config = ConsumerConfig::new(worker_id, settings.lease)
+        .concurrency(settings.concurrency)
+        // A provider call takes seconds: a waiting reply stays in the store,
+        // where any idle process can take it, not leased to a busy one.
+        .prefetch(0);
+    config.idle_min = config.idle_min.min(settings.poll_every);
+    config.idle_max = settings.poll_every;
+    config.grace = settings.grace;
+    StoreQueue::new(Arc::new(replies))
+        .operation(OPERATION)
+        .consumer(config)
 }
 
-fn log_round(kind: &str, published: usize, failed: Option<(TaskId, NotStarted)>) {
-    if published > 0 {
-        tracing::debug!(kind, published, "started reply tasks");
-    }
-    if let Some((task_id, reason)) = failed {
-        tracing::debug!(kind, %task_id, %reason, "left for the next round");
+/// Runs `consumer` until its stop switch is pulled and the stop is over.
+pub(crate) async fn run(consumer: Consumer<StoreQueue>, provider: Arc<dyn ReplyProvider>) {
+    match consumer
+        .run(move |ctx| generate(Arc::clone(&provider), ctx))
+        .await
+    {
+        Ok(stopped) => tracing::info!(?stopped, "reply worker stopped"),
+        Err(error) => tracing::error!(%error, "the reply worker could not start"),
     }
 }

@@ -1,5 +1,6 @@
-//! A worker that dies during the provider call: another takes the task over
-//! after the lease, and the conversation still shows one reply.
+//! A worker that dies during the provider call (it cannot release its
+//! lease): another takes the task over after the lease, and the conversation
+//! still shows one reply.
 
 mod support;
 
@@ -8,6 +9,8 @@ use std::time::Duration;
 use chat_api::Mode;
 use chat_api::sim::SimulatedLlm;
 use support::{ALICE, TestDb, TestService, config, ids};
+use taskfence::store::AttemptOutcome;
+use taskfence::testing::Fixture;
 use taskfence_test_support::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -31,7 +34,7 @@ async fn a_worker_stopped_mid_call_is_taken_over_and_one_reply_is_saved() {
     assert_eq!(view["attempts"], 1);
 
     // The worker dies mid-call: its lease is no longer renewed and expires.
-    slow.stop().await;
+    slow.crash().await;
     let healthy = TestService::start(&db, Mode::WorkerOnly).await;
     let view = api.wait_for_reply(ALICE, &task_id).await;
     assert_eq!(view["status"], "completed");
@@ -45,4 +48,12 @@ async fn a_worker_stopped_mid_call_is_taken_over_and_one_reply_is_saved() {
     // The expired first attempt is in the journal; the answering one stays
     // in its task's row.
     assert_eq!(db.count("attempts").await, 1);
+    let id = task_id.parse().expect("a task id");
+    let attempts = db.fixture.store().attempts(id).await.unwrap();
+    let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [AttemptOutcome::Expired, AttemptOutcome::Completed],
+        "the dead worker released nothing: its lease expired"
+    );
 }

@@ -90,6 +90,8 @@ pub(crate) fn config(db: &TestDb, mode: Mode) -> Config {
 /// The service, started in-process on 127.0.0.1:0 (no listener for `WorkerOnly`).
 pub(crate) struct TestService {
     service: Service,
+    /// The service's pool (a handle on it), for [`TestService::crash`].
+    pool: PgPool,
     pub api: Option<Api>,
 }
 
@@ -116,14 +118,15 @@ impl TestService {
             false => None,
         };
         let provider: Arc<dyn ReplyProvider> = Arc::new(provider);
-        let service = Service::start(db.app_pool().await, config, listener, provider)
+        let pool = db.app_pool().await;
+        let service = Service::start(pool.clone(), config, listener, provider)
             .await
             .expect("start the service");
         let api = service.local_addr().map(|addr| Api {
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),
         });
-        Self { service, api }
+        Self { service, pool, api }
     }
 
     pub(crate) fn service(&self) -> &Service {
@@ -135,6 +138,14 @@ impl TestService {
     }
 
     pub(crate) async fn stop(self) {
+        self.service.shutdown().await;
+    }
+
+    /// Stops the service as a crash looks to the database: its pool is
+    /// closed first, so it can neither renew nor release its leases (they
+    /// expire) nor save anything.
+    pub(crate) async fn crash(self) {
+        self.pool.close().await;
         self.service.shutdown().await;
     }
 }
