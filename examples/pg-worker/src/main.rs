@@ -28,6 +28,14 @@ struct Greeting {
 
 type Reply = (StatusCode, Json<serde_json::Value>);
 
+fn reply(code: StatusCode, body: serde_json::Value) -> Reply {
+    (code, Json(body))
+}
+
+fn error(code: StatusCode, message: impl ToString) -> Reply {
+    reply(code, serde_json::json!({ "error": message.to_string() }))
+}
+
 /// POST /greetings: the task for this key, new or the one submitted before.
 async fn submit(
     State(store): State<Arc<dyn TaskStore>>,
@@ -35,60 +43,40 @@ async fn submit(
     Json(body): Json<Greeting>,
 ) -> Reply {
     let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": "Idempotency-Key required"})),
-        );
+        return error(StatusCode::BAD_REQUEST, "Idempotency-Key required");
     };
     // The key names the request; the input hash says what it asked for, so
     // the same key with another name is refused rather than answered wrongly.
-    let task = NewTask::new(
-        RequestKey::new("demo", OPERATION, key),
-        InputHash::of([body.name.as_bytes()]),
-    )
-    .payload(body.name)
-    .without_handoff();
-    match store.submit(task).await {
-        Ok(submitted) => (
+    let input = InputHash::of([body.name.as_bytes()]);
+    let task = NewTask::new(RequestKey::new("demo", OPERATION, key), input).payload(body.name);
+    match store.submit(task.without_handoff()).await {
+        Ok(submitted) => reply(
             StatusCode::ACCEPTED,
-            Json(serde_json::json!({"id": submitted.task().id.to_string()})),
+            serde_json::json!({ "id": submitted.task().id.to_string() }),
         ),
-        Err(e @ (Error::KeyConflict { .. } | Error::InvalidInput(_))) => (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(serde_json::json!({"error": e.to_string()})),
-        ),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"error": e.to_string()})),
-        ),
+        Err(e @ (Error::KeyConflict { .. } | Error::InvalidInput(_))) => {
+            error(StatusCode::UNPROCESSABLE_ENTITY, e)
+        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
 /// GET /greetings/{id}: where the task is, and its saved response.
 async fn status(State(store): State<Arc<dyn TaskStore>>, Path(id): Path<String>) -> Reply {
     let Ok(id) = id.parse::<TaskId>() else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({"error": "not a task id"})),
-        );
+        return error(StatusCode::BAD_REQUEST, "not a task id");
     };
     match store.get(id).await {
-        Ok(Some(task)) => (
+        Ok(Some(task)) => reply(
             StatusCode::OK,
-            Json(serde_json::json!({
+            serde_json::json!({
                 "status": task.status.as_str(),
                 "attempts": task.attempts(),
                 "response": task.response.as_ref().and_then(Response::as_str),
-            })),
+            }),
         ),
-        Ok(None) => (
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({"error": "no such task"})),
-        ),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"error": e.to_string()})),
-        ),
+        Ok(None) => error(StatusCode::NOT_FOUND, "no such task"),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
@@ -106,12 +94,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres");
     let work = Duration::from_millis(env("WORK_MS", "100").parse()?);
     let lease = Duration::from_secs(env("LEASE_SECS", "30").parse()?);
-    let store = PgStore::new(
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(8)
-            .connect(&url)
-            .await?,
-    );
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&url)
+        .await?;
+    let store = PgStore::new(pool);
     store.migrate().await?;
 
     let queue = StoreQueue::new(Arc::new(store)).operation(OPERATION);
@@ -119,8 +106,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let submitter = queue.submitter();
     let worker = format!("pg-worker-{}", std::process::id());
     let consumer = queue.consumer(ConsumerConfig::new(worker, lease).concurrency(16))?;
-    // First SIGTERM: drain; a second: release what still runs, at once.
-    tokio::spawn(consumer.stop().clone().on_signals());
+    // First SIGTERM: drain (and stop serving); a second: release what still runs, at once.
+    let stop = consumer.stop().clone();
+    tokio::spawn(stop.clone().on_signals());
 
     let app = axum::Router::new()
         .route("/greetings", post(submit))
@@ -128,10 +116,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_state(submitter);
     let listener = tokio::net::TcpListener::bind(env("LISTEN", "127.0.0.1:3000")).await?;
     println!("listening on {}", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let serving = axum::serve(listener, app).with_graceful_shutdown(async move { stop.requested().await });
+    let server = tokio::spawn(async move { serving.await });
 
     let stopped = consumer.run(move |ctx| greet(ctx, work)).await?;
-    server.abort();
+    server.await??;
     println!(
         "stopped: {} completed, {} released",
         stopped.completed, stopped.released
