@@ -269,9 +269,23 @@ impl Statements {
         &self.list[shape.index()]
     }
 
-    /// Renders every statement for the quoted schema name `s`.
-    pub(crate) fn new(s: &str) -> Self {
+    /// Renders every statement for the quoted schema name `s`; with
+    /// `notify`, a submission of a task without a handoff also notifies that
+    /// channel (a plain identifier) with the task's operation.
+    pub(crate) fn new(s: &str, notify: Option<&str>) -> Self {
         let cols = TASK_COLUMNS;
+        // A SELECT in a WITH runs only as far as the query reads it, so the
+        // created branch reads the notification's CTE (once, and only when a
+        // task was created).
+        let (notified, read_notified) = match notify {
+            Some(channel) => (
+                format!(
+                    ",\n                notified AS (SELECT pg_notify('{channel}', $3) FROM created WHERE NOT $17)"
+                ),
+                "\n                WHERE (SELECT count(*) FROM notified) >= 0",
+            ),
+            None => (String::new(), ""),
+        };
         // A new task's row as `submit` returns it: the server's instants,
         // NULL for what the caller sent.
         let created_cols = TASK_COLUMNS
@@ -542,12 +556,12 @@ impl Statements {
                 ),
                 handoff AS (
                     INSERT INTO {s}.handoffs (task_id, created_at) SELECT $1, created_at FROM created WHERE $17
-                )
+                ){notified}
                 SELECT false AS created, {cols} FROM {s}.tasks
                 WHERE scope = $2 AND operation = $3 AND request_key = $4
                   AND NOT EXISTS (SELECT 1 FROM created)
                 UNION ALL
-                SELECT true, {created_cols} FROM created"
+                SELECT true, {created_cols} FROM created{read_notified}"
             )),
             get: Sql::from(format!("SELECT {cols} FROM {s}.tasks WHERE id = $1")),
             // The row and the store clock in one read: what a refused write is classified from.

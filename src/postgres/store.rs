@@ -59,6 +59,17 @@ pub struct PgStore {
     /// Set once the schema's history was found current (or this store
     /// migrated it): until then each operation checks it first.
     pub(super) migrated: Arc<AtomicBool>,
+    /// The channel submissions notify, if they do.
+    pub(super) notify: Option<String>,
+}
+
+/// The channel of a schema's submissions: `<schema>_submitted`, the schema
+/// cut to fit PostgreSQL's 63-byte identifiers (two schemas that share
+/// their first 53 bytes share a channel: a spurious wake-up at worst).
+fn notify_channel(schema: &str) -> String {
+    const SUFFIX: &str = "_submitted";
+    let keep = schema.len().min(63 - SUFFIX.len());
+    format!("{}{SUFFIX}", &schema[..keep])
 }
 
 impl fmt::Debug for PgStore {
@@ -83,6 +94,7 @@ impl fmt::Debug for PgStore {
 pub struct PgStoreBuilder {
     pool: PgPool,
     schema: String,
+    notify: bool,
 }
 
 impl PgStoreBuilder {
@@ -92,11 +104,33 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Makes every submission of a task without a handoff
+    /// ([`NewTask::without_handoff`](crate::NewTask::without_handoff)) also
+    /// `NOTIFY` [`PgStore::notify_channel`] with the task's operation, in the
+    /// same statement, so consumers in other processes can start it at once
+    /// ([`StoreQueue::wake_on_notify`](crate::runtime::StoreQueue::wake_on_notify))
+    /// instead of at their next poll. Off by default: PostgreSQL serializes
+    /// the commits of notifying transactions on one lock, which costs
+    /// enqueue throughput under load (`docs/PERFORMANCE.md` measures it).
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// let store = taskfence::PgStore::builder(pool).notify_on_submit().build()?;
+    /// assert_eq!(store.notify_channel(), Some("taskfence_submitted"));
+    /// # Ok(()) }
+    /// ```
+    pub fn notify_on_submit(mut self) -> Self {
+        self.notify = true;
+        self
+    }
+
     /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`](crate::error::InvalidInput::NotAnIdentifier) for a bad schema name.
     pub fn build(self) -> Result<PgStore> {
         let schema = Schema::new(&self.schema)?;
+        let notify = self.notify.then(|| notify_channel(schema.name()));
         Ok(PgStore {
-            sql: Arc::new(Statements::new(&schema.quoted())),
+            sql: Arc::new(Statements::new(&schema.quoted(), notify.as_deref())),
+            notify,
             pool: self.pool,
             schema,
             migrated: Arc::default(),
@@ -132,6 +166,7 @@ impl PgStore {
         PgStoreBuilder {
             pool,
             schema: DEFAULT_SCHEMA.to_owned(),
+            notify: false,
         }
     }
 
@@ -144,6 +179,18 @@ impl PgStore {
     /// ```
     pub fn schema(&self) -> &str {
         self.schema.name()
+    }
+
+    /// The channel this store's submissions `NOTIFY`, when built with
+    /// [`notify_on_submit`](PgStoreBuilder::notify_on_submit); `None` otherwise.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) {
+    /// assert_eq!(taskfence::PgStore::new(pool).notify_channel(), None);
+    /// # }
+    /// ```
+    pub fn notify_channel(&self) -> Option<&str> {
+        self.notify.as_deref()
     }
 
     /// The pool the store runs on.

@@ -206,6 +206,44 @@ impl StoreQueue {
         self.wake.clone()
     }
 
+    /// Wakes this queue's consumer on every `NOTIFY` of `store`'s
+    /// submissions (a store built with
+    /// [`notify_on_submit`](crate::postgres::PgStoreBuilder::notify_on_submit)),
+    /// so a task submitted by another process starts at once instead of at
+    /// the next poll. The listener holds one connection of the store's pool
+    /// and reconnects on its own; after a reconnection (notifications may
+    /// have been missed) it wakes the consumer once, and polling covers the
+    /// rest. Only notifications of this queue's operations wake it. Abort
+    /// the handle to stop listening.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> taskfence::Result<()> {
+    /// # let pool: sqlx::PgPool = todo!();
+    /// use std::sync::Arc;
+    /// let store = taskfence::PgStore::builder(pool).notify_on_submit().build()?;
+    /// let queue = taskfence::runtime::StoreQueue::new(Arc::new(store.clone())).operation("chat.reply");
+    /// let listening = queue.wake_on_notify(&store);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub fn wake_on_notify(&self, store: &crate::PgStore) -> tokio::task::JoinHandle<()> {
+        let wake = self.wake.clone();
+        let operations = self.operations.clone();
+        let pool = store.pool().clone();
+        let Some(channel) = store.notify_channel().map(str::to_owned) else {
+            tracing::warn!("the store does not notify its submissions: nothing to listen to");
+            return tokio::spawn(async {});
+        };
+        tokio::spawn(async move {
+            loop {
+                if let Err(error) = listen(&pool, &channel, &operations, &wake).await {
+                    tracing::warn!(%error, "listening for submissions failed; polling meanwhile");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        })
+    }
+
     /// The store the queue claims from.
     ///
     /// ```
@@ -235,6 +273,29 @@ impl Source for StoreQueue {
 
     fn wake(&self) -> Option<Wake> {
         Some(self.wake.clone())
+    }
+}
+
+/// Listens on `channel` and wakes `wake` for each notification of one of
+/// `operations` (any, when empty), and once after each reconnection.
+#[cfg(feature = "postgres")]
+async fn listen(
+    pool: &sqlx::PgPool,
+    channel: &str,
+    operations: &[String],
+    wake: &Wake,
+) -> std::result::Result<(), sqlx::Error> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    // Anything submitted before the LISTEN took effect.
+    wake.wake();
+    loop {
+        match listener.try_recv().await? {
+            Some(n) if operations.is_empty() || operations.iter().any(|o| o == n.payload()) => wake.wake(),
+            Some(_) => {}
+            // The connection was lost and is back: what was notified meanwhile is gone.
+            None => wake.wake(),
+        }
     }
 }
 

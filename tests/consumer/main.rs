@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod notify;
 mod scenarios;
 
 /// A fresh store of each backend: what keeps it alive, and the store.

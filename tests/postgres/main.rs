@@ -14,6 +14,7 @@ mod lease_expiry;
 mod lost_ack;
 mod migrations;
 mod model;
+mod notify;
 mod plans;
 mod purge;
 mod races;

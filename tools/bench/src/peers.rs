@@ -35,6 +35,7 @@ pub(crate) const BATCH: usize = 10;
 pub(crate) enum System {
     Consumer,
     ConsumerPrefetch,
+    ConsumerNotify,
     Batched,
     Ceiling,
     Apalis,
@@ -43,9 +44,10 @@ pub(crate) enum System {
 }
 
 impl System {
-    pub(crate) const ALL: [System; 7] = [
+    pub(crate) const ALL: [System; 8] = [
         System::Consumer,
         System::ConsumerPrefetch,
+        System::ConsumerNotify,
         System::Batched,
         System::Ceiling,
         System::Apalis,
@@ -57,6 +59,7 @@ impl System {
         match self {
             System::Consumer => "taskfence consumer",
             System::ConsumerPrefetch => "taskfence consumer, prefetch 4×",
+            System::ConsumerNotify => "taskfence consumer, NOTIFY",
             System::Batched => "taskfence broker, batched",
             System::Ceiling => "raw-SQL batched ceiling",
             System::Apalis => "apalis-postgres",
@@ -141,8 +144,9 @@ fn limit(n: u64) -> Duration {
 
 async fn measure(cfg: &Config, pool: &PgPool, system: System, workers: usize, n: u64) -> Res<Rates> {
     match system {
-        System::Consumer => consumer(cfg, pool, workers, n, 1).await,
-        System::ConsumerPrefetch => consumer(cfg, pool, workers, n, 4).await,
+        System::Consumer => consumer(cfg, pool, workers, n, 1, false).await,
+        System::ConsumerPrefetch => consumer(cfg, pool, workers, n, 4, false).await,
+        System::ConsumerNotify => consumer(cfg, pool, workers, n, 1, true).await,
         System::Batched => taskfence(cfg, pool, workers, n, BATCH).await,
         System::Ceiling => ceiling(cfg, pool, workers, n).await,
         #[cfg(feature = "apalis")]
@@ -157,13 +161,31 @@ async fn measure(cfg: &Config, pool: &PgPool, system: System, workers: usize, n:
 /// The consumer on the store: `submit` without a handoff one by one; then a
 /// `Consumer` on a `StoreQueue` with `concurrency = W` and `prefetch =
 /// prefetch × W` runs a no-op on each (`claim_next` fetches,
-/// group-committed completions).
-async fn consumer(cfg: &Config, main: &PgPool, workers: usize, n: u64, prefetch: usize) -> Res<Rates> {
+/// group-committed completions). With `notify`, each submission also
+/// `NOTIFY`s and the consumer listens (`StoreQueue::wake_on_notify`): the
+/// cost of the cross-process wake-up under load.
+async fn consumer(
+    cfg: &Config,
+    main: &PgPool,
+    workers: usize,
+    n: u64,
+    prefetch: usize,
+    notify: bool,
+) -> Res<Rates> {
     use taskfence::runtime::{ConsumerConfig, StoreQueue};
 
     let schema = BenchSchema::create(cfg, main).await?;
-    let pool = own_pool(cfg, workers).await?;
-    let store: Arc<dyn TaskStore> = Arc::new(PgStore::builder(pool.clone()).schema(schema.name()).build()?);
+    // One more connection for the listener.
+    let pool = own_pool(cfg, workers + usize::from(notify)).await?;
+    let mut builder = PgStore::builder(pool.clone()).schema(schema.name());
+    if notify {
+        builder = builder.notify_on_submit();
+    }
+    let pg = builder.build()?;
+    let store: Arc<dyn TaskStore> = Arc::new(pg.clone());
+    let queue = StoreQueue::new(store.clone());
+    // Listening while the tasks are submitted, as a deployment would.
+    let listening = notify.then(|| queue.wake_on_notify(&pg));
     let enqueue = {
         let store = store.clone();
         produce(workers, n, move |_| {
@@ -185,7 +207,7 @@ async fn consumer(cfg: &Config, main: &PgPool, workers: usize, n: u64, prefetch:
         .concurrency(workers)
         .prefetch(prefetch * workers)
         .idle(Duration::from_millis(1), Duration::from_millis(20));
-    let consumer = StoreQueue::new(store).consumer(config)?;
+    let consumer = queue.consumer(config)?;
     let stop = consumer.stop().clone();
     let running = tokio::spawn(consumer.run(|_ctx| async { Ok(Response::new(RESPONSE.to_vec())) }));
     let count = format!(
@@ -201,6 +223,9 @@ async fn consumer(cfg: &Config, main: &PgPool, workers: usize, n: u64, prefetch:
     let process = n as f64 / start.elapsed().as_secs_f64();
     stop.request();
     let stopped = running.await??;
+    if let Some(listening) = listening {
+        listening.abort();
+    }
     if stopped.completed != n {
         return Err(format!("the consumer completed {} of {n}", stopped.completed).into());
     }
@@ -641,7 +666,9 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              **taskfence consumer**: `submit` of tasks without a handoff (one row each), then \
              `runtime::Consumer` on a `StoreQueue` with `concurrency = W` (`claim_next` fetches up \
              to the free slots, completions group-committed by `complete_many`; `prefetch` at its \
-             default, W, and at 4W in the second row). **taskfence \
+             default, W, and at 4W in the second row; the idle wait 1–20 ms; in the third row the \
+             store `NOTIFY`s each submission (`PgStoreBuilder::notify_on_submit`) and the consumer \
+             listens, `StoreQueue::wake_on_notify`, during the enqueue too). **taskfence \
              broker, batched**: `submit` (task and handoff row), a dispatcher \
              (`dispatch_batches(100, {BATCH})` into an in-process channel standing for the broker, \
              included in the processing time) and per message of {BATCH} tasks `claim_many` + \

@@ -5,9 +5,10 @@
 use std::process::Command;
 
 /// The peers section's systems, as the report and the chart name them.
-const SYSTEMS: [&str; 7] = [
+const SYSTEMS: [&str; 8] = [
     "taskfence consumer",
     "taskfence consumer, prefetch 4×",
+    "taskfence consumer, NOTIFY",
     "taskfence broker, batched",
     "raw-SQL batched ceiling",
     "apalis-postgres",
