@@ -51,15 +51,16 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_POSITIONS", value_enum, default_value_t = Positions::Group)]
     pub positions: Positions,
 
-    /// Records of one partition processed at once.
-    #[arg(long, env = "TASKFENCE_PER_PARTITION", default_value_t = 4)]
-    pub per_partition: usize,
+    /// Tasks worked on at once (as many again are held claimed and ready).
+    #[arg(long, env = "TASKFENCE_CONCURRENCY", default_value_t = 16)]
+    pub concurrency: usize,
 
     /// Lease length (store clock), renewed every third of it while the provider runs.
     #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// Wait before claiming again after a lost lease or a store error.
+    /// The shortest wait before a record is delivered again (its task busy,
+    /// backing off, or its lease lost).
     #[arg(long, env = "TASKFENCE_RETRY_DELAY", default_value = "1s", value_parser = parse_duration)]
     pub retry_delay: Duration,
 
@@ -68,9 +69,10 @@ pub struct Settings {
     pub session_timeout: Duration,
 
     /// After SIGTERM/SIGINT: how long in-flight tasks may take to finish
-    /// before their leases are released. Keep it under the platform's kill
-    /// timeout (Kubernetes: terminationGracePeriodSeconds, 30 s by default)
-    /// with a few seconds to spare for the release and the final commit.
+    /// before their leases are released (a second signal releases at once).
+    /// Keep it under the platform's kill timeout (Kubernetes:
+    /// terminationGracePeriodSeconds, 30 s by default) with the release
+    /// deadline (5 s) and the final commit to spare.
     #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 

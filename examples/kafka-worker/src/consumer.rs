@@ -1,66 +1,58 @@
-//! The reply consumer: reads handoff records, runs each task through the
-//! worker runtime, and commits a partition's offset only once every record
-//! before it is durably handled.
+//! The reply consumer: taskfence's [`Consumer`] over a Kafka topic whose
+//! records name task ids (`KafkaSource`). The library claims each fetch in
+//! one `claim_many`, runs [`work`] under a concurrency limit, renews the
+//! leases, group-commits the responses and stops within a bound; this module
+//! only turns Kafka into deliveries and settlements into offsets.
 //!
-//! * Auto commit is off and so is `enable.auto.offset.store`: the only
-//!   commits are the ones this module issues, each one the
-//!   [`OffsetTracker`]'s safe position (the lowest record still in flight).
-//! * Several records of one partition run at once (bounded per partition by
-//!   [`ConsumerConfig::per_partition`]), so they finish out of order; the
-//!   tracker keeps the commit behind the oldest unfinished one.
-//! * Records are claimed in batches: after waiting for one record, the poll
-//!   loop takes every record already fetched (any partition) while its
-//!   partition has a free slot, without waiting for more, and claims their
-//!   tasks with one [`TaskStore::claim_many`]. Each record then runs on its
-//!   own exactly as [`Worker::handle`] would (its first claim answered from
-//!   the batch), renews its own lease, saves its own result and is finished
-//!   (and committed past) as soon as *it* settles, not when the batch does.
-//!   A second copy of a task in one batch is left out of the batch claim and
-//!   claims on its own, as before.
-//! * A record is finished when the store says its task is settled: saved by
-//!   this attempt, completed before (a re-read: the provider is not called),
-//!   or terminally failed. Busy or backing off: the consumer keeps the record
-//!   and claims again after the wait. Kafka has no per-message timer to bring
-//!   a record back, so giving up on it would stall the partition's commits.
-//! * On revoke: commit what is committable, stop tracking; the next owner
-//!   re-reads the rest from the committed offset. On (re)start: the group
-//!   resumes from the committed offset, and records whose tasks are already
-//!   complete are skipped by the claim.
-//! * On shutdown ([`ReplyConsumer::shutdown`]): no new records; in-flight
-//!   ones get [`ConsumerConfig::shutdown_grace`] to finish; the leases still
-//!   held after it are given back ([`TaskStore::release`]: pending again at
-//!   once, the attempt counted) and their records stay unfinished, so the
-//!   final commit stops before them and the next owner re-reads them.
+//! Why it looks the way it does:
+//! * **Commits are ours alone** (`enable.auto.commit` and
+//!   `enable.auto.offset.store` off), and each is the [`OffsetTracker`]'s safe
+//!   position: records finish out of order, so the commit stays on the lowest
+//!   one still in flight. A record is tracked from the moment it is fetched
+//!   and finished only when the store durably settled its task.
+//! * **Kafka cannot show one record again later**, so a record whose task is
+//!   busy, backing off, or whose lease was lost stays in flight here and is
+//!   delivered again after the wait; the store decides what it is worth then.
+//! * **A partition's records belong to one assignment.** Revoking commits the
+//!   safe position and forgets the rest: the next owner re-reads them, and a
+//!   late settlement of this assignment's record moves nothing.
+//! * **Stopping** is the consumer's: no more fetching, the grace for running
+//!   work, then its leases released; their records stay unfinished, so the
+//!   final commit (on leaving the group) stops before them.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use taskfence::error::InvalidInput;
-use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::intercept::{Call, Intercept, Intercepted, Outcome, Pending as Run};
 use taskfence::offsets::OffsetTracker;
-use taskfence::runtime::{AckReason, Disposition, LeaseHooks, Worker, WorkerConfig};
-use taskfence::{Claim, ClaimRequest, Fenced, Lease, PgStore, Response, TaskId, TaskStore, limits};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
-use tokio::task::JoinSet;
+use taskfence::runtime::{
+    AckReason, Consumer, ConsumerConfig, Delivery, Disposition, RetryReason, Source, Stop, Stopped,
+    WorkContext,
+};
+use taskfence::{Claim, ClaimRequest, Failure, Fenced, Lease, PgStore, Response, TaskId, TaskStore};
+use tokio::time::Instant;
 
 use crate::dispatcher::task_id;
 use crate::journal::{Event, Handled, Journal};
 use crate::positions::{Pending, PgPositions, PositionedStore};
 use crate::provider::{Provider, ProviderError, ProviderRequest};
 
-/// Where and how a reply consumer reads.
+/// How long a fetch waits for a record when none is waiting.
+const POLL_WAIT: Duration = Duration::from_secs(1);
+
+/// Where the consumer reads.
 #[derive(Debug, Clone)]
-pub struct ConsumerConfig {
+pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub bootstrap: String,
     /// The consumer group: consumers in one group share the partitions.
@@ -69,25 +61,16 @@ pub struct ConsumerConfig {
     pub topic: String,
     /// This consumer's name (Kafka `client.id`; use the worker id).
     pub name: String,
-    /// Records of one partition processed at once.
-    pub per_partition: usize,
-    /// Wait before claiming again after the lease was lost or the store failed.
-    pub retry_delay: Duration,
     /// `session.timeout.ms`: how long the group waits for a silent member.
     pub session_timeout: Duration,
-    /// On shutdown, how long in-flight records may take to finish before
-    /// their leases are released.
-    pub shutdown_grace: Duration,
 }
 
-impl ConsumerConfig {
-    /// A config with 4 records per partition, 500 ms retry delay, 10 s session
-    /// timeout, 30 s shutdown grace.
+impl KafkaConfig {
+    /// A config with a 10 s session timeout.
     ///
     /// ```
-    /// use kafka_worker::consumer::ConsumerConfig;
-    /// let c = ConsumerConfig::new("127.0.0.1:9092", "reply-workers", "handoffs", "worker-a");
-    /// assert_eq!(c.per_partition, 4);
+    /// let c = kafka_worker::KafkaConfig::new("127.0.0.1:9092", "reply-workers", "handoffs", "worker-a");
+    /// assert_eq!(c.session_timeout.as_secs(), 10);
     /// ```
     pub fn new(
         bootstrap: impl Into<String>,
@@ -100,14 +83,12 @@ impl ConsumerConfig {
             group: group.into(),
             topic: topic.into(),
             name: name.into(),
-            per_partition: 4,
-            retry_delay: Duration::from_millis(500),
             session_timeout: Duration::from_secs(10),
-            shutdown_grace: Duration::from_secs(30),
         }
     }
 
     fn client_config(&self) -> ClientConfig {
+        let session = self.session_timeout.as_millis();
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap)
             .set("group.id", &self.group)
@@ -116,62 +97,140 @@ impl ConsumerConfig {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
-            .set(
-                "heartbeat.interval.ms",
-                (self.session_timeout.as_millis() / 5).max(100).to_string(),
-            )
+            .set("session.timeout.ms", session.to_string())
+            .set("heartbeat.interval.ms", (session / 5).max(100).to_string())
             // Eager protocol: a rebalance revokes everything, then assigns.
             .set("partition.assignment.strategy", "roundrobin");
         c
     }
 }
 
-/// State shared by the poll loop, the record tasks and the rebalance callbacks.
+/// The work function: one provider call per claimed attempt, dropped when
+/// the lease is lost (another worker owns the task: this answer could not be
+/// saved anyway).
+pub async fn work(
+    provider: Arc<dyn Provider>,
+    journal: Arc<dyn Journal>,
+    worker: String,
+    ctx: WorkContext,
+) -> Result<Response, Failure> {
+    let request = ProviderRequest::for_attempt(&ctx);
+    let version = ctx.lease().version();
+    journal.record(Event::ProviderCall {
+        worker,
+        task: request.task_id,
+        version,
+    });
+    tokio::select! {
+        answer = provider.generate(&request) => answer.map(Response::from).map_err(ProviderError::into_failure),
+        () = ctx.lease_lost() => Err(Failure::retryable("lease lost during the provider call")),
+    }
+}
+
+/// A delivery's receipt: a record, in one assignment (`generation`) of its partition.
+#[derive(Debug, Clone, Copy)]
+struct Record {
+    partition: i32,
+    offset: i64,
+    task: TaskId,
+    generation: u64,
+}
+
+/// What the source, the rebalance callbacks and the handle share.
 struct Shared {
     name: String,
     topic: String,
     journal: Arc<dyn Journal>,
-    /// Which records are in flight per partition, and what is safe to commit.
+    /// Records in flight and safe positions. Lock order: tracker, then `state`.
     tracker: Arc<Mutex<OffsetTracker<i32>>>,
-    /// Partitions owned now, each with a flag cleared when it is revoked.
-    owned: Mutex<HashMap<i32, Arc<AtomicBool>>>,
     /// Set by [`ReplyConsumer::kill`]: a dead process runs no more code.
     dead: Arc<AtomicBool>,
-    /// PostgreSQL position mode: positions live in PostgreSQL, not in the group.
-    pg: Option<PgMode>,
-    /// The store the worker runs on, to release leases at shutdown.
-    store: Arc<dyn TaskStore>,
-    /// The lease each in-flight record holds now, by `(partition, offset)`.
-    held: Mutex<HashMap<(i32, i64), Lease>>,
+    state: Mutex<State>,
+    /// PostgreSQL position mode: the table, and the record each task came from.
+    positions: Option<(Arc<PgPositions>, Arc<Pending>)>,
+    /// The wait before a record whose lease was lost is claimed again.
+    retry_delay: Duration,
+    /// Taken on shutdown or kill (dropping it leaves the group).
+    client: Mutex<Option<Arc<StreamConsumer<Ctx>>>>,
 }
 
-struct PgMode {
-    positions: Arc<PgPositions>,
-    pending: Arc<Pending>,
+#[derive(Default)]
+struct State {
+    /// Owned partitions, each with its assignment's generation.
+    owned: HashMap<i32, u64>,
+    generations: u64,
+    /// Records to deliver again once their instant is reached.
+    waiting: Vec<(Instant, Record)>,
 }
 
 impl Shared {
+    fn new(kafka: &KafkaConfig, config: &ConsumerConfig, journal: Arc<dyn Journal>) -> Self {
+        Self {
+            name: kafka.name.clone(),
+            topic: kafka.topic.clone(),
+            journal,
+            tracker: Arc::default(),
+            dead: Arc::default(),
+            state: Mutex::default(),
+            positions: None,
+            retry_delay: config.min_retry_delay,
+            client: Mutex::new(None),
+        }
+    }
+
+    fn client(&self) -> Option<Arc<StreamConsumer<Ctx>>> {
+        self.client.lock().expect("client lock").clone()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("state lock")
+    }
+
+    /// A record is durably handled: journal it (a killed consumer too: the
+    /// save it waited for landed) and, if it belongs to the current
+    /// assignment, commit the partition's new safe position. Under the
+    /// tracker lock, so commits of one partition go out in order.
+    fn finish(&self, partition: i32, offset: i64, generation: u64, task: Option<TaskId>, handled: Handled) {
+        let mut tracker = self.tracker.lock().expect("tracker lock");
+        let consumer = self.name.clone();
+        self.journal.record(Event::Finished {
+            consumer,
+            partition,
+            offset,
+            task,
+            handled,
+        });
+        let current = self.state().owned.get(&partition) == Some(&generation);
+        if current
+            && !self.dead.load(Ordering::SeqCst)
+            && tracker.finish(&partition, offset)
+            && let Some(position) = tracker.take_commit(&partition)
+        {
+            self.commit(partition, position);
+        }
+    }
+
     /// Saves a safe position: to PostgreSQL in position mode (in the
-    /// background; positions only move forward, so order does not matter),
-    /// else as an asynchronous group commit. Call under the tracker lock.
-    fn commit<C: Consumer<Ctx>>(&self, consumer: &C, partition: i32, position: i64) {
+    /// background; positions only move forward), else as an asynchronous
+    /// group commit. Call under the tracker lock.
+    fn commit(&self, partition: i32, position: i64) {
+        let consumer = self.name.clone();
         self.journal.record(Event::Commit {
-            consumer: self.name.clone(),
+            consumer,
             partition,
             offset: position,
             with: None,
         });
-        if let Some(pg) = &self.pg {
-            let positions = Arc::clone(&pg.positions);
-            let (topic, name, journal) = (self.topic.clone(), self.name.clone(), Arc::clone(&self.journal));
+        if let Some((positions, _)) = &self.positions {
+            let (positions, topic) = (Arc::clone(positions), self.topic.clone());
+            let (journal, consumer) = (Arc::clone(&self.journal), self.name.clone());
             tokio::spawn(async move {
                 let ok = positions.save(&topic, partition, position).await;
                 if let Err(error) = &ok {
                     tracing::warn!(partition, position, %error, "saving the position failed; a later one covers it");
                 }
                 journal.record(Event::CommitResult {
-                    consumer: name,
+                    consumer,
                     partition,
                     offset: position,
                     ok: ok.is_ok(),
@@ -180,51 +239,204 @@ impl Shared {
             return;
         }
         let mut tpl = TopicPartitionList::new();
-        if let Err(error) = tpl
+        let committed = tpl
             .add_partition_offset(&self.topic, partition, Offset::Offset(position))
-            .and_then(|()| consumer.commit(&tpl, CommitMode::Async))
-        {
+            .and_then(|()| self.client().ok_or(KafkaError::Canceled))
+            .and_then(|client| client.commit(&tpl, CommitMode::Async));
+        if let Err(error) = committed {
             tracing::warn!(partition, position, %error, "commit failed; a later commit covers it");
             self.commit_result(partition, position, false);
         }
     }
 
-    fn owned(&self, partition: i32) -> Option<Arc<AtomicBool>> {
-        self.owned.lock().expect("owned lock").get(&partition).cloned()
-    }
-
-    /// A record is durably handled: mark it and commit the partition's new
-    /// safe position, if it moved. The commit is issued under the tracker lock,
-    /// so commits of one partition go out in order.
-    fn finish<C: Consumer<Ctx>>(&self, consumer: &C, partition: i32, offset: i64) {
-        let mut tracker = self.tracker.lock().expect("tracker lock");
-        if self.dead.load(Ordering::SeqCst) || !tracker.finish(&partition, offset) {
-            return; // revoked meanwhile: the next owner re-reads it
-        }
-        if let Some(position) = tracker.take_commit(&partition) {
-            self.commit(consumer, partition, position);
-        }
-    }
-
     fn commit_result(&self, partition: i32, offset: i64, ok: bool) {
+        let consumer = self.name.clone();
         self.journal.record(Event::CommitResult {
-            consumer: self.name.clone(),
+            consumer,
             partition,
             offset,
             ok,
         });
     }
+
+    /// Delivers the waiting records that are due (one per task, up to `max`);
+    /// returns when the next one is.
+    fn due(
+        &self,
+        max: usize,
+        out: &mut Vec<Delivery<Record>>,
+        tasks: &mut HashSet<TaskId>,
+    ) -> Option<Instant> {
+        let mut state = self.state();
+        let (now, mut next) = (Instant::now(), None::<Instant>);
+        let waiting = std::mem::take(&mut state.waiting);
+        for (at, record) in waiting {
+            if state.owned.get(&record.partition) != Some(&record.generation) {
+                continue; // revoked: the next owner re-reads it
+            }
+            if at <= now && out.len() < max && tasks.insert(record.task) {
+                self.deliver(record, out);
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+                state.waiting.push((at, record));
+            }
+        }
+        next
+    }
+
+    fn deliver(&self, record: Record, out: &mut Vec<Delivery<Record>>) {
+        if let Some((_, pending)) = &self.positions {
+            pending.expect(record.task, record.partition, record.offset);
+        }
+        out.push(Delivery::Task(record.task, record));
+    }
+
+    /// A record just read: tracked at once (so the commit stays before it),
+    /// then delivered, held for the next fetch (a second copy of a task in
+    /// this one), or finished (no task id).
+    fn received(
+        &self,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        out: &mut Vec<Delivery<Record>>,
+        tasks: &mut HashSet<TaskId>,
+    ) {
+        let (partition, offset, task) = (m.partition(), m.offset(), task_id(m.payload()));
+        let consumer = self.name.clone();
+        self.journal.record(Event::Received {
+            consumer,
+            partition,
+            offset,
+            task,
+        });
+        let mut tracker = self.tracker.lock().expect("tracker lock");
+        let mut state = self.state();
+        // Callbacks run only inside `recv`: a record of a revoked partition is stale.
+        let Some(&generation) = state.owned.get(&partition) else {
+            return;
+        };
+        tracker.start(partition, offset);
+        let Some(task) = task else {
+            tracing::warn!(partition, offset, "handoff without a task id; skipped");
+            drop((state, tracker));
+            return self.finish(partition, offset, generation, None, Handled::Malformed);
+        };
+        let record = Record {
+            partition,
+            offset,
+            task,
+            generation,
+        };
+        if tasks.insert(task) {
+            drop(state);
+            self.deliver(record, out);
+        } else {
+            // The first copy is claimed now; this one after it, alone.
+            state.waiting.push((Instant::now(), record));
+        }
+    }
 }
 
-/// The rdkafka context: rebalance and commit callbacks.
+/// The handoff topic as the consumer's [`Source`].
+struct KafkaSource(Arc<Shared>);
+
+#[async_trait]
+impl Source for KafkaSource {
+    type Receipt = Record;
+
+    /// The records due again, then what Kafka has: waits up to [`POLL_WAIT`]
+    /// (or until a record is due) for one, then takes what is fetched already.
+    async fn fetch(&self, max: usize, _claim: &ClaimRequest) -> taskfence::Result<Vec<Delivery<Record>>> {
+        let shared = &self.0;
+        let (mut out, mut tasks) = (Vec::new(), HashSet::new());
+        let Some(client) = shared.client().filter(|_| !shared.dead.load(Ordering::SeqCst)) else {
+            return Ok(out);
+        };
+        let next = shared.due(max, &mut out, &mut tasks);
+        let mut wait = match next {
+            _ if !out.is_empty() => Duration::ZERO,
+            Some(at) => POLL_WAIT.min(at.saturating_duration_since(Instant::now())),
+            None => POLL_WAIT,
+        };
+        while out.len() < max {
+            // A zero timeout still polls once: takes what is fetched already.
+            let Ok(message) = tokio::time::timeout(wait, client.recv()).await else {
+                break;
+            };
+            wait = Duration::ZERO;
+            match message {
+                Ok(m) => shared.received(&m, &mut out, &mut tasks),
+                Err(error) => {
+                    tracing::warn!(%error, "receive failed");
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ack: the record is handled. Released (a stop): it stays unfinished
+    /// for the next owner. Any other: delivered again after the wait.
+    async fn settle(&self, record: Record, disposition: Disposition) -> taskfence::Result<()> {
+        let shared = &self.0;
+        if let Some((_, pending)) = &shared.positions {
+            pending.forget(record.task, record.partition, record.offset);
+        }
+        let Record {
+            partition,
+            offset,
+            task,
+            generation,
+        } = record;
+        let delay = match disposition {
+            Disposition::Ack(reason) => {
+                shared.finish(partition, offset, generation, Some(task), handled_as(reason));
+                return Ok(());
+            }
+            Disposition::RetryAfter {
+                reason: RetryReason::Released,
+                ..
+            } => {
+                let consumer = shared.name.clone();
+                shared.journal.record(Event::Released {
+                    consumer,
+                    partition,
+                    offset,
+                    task,
+                });
+                return Ok(());
+            }
+            Disposition::RetryAfter { delay, reason } => {
+                tracing::debug!(%task, ?reason, ?delay, "not now; delivered again after the wait");
+                delay
+            }
+            Disposition::Leave(reason) => {
+                tracing::info!(%task, ?reason, "lease lost or store failed; delivered again");
+                shared.retry_delay
+            }
+        };
+        shared.state().waiting.push((Instant::now() + delay, record));
+        Ok(())
+    }
+}
+
+fn handled_as(reason: AckReason) -> Handled {
+    match reason {
+        AckReason::Completed => Handled::Completed,
+        AckReason::AlreadyCompleted => Handled::AlreadyCompleted,
+        AckReason::CompletedElsewhere => Handled::CompletedElsewhere,
+        AckReason::Failed => Handled::Failed,
+        _ => Handled::Dropped,
+    }
+}
+
+/// The rdkafka context: rebalance and commit callbacks (run inside `recv`).
 struct Ctx(Arc<Shared>);
 
 impl ClientContext for Ctx {}
 
 impl ConsumerContext for Ctx {
     fn pre_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let shared = &self.0;
-        let Rebalance::Revoke(revoked) = rebalance else {
+        let (shared, Rebalance::Revoke(revoked)) = (&self.0, rebalance) else {
             return;
         };
         let mut commit = TopicPartitionList::new();
@@ -233,19 +445,16 @@ impl ConsumerContext for Ctx {
             if shared.dead.load(Ordering::SeqCst) {
                 return;
             }
-            let mut owned = shared.owned.lock().expect("owned lock");
+            let mut state = shared.state();
             for element in revoked.elements_for_topic(&shared.topic) {
                 let partition = element.partition();
-                if let Some(flag) = owned.remove(&partition) {
-                    flag.store(false, Ordering::SeqCst);
-                }
-                shared.journal.record(Event::Revoked {
-                    consumer: shared.name.clone(),
-                    partition,
-                });
+                state.owned.remove(&partition);
+                let consumer = shared.name.clone();
+                shared.journal.record(Event::Revoked { consumer, partition });
                 if let Some(position) = tracker.revoke(&partition) {
+                    let consumer = shared.name.clone();
                     shared.journal.record(Event::Commit {
-                        consumer: shared.name.clone(),
+                        consumer,
                         partition,
                         offset: position,
                         with: None,
@@ -254,34 +463,34 @@ impl ConsumerContext for Ctx {
                 }
             }
         }
-        if commit.count() > 0 {
-            // Synchronous: the next owner must see it.
-            let ok = match &shared.pg {
-                Some(pg) => block_on(async {
-                    for e in commit.elements() {
-                        if let Offset::Offset(o) = e.offset() {
-                            pg.positions.save(&shared.topic, e.partition(), o).await?;
-                        }
+        if commit.count() == 0 {
+            return;
+        }
+        // Synchronous: the next owner must see it.
+        let ok = match &shared.positions {
+            Some((positions, _)) => block_on(async {
+                for e in commit.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        positions.save(&shared.topic, e.partition(), o).await?;
                     }
-                    Ok::<_, taskfence::Error>(())
-                })
-                .map_err(|e| e.to_string()),
-                None => base.commit(&commit, CommitMode::Sync).map_err(|e| e.to_string()),
-            };
-            if let Err(error) = &ok {
-                tracing::warn!(%error, "commit on revoke failed; the next owner re-reads more");
-            }
-            for e in commit.elements() {
-                if let Offset::Offset(o) = e.offset() {
-                    shared.commit_result(e.partition(), o, ok.is_ok());
                 }
+                Ok::<_, taskfence::Error>(())
+            })
+            .map_err(|e| e.to_string()),
+            None => base.commit(&commit, CommitMode::Sync).map_err(|e| e.to_string()),
+        };
+        if let Err(error) = &ok {
+            tracing::warn!(%error, "commit on revoke failed; the next owner re-reads more");
+        }
+        for e in commit.elements() {
+            if let Offset::Offset(o) = e.offset() {
+                shared.commit_result(e.partition(), o, ok.is_ok());
             }
         }
     }
 
     fn post_rebalance(&self, base: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let shared = &self.0;
-        let Rebalance::Assign(assigned) = rebalance else {
+        let (shared, Rebalance::Assign(assigned)) = (&self.0, rebalance) else {
             return;
         };
         if shared.dead.load(Ordering::SeqCst) {
@@ -292,12 +501,12 @@ impl ConsumerContext for Ctx {
             .iter()
             .map(|e| e.partition())
             .collect();
-        // Where this assignment resumes: PostgreSQL mode seeks to the saved
-        // positions (the first record when none is saved); otherwise the group's
-        // committed offsets apply, read back here for the journal.
+        // Where this assignment resumes: position mode seeks to the saved
+        // positions (the first record when none is saved); otherwise the
+        // group's committed offsets apply, read back here for the journal.
         // `None`: unknown (the read failed), so the journal makes no claim.
-        let committed: Option<HashMap<i32, Option<i64>>> = match &shared.pg {
-            Some(pg) => match block_on(pg.positions.load(&shared.topic, &partitions)) {
+        let committed: Option<HashMap<i32, Option<i64>>> = match &shared.positions {
+            Some((positions, _)) => match block_on(positions.load(&shared.topic, &partitions)) {
                 Ok(saved) => {
                     let mut seek = TopicPartitionList::new();
                     for p in &partitions {
@@ -319,29 +528,31 @@ impl ConsumerContext for Ctx {
             None => base
                 .committed_offsets((*assigned).clone(), Duration::from_secs(10))
                 .map(|tpl| {
-                    tpl.elements_for_topic(&shared.topic)
-                        .into_iter()
-                        .map(|e| {
-                            let offset = match e.offset() {
-                                Offset::Offset(o) => Some(o),
-                                _ => None,
-                            };
-                            (e.partition(), offset)
-                        })
+                    let offset = |o| match o {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    };
+                    let elements = tpl.elements_for_topic(&shared.topic);
+                    elements
+                        .iter()
+                        .map(|e| (e.partition(), offset(e.offset())))
                         .collect()
                 })
                 .inspect_err(|error| tracing::warn!(%error, "could not read the committed offsets"))
                 .ok(),
         };
-        let mut owned = shared.owned.lock().expect("owned lock");
-        for element in assigned.elements_for_topic(&shared.topic) {
-            let partition = element.partition();
-            owned.insert(partition, Arc::new(AtomicBool::new(true)));
+        let mut state = shared.state();
+        for partition in partitions {
+            state.generations += 1;
+            let generation = state.generations;
+            state.owned.insert(partition, generation);
             if let Some(committed) = &committed {
+                let (consumer, committed) =
+                    (shared.name.clone(), committed.get(&partition).copied().flatten());
                 shared.journal.record(Event::Assigned {
-                    consumer: shared.name.clone(),
+                    consumer,
                     partition,
-                    committed: committed.get(&partition).copied().flatten(),
+                    committed,
                 });
             }
         }
@@ -359,644 +570,195 @@ impl ConsumerContext for Ctx {
     }
 }
 
-/// A running reply consumer. Stop it with [`shutdown`](Self::shutdown)
-/// (finish in-flight records, commit, leave the group) or, in a crash test,
-/// [`kill`](Self::kill).
+/// Waits for a future from a synchronous rdkafka callback (multi-thread runtime only).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
+}
+
+/// The store as this consumer sees it: every call refused once it is
+/// killed (a dead process writes nothing), batches kept native.
+struct Alive(Arc<AtomicBool>);
+
+#[async_trait]
+impl Intercept for Alive {
+    async fn around<'a, T: Outcome + Send + 'a>(
+        &'a self,
+        _call: Call,
+        run: Run<'a, T>,
+    ) -> taskfence::Result<T> {
+        if self.0.load(Ordering::SeqCst) {
+            return Err(taskfence::Error::storage(std::io::Error::other(
+                "consumer killed",
+            )));
+        }
+        run.await
+    }
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> taskfence::Result<Vec<Claim>> {
+        inner.claim_many(ids, request).await
+    }
+    async fn complete_many(
+        &self,
+        inner: &dyn TaskStore,
+        completions: Vec<(Lease, Response)>,
+    ) -> taskfence::Result<Vec<taskfence::Result<Fenced<taskfence::Task>>>> {
+        inner.complete_many(completions).await
+    }
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        by: Duration,
+    ) -> taskfence::Result<Vec<Fenced<()>>> {
+        inner.renew_many(leases, by).await
+    }
+}
+
+/// A running reply consumer. Stop it with [`shutdown`](Self::shutdown) (or
+/// its [`stop`](Self::stop) switch), or, in a crash test, [`kill`](Self::kill).
 pub struct ReplyConsumer {
     shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<ShutdownReport>,
+    stop: Stop,
+    task: tokio::task::JoinHandle<taskfence::Result<Stopped>>,
 }
 
 impl ReplyConsumer {
-    /// Subscribes to the handoff topic and starts processing, with tasks
-    /// in `store` and the group's committed offsets as positions.
+    /// Subscribes to the topic and starts consuming, with tasks in `store`
+    /// and the group's committed offsets as positions.
     pub fn spawn(
-        config: ConsumerConfig,
+        kafka: KafkaConfig,
         store: Arc<dyn TaskStore>,
-        worker: WorkerConfig,
+        config: ConsumerConfig,
         provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
     ) -> Result<Self, SpawnError> {
-        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-        Self::start(
-            config,
-            store,
-            worker,
-            provider,
-            journal,
-            tracker,
-            Arc::default(),
-            None,
-        )
+        let shared = Shared::new(&kafka, &config, journal);
+        Self::start(kafka, store, config, provider, shared)
     }
 
     /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
-    /// completion saves its partition's position in the same transaction
-    /// (through [`PgStore::on`]`(&mut tx).complete(…)`), and an assigned partition starts
-    /// from the saved position; the group's offsets are not used. See
-    /// [`positions`](crate::positions) for what that protects and what not.
-    ///
-    /// The rebalance callbacks wait for PostgreSQL with `block_in_place`, so
-    /// this needs tokio's multi-thread runtime.
+    /// completion saves its partition's position in the same transaction,
+    /// and an assigned partition starts from the saved position; the group's
+    /// offsets are not used. See [`positions`](crate::positions). The
+    /// rebalance callbacks wait for PostgreSQL with `block_in_place`: this
+    /// needs tokio's multi-thread runtime.
     pub fn spawn_with_positions(
+        kafka: KafkaConfig,
         config: ConsumerConfig,
-        worker: WorkerConfig,
         store: Arc<PgStore>,
         positions: Arc<PgPositions>,
         provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
     ) -> Result<Self, SpawnError> {
-        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-        let dead = Arc::new(AtomicBool::new(false));
-        let pending = Arc::new(Pending::new(
-            config.topic.clone(),
-            config.name.clone(),
-            Arc::clone(&tracker),
-            Arc::clone(&dead),
-            Arc::clone(&journal),
-        ));
-        let positioned = PositionedStore::wrap(store, Arc::clone(&positions), Arc::clone(&pending));
-        let pg = PgMode { positions, pending };
-        Self::start(
-            config,
-            Arc::new(positioned),
-            worker,
-            provider,
+        let mut shared = Shared::new(&kafka, &config, Arc::clone(&journal));
+        let (topic, tracker, dead) = (kafka.topic.clone(), &shared.tracker, &shared.dead);
+        let pending = Pending::new(
+            topic,
+            kafka.name.clone(),
+            Arc::clone(tracker),
+            Arc::clone(dead),
             journal,
-            tracker,
-            dead,
-            Some(pg),
-        )
+        );
+        let pending = Arc::new(pending);
+        let store = PositionedStore::wrap(store, Arc::clone(&positions), Arc::clone(&pending));
+        shared.positions = Some((positions, pending));
+        // Each completion is a transaction of its own (it moves its record's
+        // position): batching them would only hold each answer for the batch.
+        let config = config.commit(1, Duration::ZERO);
+        Self::start(kafka, Arc::new(store), config, provider, shared)
     }
 
-    #[allow(clippy::too_many_arguments)] // private: the two public constructors name them
     fn start(
-        config: ConsumerConfig,
+        kafka: KafkaConfig,
         store: Arc<dyn TaskStore>,
-        worker: WorkerConfig,
+        config: ConsumerConfig,
         provider: Arc<dyn Provider>,
-        journal: Arc<dyn Journal>,
-        tracker: Arc<Mutex<OffsetTracker<i32>>>,
-        dead: Arc<AtomicBool>,
-        pg: Option<PgMode>,
+        shared: Shared,
     ) -> Result<Self, SpawnError> {
-        let worker = Worker::new(Arc::clone(&store), worker)?;
-        let shared = Arc::new(Shared {
-            name: config.name.clone(),
-            topic: config.topic.clone(),
-            journal,
-            tracker,
-            owned: Mutex::new(HashMap::new()),
-            dead,
-            pg,
-            store,
-            held: Mutex::new(HashMap::new()),
-        });
-        let consumer: StreamConsumer<Ctx> = config
+        let shared = Arc::new(shared);
+        let store = Arc::new(Intercepted::new(store, Alive(Arc::clone(&shared.dead))));
+        let consumer = Consumer::new(store, KafkaSource(Arc::clone(&shared)), config)?;
+        let client: StreamConsumer<Ctx> = kafka
             .client_config()
             .create_with_context(Ctx(Arc::clone(&shared)))?;
-        consumer.subscribe(&[&config.topic])?;
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(poll_loop(
-            Arc::new(consumer),
-            Arc::clone(&shared),
-            config,
-            worker,
-            provider,
-            stopped,
-        ));
-        Ok(Self { shared, stop, task })
+        client.subscribe(&[&kafka.topic])?;
+        *shared.client.lock().expect("client lock") = Some(Arc::new(client));
+        let stop = consumer.stop().clone();
+        let (journal, name) = (Arc::clone(&shared.journal), shared.name.clone());
+        let run =
+            consumer.run(move |ctx| work(Arc::clone(&provider), Arc::clone(&journal), name.clone(), ctx));
+        Ok(Self {
+            shared,
+            stop,
+            task: tokio::spawn(run),
+        })
     }
 
     /// Partitions this consumer owns now.
     pub fn assigned(&self) -> Vec<i32> {
-        let mut p: Vec<i32> = self
-            .shared
-            .owned
-            .lock()
-            .expect("owned lock")
-            .keys()
-            .copied()
-            .collect();
+        let mut p: Vec<i32> = self.shared.state().owned.keys().copied().collect();
         p.sort_unstable();
         p
     }
 
-    /// Graceful stop: no new records; in-flight ones get
-    /// [`ConsumerConfig::shutdown_grace`] to finish and commit; the leases
-    /// still held then are released and their records left unfinished; then
-    /// the consumer leaves the group (revoking commits the safe positions).
-    pub async fn shutdown(self) -> ShutdownReport {
-        let _ = self.stop.send(true);
-        self.task.await.unwrap_or_else(|error| {
-            tracing::warn!(%error, "consumer task ended abnormally");
-            ShutdownReport::default()
-        })
+    /// The stop switch: the first request drains, a second releases at once.
+    pub fn stop(&self) -> &Stop {
+        &self.stop
     }
 
-    /// Simulates a crash (`kill -9`): from now on this consumer runs none of
-    /// its own code: no commit, no revoke handling, in-flight records and their
-    /// leases abandoned mid-call. What it committed before stays; everything
-    /// after is re-read by the next owner. (Destroying the librdkafka client
-    /// still sends LeaveGroup, so the group rebalances at once instead of after
-    /// `session.timeout.ms`; the offsets involved are the same.)
+    /// Stops (draining, unless a stop is already further along), waits for
+    /// the consumer, then leaves the group: the revoke commits the safe
+    /// positions. Returns what the consumer did.
+    pub async fn shutdown(self) -> Stopped {
+        self.stop.drain();
+        let stopped = match self.task.await {
+            Ok(Ok(stopped)) => stopped,
+            Ok(Err(error)) => {
+                tracing::error!(%error, "the consumer could not start");
+                Stopped::default()
+            }
+            Err(error) => {
+                tracing::warn!(%error, "consumer task ended abnormally");
+                Stopped::default()
+            }
+        };
+        // Closing the client is blocking (librdkafka waits for the leave).
+        let client = self.shared.client.lock().expect("client lock").take();
+        let _ = tokio::task::spawn_blocking(move || drop(client)).await;
+        stopped
+    }
+
+    /// Simulates a crash (`kill -9`): from now on this consumer commits
+    /// nothing and its store calls are refused (so its leases are left to
+    /// expire), its work is dropped; what it committed before stays, the
+    /// next owner re-reads the rest. Only saves already under way are still
+    /// journaled as finished. (Destroying the librdkafka client still sends
+    /// LeaveGroup, so the group rebalances at once instead of after
+    /// `session.timeout.ms`.)
     pub fn kill(self) {
         {
             let _tracker = self.shared.tracker.lock().expect("tracker lock");
             self.shared.dead.store(true, Ordering::SeqCst);
         }
-        self.shared.journal.record(Event::Killed {
-            consumer: self.shared.name.clone(),
-        });
-        self.task.abort();
+        let consumer = self.shared.name.clone();
+        self.shared.journal.record(Event::Killed { consumer });
+        self.stop.now();
+        let client = self.shared.client.lock().expect("client lock").take();
+        tokio::task::spawn_blocking(move || drop(client));
     }
-}
-
-impl std::fmt::Debug for ReplyConsumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplyConsumer")
-            .field("name", &self.shared.name)
-            .finish_non_exhaustive()
-    }
-}
-
-async fn poll_loop(
-    consumer: Arc<StreamConsumer<Ctx>>,
-    shared: Arc<Shared>,
-    config: ConsumerConfig,
-    worker: Worker,
-    provider: Arc<dyn Provider>,
-    mut stop: watch::Receiver<bool>,
-) -> ShutdownReport {
-    let mut records = JoinSet::new();
-    let mut slots: HashMap<i32, Arc<Semaphore>> = HashMap::new();
-    let mut slot = |partition: i32| {
-        Arc::clone(
-            slots
-                .entry(partition)
-                .or_insert_with(|| Arc::new(Semaphore::new(config.per_partition.max(1)))),
-        )
-    };
-    // A record read while gathering whose partition had no free slot: it
-    // opens the next batch.
-    let mut carried: Option<Incoming> = None;
-    loop {
-        // The first record of a batch: wait for it, then for a slot of its
-        // partition (bounded concurrency per partition).
-        let first = match carried.take() {
-            Some(record) => record,
-            None => {
-                let message = tokio::select! {
-                    _ = stop.wait_for(|stop| *stop) => break,
-                    m = consumer.recv() => m,
-                };
-                match message {
-                    Ok(m) => shared.received(&m),
-                    Err(error) => {
-                        tracing::warn!(%error, "receive failed");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        continue;
-                    }
-                }
-            }
-        };
-        // Callbacks only run inside `recv`, so the assignment cannot change
-        // while this waits for a slot.
-        let Some(owned) = shared.owned(first.partition) else {
-            continue; // a record of a partition revoked meanwhile
-        };
-        let permit = tokio::select! {
-            // Every slot held by a long call must not delay the shutdown: this
-            // record was not started, so the next owner reads it.
-            _ = stop.wait_for(|stop| *stop) => break,
-            permit = slot(first.partition).acquire_owned() => permit.expect("semaphore never closed"),
-        };
-        let mut batch = vec![shared.start(first, owned, permit)];
-        // Then every record already fetched, from any partition, while its
-        // partition has a free slot: no waiting for more. Each is tracked as
-        // soon as it is taken, so a revoke inside a later `recv` sees it.
-        while batch.len() < limits::MAX_BATCH {
-            let Some(message) = ready_now(consumer.recv()).await else {
-                break; // nothing more fetched right now
-            };
-            let record = match message {
-                Ok(m) => shared.received(&m),
-                Err(error) => {
-                    tracing::warn!(%error, "receive failed");
-                    break;
-                }
-            };
-            let Some(owned) = shared.owned(record.partition) else {
-                continue;
-            };
-            match slot(record.partition).try_acquire_owned() {
-                Ok(permit) => batch.push(shared.start(record, owned, permit)),
-                Err(_) => {
-                    carried = Some(record);
-                    break;
-                }
-            }
-        }
-        launch(
-            batch,
-            &mut records,
-            &consumer,
-            &shared,
-            &worker,
-            &provider,
-            config.retry_delay,
-        );
-        while records.try_join_next().is_some() {}
-    }
-    // Graceful stop: in-flight records get the grace period to settle and commit.
-    let in_flight = records.len();
-    let drained = tokio::time::timeout(config.shutdown_grace, async {
-        while records.join_next().await.is_some() {}
-    })
-    .await
-    .is_ok();
-    let mut report = ShutdownReport {
-        in_flight,
-        ..ShutdownReport::default()
-    };
-    if !drained {
-        report.left_unfinished = records.len();
-        // Out of time: stop the work (dropping a `handle` future abandons its
-        // lease), then give every lease back so the tasks are claimable at once
-        // instead of after the lease expiry. Their records stay unfinished.
-        records.shutdown().await;
-        let held: Vec<((i32, i64), Lease)> = shared.held.lock().expect("held lock").drain().collect();
-        for ((partition, offset), lease) in held {
-            let task = lease.task_id();
-            let accepted = match shared.store.release(lease).await {
-                Ok(Fenced::Accepted(())) => true,
-                Ok(Fenced::Rejected(rejection)) => {
-                    tracing::info!(%task, %rejection, "release refused; the task was settled or taken over");
-                    false
-                }
-                Err(error) => {
-                    // The lease expires by itself; the task is claimable after it.
-                    tracing::warn!(%task, %error, "release failed");
-                    false
-                }
-            };
-            shared.journal.record(Event::Released {
-                consumer: shared.name.clone(),
-                partition,
-                offset,
-                task,
-                accepted,
-            });
-            report.released += usize::from(accepted);
-        }
-    }
-    // Dropping the client closes it (blocking): revoke runs and commits what is left.
-    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
-    report
-}
-
-/// What [`ReplyConsumer::shutdown`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ShutdownReport {
-    /// Records in flight when the shutdown began.
-    pub in_flight: usize,
-    /// Leases given back because the grace period ran out.
-    pub released: usize,
-    /// Records left unfinished (released, or waiting out a backoff): the next
-    /// owner re-reads them.
-    pub left_unfinished: usize,
-}
-
-/// A record as read, before it is tracked.
-struct Incoming {
-    partition: i32,
-    offset: i64,
-    task: Option<TaskId>,
-}
-
-/// A tracked record: started in the tracker, holding a slot of its partition.
-struct Record {
-    partition: i32,
-    offset: i64,
-    task: Option<TaskId>,
-    owned: Arc<AtomicBool>,
-    permit: OwnedSemaphorePermit,
-}
-
-impl Shared {
-    /// Journals a record as received and reads its task id.
-    fn received(&self, message: &BorrowedMessage<'_>) -> Incoming {
-        let record = Incoming {
-            partition: message.partition(),
-            offset: message.offset(),
-            task: task_id(message.payload()),
-        };
-        self.journal.record(Event::Received {
-            consumer: self.name.clone(),
-            partition: record.partition,
-            offset: record.offset,
-            task: record.task,
-        });
-        record
-    }
-
-    /// Starts tracking a record: from now on the commit stays before it until it finishes.
-    fn start(&self, record: Incoming, owned: Arc<AtomicBool>, permit: OwnedSemaphorePermit) -> Record {
-        self.tracker
-            .lock()
-            .expect("tracker lock")
-            .start(record.partition, record.offset);
-        Record {
-            partition: record.partition,
-            offset: record.offset,
-            task: record.task,
-            owned,
-            permit,
-        }
-    }
-}
-
-/// The output of `future` if it is ready at the first poll: takes what is
-/// already fetched without waiting for more.
-async fn ready_now<F: Future>(future: F) -> Option<F::Output> {
-    let mut future = pin!(future);
-    std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
-        Poll::Ready(output) => Poll::Ready(Some(output)),
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await
-}
-
-/// Runs a gathered batch: one task per record, and one `claim_many` for the
-/// distinct tasks of the batch (two or more), whose answers the records'
-/// first claims take.
-fn launch(
-    batch: Vec<Record>,
-    records: &mut JoinSet<()>,
-    consumer: &Arc<StreamConsumer<Ctx>>,
-    shared: &Arc<Shared>,
-    worker: &Worker,
-    provider: &Arc<dyn Provider>,
-    retry_delay: Duration,
-) {
-    let mut seen = HashSet::new();
-    let mut waiting = Vec::new();
-    for record in batch {
-        let first_claim = match record.task {
-            // A second copy of a task in this batch claims on its own, as before.
-            Some(id) if seen.insert(id) => {
-                let (answer, first_claim) = oneshot::channel();
-                waiting.push((id, answer));
-                Some(first_claim)
-            }
-            _ => None,
-        };
-        records.spawn(process(
-            record,
-            first_claim,
-            Arc::clone(consumer),
-            Arc::clone(shared),
-            worker.clone(),
-            Arc::clone(provider),
-            retry_delay,
-        ));
-    }
-    if waiting.len() >= 2 {
-        let request = ClaimRequest::new(worker.config().worker_id.clone(), worker.config().lease);
-        tokio::spawn(claim_batch(Arc::clone(shared), request, waiting));
-    }
-    // A batch of one: dropping the sender lets the record claim on its own.
-}
-
-/// One `claim_many` for a batch; hands each answer to its record. On a store
-/// error the records claim on their own (their senders are dropped).
-async fn claim_batch(
-    shared: Arc<Shared>,
-    request: ClaimRequest,
-    waiting: Vec<(TaskId, oneshot::Sender<Claim>)>,
-) {
-    if shared.dead.load(Ordering::SeqCst) {
-        return; // killed before the claim went out: a dead process claims nothing
-    }
-    let ids: Vec<TaskId> = waiting.iter().map(|(id, _)| *id).collect();
-    let claims = match shared.store.claim_many(&ids, request).await {
-        Ok(claims) => claims,
-        Err(error) => {
-            tracing::warn!(%error, tasks = ids.len(), "batch claim failed; each record claims on its own");
-            return;
-        }
-    };
-    tracing::debug!(tasks = ids.len(), "claimed a batch");
-    for ((_, answer), claim) in waiting.into_iter().zip(claims) {
-        // The record's task is gone (stopped or killed) and the claim took a
-        // lease: give it back, unless this process is "dead".
-        if let Err(Claim::Acquired(lease)) = answer.send(claim)
-            && !shared.dead.load(Ordering::SeqCst)
-        {
-            release_unused(&shared, lease).await;
-        }
-    }
-}
-
-/// Gives back a lease the batch claim took for a record that will not work on it.
-async fn release_unused(shared: &Shared, lease: Lease) {
-    let task = lease.task_id();
-    if let Err(error) = shared.store.release(lease).await {
-        tracing::warn!(%task, %error, "releasing an unused lease failed; it expires by itself");
-    }
-}
-
-/// Answers one claim of `task` with the batch's answer, once; everything
-/// else passes through. A record's first [`Worker::handle`] runs on it, so
-/// the batch's claim is decided exactly as that `handle` would decide it.
-struct Answered {
-    task: TaskId,
-    claim: Mutex<Option<Claim>>,
-}
-
-#[async_trait]
-impl Intercept for Answered {
-    async fn claim(
-        &self,
-        inner: &dyn TaskStore,
-        id: TaskId,
-        request: ClaimRequest,
-    ) -> taskfence::Result<Claim> {
-        if id == self.task
-            && let Some(claim) = self.claim.lock().expect("answered lock").take()
-        {
-            return Ok(claim);
-        }
-        inner.claim(id, request).await
-    }
-}
-
-async fn process(
-    record: Record,
-    first_claim: Option<oneshot::Receiver<Claim>>,
-    consumer: Arc<StreamConsumer<Ctx>>,
-    shared: Arc<Shared>,
-    worker: Worker,
-    provider: Arc<dyn Provider>,
-    retry_delay: Duration,
-) {
-    let Record {
-        partition,
-        offset,
-        task,
-        owned,
-        permit: _permit,
-    } = record;
-    // The batch's answer for this record's task, if it was in a batch claim
-    // (`None`: claim on its own).
-    let mut first_claim = match first_claim {
-        Some(answer) => answer.await.ok(),
-        None => None,
-    };
-    let handled = match task {
-        None => {
-            tracing::warn!(partition, offset, "handoff without a task id; skipped");
-            Handled::Malformed
-        }
-        Some(id) => loop {
-            if !owned.load(Ordering::SeqCst) {
-                if let Some(Claim::Acquired(lease)) = first_claim.take() {
-                    release_unused(&shared, lease).await;
-                }
-                shared.journal.record(Event::Abandoned {
-                    consumer: shared.name.clone(),
-                    partition,
-                    offset,
-                });
-                return;
-            }
-            if let Some(pg) = &shared.pg {
-                pg.pending.expect(id, partition, offset);
-            }
-            let hold = Hold {
-                shared: &shared,
-                record: (partition, offset),
-            };
-            let (call, journal, name) = (
-                Arc::clone(&provider),
-                Arc::clone(&shared.journal),
-                shared.name.clone(),
-            );
-            // The first attempt takes the batch's claim; later ones claim again.
-            let worker = match first_claim.take() {
-                Some(claim) => {
-                    let answered = Answered {
-                        task: id,
-                        claim: Mutex::new(Some(claim)),
-                    };
-                    let store = Intercepted::new(Arc::clone(&shared.store), answered);
-                    Worker::new(Arc::new(store), worker.config().clone()).expect("validated at spawn")
-                }
-                None => worker.clone(),
-            };
-            let outcome = worker
-                .handle(id, &hold, |ctx| async move {
-                    let request = ProviderRequest::for_attempt(&ctx);
-                    journal.record(Event::ProviderCall {
-                        worker: name,
-                        task: request.task_id,
-                        version: ctx.lease().version(),
-                    });
-                    tokio::select! {
-                        answer = call.generate(&request) => {
-                            answer.map(Response::from).map_err(ProviderError::into_failure)
-                        }
-                        // Another worker owns the task now: our answer could not be saved anyway.
-                        _ = ctx.lease_lost() => Err(taskfence::Failure::retryable("lease lost during the provider call")),
-                    }
-                })
-                .await;
-            shared
-                .held
-                .lock()
-                .expect("held lock")
-                .remove(&(partition, offset));
-            if let Some(pg) = &shared.pg {
-                pg.pending.forget(id);
-            }
-            match outcome {
-                Ok(Disposition::Ack(reason)) => break handled_as(reason),
-                Ok(Disposition::RetryAfter { delay, reason }) => {
-                    tracing::debug!(%id, ?reason, ?delay, "not now; claiming again after the wait");
-                    tokio::time::sleep(delay).await;
-                }
-                Ok(Disposition::Leave(reason)) => {
-                    tracing::info!(%id, ?reason, "lease lost; claiming again");
-                    tokio::time::sleep(retry_delay).await;
-                }
-                Err(error) => {
-                    tracing::warn!(%id, %error, "store failed; claiming again");
-                    tokio::time::sleep(retry_delay).await;
-                }
-            }
-        },
-    };
-    shared.journal.record(Event::Finished {
-        consumer: shared.name.clone(),
-        partition,
-        offset,
-        task,
-        handled,
-    });
-    shared.finish(&*consumer, partition, offset);
-}
-
-/// Keeps [`Shared::held`] up to date with the lease of one record, so a
-/// shutdown can release it.
-struct Hold<'a> {
-    shared: &'a Shared,
-    record: (i32, i64),
-}
-
-#[async_trait]
-impl LeaseHooks for Hold<'_> {
-    async fn on_claimed(&self, lease: &Lease) {
-        self.hold(lease);
-    }
-    async fn on_renewed(&self, lease: &Lease) {
-        // The renewed expiry, so a release after it carries the current lease.
-        self.hold(lease);
-    }
-}
-
-impl Hold<'_> {
-    fn hold(&self, lease: &Lease) {
-        self.shared
-            .held
-            .lock()
-            .expect("held lock")
-            .insert(self.record, lease.clone());
-    }
-}
-
-fn handled_as(reason: AckReason) -> Handled {
-    match reason {
-        AckReason::Completed => Handled::Completed,
-        AckReason::AlreadyCompleted => Handled::AlreadyCompleted,
-        AckReason::CompletedElsewhere => Handled::CompletedElsewhere,
-        AckReason::Failed => Handled::Failed,
-        _ => Handled::Dropped,
-    }
-}
-
-/// Waits for a future from a synchronous rdkafka callback (multi-thread runtime only).
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
 /// Why [`ReplyConsumer::spawn`] or [`ReplyConsumer::spawn_with_positions`] failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
-    /// The worker configuration is invalid.
+    /// The consumer configuration is invalid.
     #[error(transparent)]
-    Worker(#[from] InvalidInput),
+    Config(#[from] InvalidInput),
     /// The Kafka client could not be created or subscribed.
     #[error(transparent)]
     Kafka(#[from] KafkaError),

@@ -16,8 +16,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use taskfence::runtime::Stop;
 use taskfence::{PgStore, TaskId};
-use tokio::sync::watch;
 
 use crate::journal::{Event, Journal};
 
@@ -207,10 +207,10 @@ impl Dispatcher {
         Ok(round.published)
     }
 
-    /// Runs rounds until `shutdown` turns true, waiting `idle` after a round
+    /// Runs rounds until `stop` is requested, waiting `idle` after a round
     /// that found nothing to publish.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>, idle: Duration) {
-        while !*shutdown.borrow() {
+    pub async fn run(self, stop: Stop, idle: Duration) {
+        while !stop.is_requested() {
             let wait = match self.round().await {
                 Ok(published) if !published.is_empty() => Duration::ZERO,
                 Ok(_) => idle,
@@ -221,7 +221,7 @@ impl Dispatcher {
             };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = shutdown.wait_for(|stop| *stop) => break,
+                () = stop.requested() => break,
             }
         }
     }

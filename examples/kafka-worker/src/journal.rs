@@ -79,16 +79,6 @@ pub enum Event {
         /// How.
         handled: Handled,
     },
-    /// The consumer lost the partition before the record was settled; the
-    /// next owner re-reads it from the committed offset.
-    Abandoned {
-        /// Consumer.
-        consumer: String,
-        /// Partition.
-        partition: i32,
-        /// Offset.
-        offset: i64,
-    },
     /// The provider was called for this task (at the start of the call).
     ProviderCall {
         /// Worker that called.
@@ -121,8 +111,8 @@ pub enum Event {
         /// `true` if the broker accepted it.
         ok: bool,
     },
-    /// Shutdown: the grace period ran out while this consumer held the task,
-    /// so it gave the lease back (`TaskStore::release`); the record stays
+    /// Shutdown: the consumer gave the task back (`TaskStore::release`: its
+    /// work outlived the grace, or had not started); the record stays
     /// unfinished and the next owner re-reads it.
     Released {
         /// Consumer.
@@ -133,9 +123,6 @@ pub enum Event {
         offset: i64,
         /// The task.
         task: TaskId,
-        /// `true` if the store accepted the release (`false`: the task was
-        /// settled meanwhile, or the lease had already lapsed).
-        accepted: bool,
     },
     /// A consumer was killed: it stopped at once and committed nothing more.
     Killed {

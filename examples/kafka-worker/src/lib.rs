@@ -2,11 +2,11 @@
 //!
 //! A [`Dispatcher`] publishes the transactional outbox, one handoff record per
 //! task, keyed by task id ([`dispatcher`]). Reply consumers in one group read
-//! them, run each task through the taskfence worker runtime (claim, renew,
-//! call the [`Provider`], save one response), and commit a partition's offset
-//! only after every record before it is durably handled ([`consumer`], on
-//! [`taskfence::offsets::OffsetTracker`]); on shutdown they finish or release what they
-//! hold within a grace period. Every step goes to a [`journal`].
+//! them with taskfence's `Consumer` over a Kafka source (claim, renew, call
+//! the [`Provider`], save one response), and commit a partition's offset only
+//! after every record before it is durably handled ([`consumer`], on
+//! [`taskfence::offsets::OffsetTracker`]); on shutdown they finish or release
+//! what they hold within a grace period. Every step goes to a [`journal`].
 //!
 //! What to copy: [`config`], [`store`], [`provider`], [`dispatcher`],
 //! [`consumer`], [`positions`], [`journal`] and `src/main.rs` (the service).
@@ -24,7 +24,7 @@ pub mod sim;
 pub mod store;
 
 pub use config::Settings;
-pub use consumer::{ConsumerConfig, ReplyConsumer, ShutdownReport, SpawnError};
+pub use consumer::{KafkaConfig, ReplyConsumer, SpawnError};
 pub use dispatcher::{Dispatcher, Handoffs, ensure_topic};
 pub use journal::{Event, Handled, Journal, TracingJournal};
 pub use positions::PgPositions;

@@ -1,7 +1,7 @@
 //! The worker service: consumes the handoff topic until SIGTERM or SIGINT,
 //! then stops taking records, lets in-flight tasks finish within
-//! `--shutdown-grace`, releases the ones still running, commits only the safe
-//! offsets and exits 0.
+//! `--shutdown-grace` (a second signal cuts it short), releases the ones
+//! still running, commits only the safe offsets and exits 0.
 //!
 //! ```text
 //! DATABASE_URL=postgres://app@db/app?sslmode=verify-full&sslrootcert=/etc/ssl/rds-ca.pem \
@@ -14,19 +14,22 @@
 
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_worker::config::{Positions, ProviderKind, Settings};
 // Scaffolding: drop this import and the `Simulated` arm below when you copy main.rs.
 use kafka_worker::sim::SimulatedLlm;
 use kafka_worker::{
-    ConsumerConfig, Dispatcher, Handoffs, HttpProvider, Journal, PgPositions, Provider, ReplyConsumer,
+    Dispatcher, Handoffs, HttpProvider, Journal, KafkaConfig, PgPositions, Provider, ReplyConsumer,
     TracingJournal, store,
 };
-use taskfence::runtime::WorkerConfig;
+use taskfence::runtime::ConsumerConfig;
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::watch;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// After the grace, how long releasing the leases and the last saves may take.
+const RELEASE_DEADLINE: Duration = Duration::from_secs(5);
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -54,61 +57,72 @@ async fn main() -> Result<(), BoxError> {
             )
         }
     };
-
-    let (stop, stopped) = watch::channel(false);
-    let dispatcher = if settings.dispatch {
-        let handoffs = Arc::new(Handoffs::with_records_per_batch(
+    let handoffs = match settings.dispatch {
+        true => Some(Arc::new(Handoffs::with_records_per_batch(
             &settings.bootstrap,
             &settings.topic,
             Arc::clone(&journal),
             settings.producer_batch_records,
-        )?);
-        let dispatcher = Dispatcher::new(pg.clone(), handoffs, settings.dispatch_batch);
-        Some(tokio::spawn(dispatcher.run(stopped, settings.dispatch_idle)))
-    } else {
-        None
+        )?)),
+        false => None,
     };
 
-    let mut config = ConsumerConfig::new(
+    let mut kafka = KafkaConfig::new(
         &settings.bootstrap,
         &settings.group,
         &settings.topic,
         &settings.worker_id,
     );
-    config.per_partition = settings.per_partition;
-    config.retry_delay = settings.retry_delay;
-    config.session_timeout = settings.session_timeout;
-    config.shutdown_grace = settings.shutdown_grace;
-    let worker = WorkerConfig::new(&settings.worker_id, settings.lease).min_retry_delay(settings.retry_delay);
+    kafka.session_timeout = settings.session_timeout;
+    let config = ConsumerConfig::new(&settings.worker_id, settings.lease)
+        .concurrency(settings.concurrency)
+        .min_retry_delay(settings.retry_delay)
+        .stop_after(settings.shutdown_grace, RELEASE_DEADLINE);
     let consumer = match settings.positions {
-        Positions::Group => ReplyConsumer::spawn(config, Arc::new(pg.clone()), worker, provider, journal)?,
+        Positions::Group => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, provider, journal)?,
         Positions::Postgres => {
-            let pg = Arc::new(pg);
             let positions = Arc::new(PgPositions::new(&pg, &settings.group).await?);
-            ReplyConsumer::spawn_with_positions(config, worker, pg, positions, provider, journal)?
+            ReplyConsumer::spawn_with_positions(
+                kafka,
+                config,
+                Arc::new(pg.clone()),
+                positions,
+                provider,
+                journal,
+            )?
         }
     };
-    tracing::info!(
-        worker = %settings.worker_id,
-        topic = %settings.topic,
-        group = %settings.group,
-        "consuming"
-    );
+    let stop = consumer.stop().clone();
+    let dispatcher = handoffs.map(|handoffs| {
+        let dispatcher = Dispatcher::new(pg, handoffs, settings.dispatch_batch);
+        tokio::spawn(dispatcher.run(stop.clone(), settings.dispatch_idle))
+    });
+    tracing::info!(worker = %settings.worker_id, topic = %settings.topic, group = %settings.group, "consuming");
 
-    let signal = tokio::select! {
-        _ = sigterm.recv() => "SIGTERM",
-        _ = sigint.recv() => "SIGINT",
-    };
-    tracing::info!(signal, grace = ?settings.shutdown_grace, "shutting down");
-    let _ = stop.send(true);
-    let report = consumer.shutdown().await;
+    // The first signal drains (the grace), a second releases at once.
+    tokio::spawn({
+        let (stop, grace) = (stop.clone(), settings.shutdown_grace);
+        async move {
+            loop {
+                let signal = tokio::select! {
+                    _ = sigterm.recv() => "SIGTERM",
+                    _ = sigint.recv() => "SIGINT",
+                };
+                tracing::info!(signal, ?grace, "shutting down");
+                stop.request();
+            }
+        }
+    });
+    stop.requested().await;
+    let stopped = consumer.shutdown().await;
     if let Some(dispatcher) = dispatcher {
         let _ = dispatcher.await;
     }
     tracing::info!(
-        in_flight = report.in_flight,
-        released = report.released,
-        left_unfinished = report.left_unfinished,
+        completed = stopped.completed,
+        failed = stopped.failed,
+        released = stopped.released,
+        lost = stopped.lost,
         "stopped"
     );
     Ok(())

@@ -28,6 +28,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, Row};
@@ -153,15 +154,19 @@ impl Pending {
         }
     }
 
+    /// `task` is being claimed for this record; a second copy of the task
+    /// (delivered while the first is held) does not replace the first.
     pub(crate) fn expect(&self, task: TaskId, partition: i32, offset: i64) {
-        self.records
-            .lock()
-            .expect("pending lock")
-            .insert(task, (partition, offset));
+        let mut records = self.records.lock().expect("pending lock");
+        records.entry(task).or_insert((partition, offset));
     }
 
-    pub(crate) fn forget(&self, task: TaskId) {
-        self.records.lock().expect("pending lock").remove(&task);
+    /// The record was settled: its task no longer carries its position.
+    pub(crate) fn forget(&self, task: TaskId, partition: i32, offset: i64) {
+        let mut records = self.records.lock().expect("pending lock");
+        if records.get(&task) == Some(&(partition, offset)) {
+            records.remove(&task);
+        }
     }
 }
 
@@ -207,6 +212,16 @@ impl Intercept for PositionedStore {
         inner.claim_many(ids, request).await
     }
 
+    /// Likewise `PgStore`'s one-statement renewal of every held lease.
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        inner.renew_many(leases, by).await
+    }
+
     async fn complete(
         &self,
         inner: &dyn TaskStore,
@@ -241,19 +256,23 @@ impl Intercept for PositionedStore {
             self.positions
                 .save_in(&mut tx, &self.pending.topic, partition, position)
                 .await?;
-            if self.pending.dead.load(Ordering::SeqCst) {
-                // A killed consumer runs no more code: the transaction rolls back on drop.
-                return Err(Error::storage(std::io::Error::other("consumer killed")));
-            }
-            // Journaled as issued, before the commit: if this process dies
-            // during the commit, the position may or may not be saved.
             let name = self.pending.consumer.clone();
-            self.pending.journal.record(Event::Commit {
-                consumer: name.clone(),
-                partition,
-                offset: position,
-                with: Some(offset),
-            });
+            {
+                // Under the tracker lock, which a kill takes to mark the consumer dead.
+                let _tracker = self.pending.tracker.lock().expect("tracker lock");
+                if self.pending.dead.load(Ordering::SeqCst) {
+                    // A killed consumer runs no more code: the transaction rolls back on drop.
+                    return Err(Error::storage(std::io::Error::other("consumer killed")));
+                }
+                // Journaled as issued, before the commit: if this process dies
+                // during the commit, the position may or may not be saved.
+                self.pending.journal.record(Event::Commit {
+                    consumer: name.clone(),
+                    partition,
+                    offset: position,
+                    with: Some(offset),
+                });
+            }
             let ok = tx.commit().await.map_err(Error::storage);
             self.pending.journal.record(Event::CommitResult {
                 consumer: name,
@@ -273,7 +292,6 @@ impl Intercept for PositionedStore {
 mod tests {
     use super::*;
     use crate::sim::MemoryJournal;
-    use std::time::Duration;
     use taskfence::testing::PgFixture;
     use taskfence::{InputHash, NewTask, Rejection, RequestKey, Status};
     use taskfence_test_support::fixture;

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kafka_worker::journal::{Event, Handled, Journal};
 use kafka_worker::sim::{self as journal, MemoryJournal, SimulatedLlm};
-use kafka_worker::{ConsumerConfig, Dispatcher, Handoffs, ReplyConsumer, ensure_topic};
+use kafka_worker::{Dispatcher, Handoffs, KafkaConfig, ReplyConsumer, ensure_topic};
 use taskfence::intercept::{Intercept, Intercepted};
-use taskfence::runtime::WorkerConfig;
+use taskfence::runtime::ConsumerConfig;
 use taskfence::{Claim, ClaimRequest, Result, Status, TaskId, TaskStore};
 
 use support::{GroupProbe, KafkaBroker, new_task, topic_and_group, wait_until};
@@ -69,16 +69,14 @@ impl Intercept for CountClaims {
     }
 }
 
-fn config(bootstrap: &str, group: &str, topic: &str, name: &str) -> ConsumerConfig {
-    let mut c = ConsumerConfig::new(bootstrap, group, topic, name);
-    // Room for every record of a partition: a batch is what one poll fetched.
-    c.per_partition = 64;
-    c.retry_delay = Duration::from_millis(200);
-    c
+fn config(bootstrap: &str, group: &str, topic: &str, name: &str) -> KafkaConfig {
+    KafkaConfig::new(bootstrap, group, topic, name)
 }
 
-fn worker_config(name: &str) -> WorkerConfig {
-    WorkerConfig::new(name, Duration::from_secs(3))
+fn worker_config(name: &str) -> ConsumerConfig {
+    ConsumerConfig::new(name, Duration::from_secs(3))
+        // Room for every record: a batch is what one poll fetched.
+        .concurrency(64)
         .renew_every(Duration::from_secs(1))
         .min_retry_delay(Duration::from_millis(100))
 }

@@ -28,7 +28,7 @@ fn payload(i: usize) -> String {
 /// Short leases and sessions: the takeover after the crash waits for both.
 #[rustfmt::skip]
 const SERVICE_ARGS: [&str; 16] = [
-    "--lease", "3s", "--session-timeout", "6s", "--retry-delay", "200ms", "--per-partition", "8",
+    "--lease", "3s", "--session-timeout", "6s", "--retry-delay", "200ms", "--concurrency", "16",
     "--sim-min-latency", "50ms", "--sim-max-latency", "200ms", "--sim-slow-latency", "4s",
     "--shutdown-grace", "10s",
 ];

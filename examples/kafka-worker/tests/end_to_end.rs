@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use kafka_worker::journal::{Event, Handled};
 use kafka_worker::sim::{self as journal, MemoryJournal, Script, SimulatedLlm};
-use kafka_worker::{ConsumerConfig, Dispatcher, Handoffs, PgPositions, ReplyConsumer, ensure_topic};
-use taskfence::runtime::WorkerConfig;
+use kafka_worker::{Dispatcher, Handoffs, KafkaConfig, PgPositions, ReplyConsumer, ensure_topic};
+use taskfence::runtime::ConsumerConfig;
 use taskfence::testing::PgFixture;
 use taskfence::{MemoryStore, RetryPolicy, Status, TaskId, TaskStore};
 
@@ -30,8 +30,9 @@ fn payload(i: usize) -> String {
     }
 }
 
-fn worker_config(name: &str) -> WorkerConfig {
-    WorkerConfig::new(name, Duration::from_secs(3))
+fn worker_config(name: &str) -> ConsumerConfig {
+    ConsumerConfig::new(name, Duration::from_secs(3))
+        .concurrency(16)
         .renew_every(Duration::from_secs(1))
         .min_retry_delay(Duration::from_millis(100))
 }
@@ -92,12 +93,7 @@ async fn scenario(mode: Mode) {
     }
 
     // Two consumers in one group; wait (bounded) until both own partitions.
-    let config = |name: &str| {
-        let mut c = ConsumerConfig::new(bootstrap, &group, &topic, name);
-        c.per_partition = 4;
-        c.retry_delay = Duration::from_millis(200);
-        c
-    };
+    let config = |name: &str| KafkaConfig::new(bootstrap, &group, &topic, name);
     let spawn = |name: &str| match &pg {
         None => ReplyConsumer::spawn(
             config(name),

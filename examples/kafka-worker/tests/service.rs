@@ -55,7 +55,7 @@ async fn scenario(mode: Positions) {
     let (slow, grace) = (format!("{}s", SLOW.as_secs()), format!("{}s", GRACE.as_secs()));
     #[rustfmt::skip]
     let args = [
-        "--positions", positions.get_name(), "--per-partition", "8", "--lease", "6s",
+        "--positions", positions.get_name(), "--concurrency", "16", "--lease", "6s",
         "--sim-min-latency", "100ms", "--sim-max-latency", "400ms", "--sim-slow-latency", &slow,
     ];
     // The grace goes through the environment on purpose, to prove it is read.

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_worker::sim::SimulatedLlm;
-use kafka_worker::{ConsumerConfig, Handoffs, ReplyConsumer, TracingJournal, ensure_topic};
-use taskfence::runtime::WorkerConfig;
+use kafka_worker::{Handoffs, KafkaConfig, ReplyConsumer, TracingJournal, ensure_topic};
+use taskfence::runtime::ConsumerConfig;
 use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskId, TaskStore};
 
 #[tokio::main]
@@ -46,11 +46,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Duration::from_millis(50),
         Duration::from_millis(300),
     ));
-    let config = ConsumerConfig::new(&bootstrap, format!("reply-workers-{run}"), &topic, "demo-worker");
+    let kafka = KafkaConfig::new(&bootstrap, format!("reply-workers-{run}"), &topic, "demo-worker");
     let consumer = ReplyConsumer::spawn(
-        config,
+        kafka,
         Arc::clone(&store),
-        WorkerConfig::new("demo-worker", Duration::from_secs(30)),
+        ConsumerConfig::new("demo-worker", Duration::from_secs(30)),
         provider,
         journal.clone(),
     )?;
