@@ -388,6 +388,24 @@ impl<S: Source> Consumer<S> {
         self
     }
 
+    /// Answers to `stop`, a switch made before the consumer (signal handlers
+    /// installed first, one switch for several consumers).
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # let store: Arc<dyn taskfence::TaskStore> = Arc::new(taskfence::MemoryStore::new());
+    /// # let consumer = taskfence::runtime::StoreQueue::new(store).consumer(taskfence::runtime::ConsumerConfig::new("w", Duration::from_secs(30)))?;
+    /// let stop = taskfence::runtime::Stop::new();
+    /// let consumer = consumer.with_stop(stop.clone());
+    /// stop.request();
+    /// assert!(consumer.stop().is_requested());
+    /// # Ok::<(), taskfence::error::InvalidInput>(())
+    /// ```
+    pub fn with_stop(mut self, stop: Stop) -> Self {
+        self.stop = stop;
+        self
+    }
+
     /// The stop switch: clone it before [`run`](Self::run) takes the consumer.
     ///
     /// ```
