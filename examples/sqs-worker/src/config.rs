@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use taskfence::runtime::WorkerConfig;
 
 use crate::worker::WorkerSettings;
 
@@ -43,7 +42,8 @@ pub enum ProviderKind {
     about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT.",
     long_about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT, then \
         stops receiving, lets the messages in hand finish for --shutdown-grace, releases the \
-        tasks still running (their messages become visible again) and exits 0.\n\n\
+        tasks still running (their messages become visible again) and exits 0, within \
+        --shutdown-grace + --release-deadline; a second signal releases at once.\n\n\
         AWS: credentials from the default chain (environment, profile, SSO, web identity, \
         ECS task role, instance role), the region from AWS_REGION or the profile, and \
         AWS_ENDPOINT_URL_SQS (AWS_ENDPOINT_URL_DYNAMODB with --store dynamodb) for a local \
@@ -102,8 +102,8 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// Long-poll wait of each receive (at most 20s).
-    #[arg(long, env = "TASKFENCE_POLL_WAIT", default_value = "20s", value_parser = parse_duration)]
+    /// Long-poll wait of each receive (at most 20s; a stop abandons it).
+    #[arg(long, env = "TASKFENCE_POLL_WAIT", default_value = "5s", value_parser = parse_duration)]
     pub poll_wait: Duration,
 
     /// How long past the lease a held message stays hidden.
@@ -111,10 +111,17 @@ pub struct Settings {
     pub visibility_slack: Duration,
 
     /// After SIGTERM/SIGINT, how long the messages in hand may take to
-    /// finish before their tasks are released. Keep it below your process
-    /// manager's kill timeout (Kubernetes: terminationGracePeriodSeconds, 30s).
-    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    /// finish before their tasks are released. Keep it plus
+    /// --release-deadline below your process manager's kill timeout
+    /// (Kubernetes: terminationGracePeriodSeconds, 30s).
+    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// After the grace (or a second signal), how long releasing the tasks
+    /// still held and the last store and SQS calls may take: the process
+    /// exits within --shutdown-grace plus this, however slow SQS or the store.
+    #[arg(long, env = "TASKFENCE_RELEASE_DEADLINE", default_value = "5s", value_parser = parse_duration)]
+    pub release_deadline: Duration,
 
     /// Also publish the transactional outbox to the queue from this process
     /// (`--dispatch true`; several processes may: on PostgreSQL they share
@@ -179,18 +186,14 @@ impl Settings {
         })
     }
 
-    /// The taskfence runtime's configuration.
-    pub fn worker_config(&self) -> WorkerConfig {
-        WorkerConfig::new(self.worker_id(), self.lease)
-    }
-
-    /// The consumer's settings.
+    /// The worker's settings.
     pub fn worker_settings(&self) -> WorkerSettings {
         WorkerSettings {
             concurrency: self.concurrency,
             poll_wait: self.poll_wait,
             visibility_slack: self.visibility_slack,
             shutdown_grace: self.shutdown_grace,
+            release_deadline: self.release_deadline,
         }
     }
 }

@@ -34,14 +34,6 @@ pub const OUTBOX_PARTITION: &str = "O#handoff";
 /// The most deletes one `BatchWriteItem` takes.
 const MAX_DELETES: usize = 25;
 
-/// A DynamoDB client from the standard AWS configuration (the one the SQS
-/// client is built from, [`crate::queue::aws_config()`]): the same credentials
-/// and region, and `AWS_ENDPOINT_URL_DYNAMODB` (or `AWS_ENDPOINT_URL`) for a
-/// local endpoint such as moto.
-pub fn dynamodb_client(config: &aws_config::SdkConfig) -> Client {
-    Client::new(config)
-}
-
 /// Fails unless `table` exists and the credentials may describe it: at
 /// start-up, so a wrong name, region or role stops the service at once.
 pub async fn check_table(client: &Client, table: &str) -> Result<(), BoxError> {

@@ -8,9 +8,9 @@
 //! - [`config`]: the service's settings (command line and environment).
 //! - [`store`]: the PostgreSQL pool and the task store.
 //! - [`dynamo`]: the DynamoDB store and its transactional outbox (`--store dynamodb`).
-//! - [`queue`]: the SQS client and the few SQS calls.
+//! - [`queue`]: the AWS configuration and the few SQS calls.
 //! - [`dispatcher`]: the outbox → queue publisher.
-//! - [`worker`]: the consumer loop, the message dispositions, graceful shutdown.
+//! - [`worker`]: the queue as taskfence's consumer source, the work function.
 //! - [`provider`]: the model provider trait and the spot for a real one.
 //!
 //! Scaffolding (leave it): [`sim`], the simulated LLM, the injected faults and
@@ -29,5 +29,5 @@ pub use config::Settings;
 pub use dispatcher::Dispatcher;
 pub use dynamo::{DynamoOutbox, Handoff};
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
-pub use queue::{BoxError, Delivery, Depth, SentBatch, SqsQueue};
-pub use worker::{SqsWorker, Stats, WorkerSettings};
+pub use queue::{BoxError, Depth, Message, SentBatch, SqsQueue};
+pub use worker::{SqsSource, SqsWorker, Stats, WorkerSettings};

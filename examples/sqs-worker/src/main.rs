@@ -1,7 +1,8 @@
 //! The worker service: consumes the SQS queue it is given until SIGTERM or
 //! SIGINT, then stops receiving, lets the messages in hand finish within
 //! `--shutdown-grace`, releases the tasks still running (their messages
-//! become visible again) and exits 0.
+//! become visible again) and exits 0, within `--shutdown-grace` +
+//! `--release-deadline`. A second signal releases at once.
 //!
 //! ```sh
 //! DATABASE_URL=postgres://… TASKFENCE_SQS_QUEUE_URL=https://sqs.…/queue \
@@ -26,7 +27,6 @@ use sqs_worker::{
 };
 use taskfence::intercept::Intercepted;
 use taskfence::metrics::Recorder;
-use taskfence::runtime::Worker;
 use taskfence::{DynamoStore, TaskStore};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -84,7 +84,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     }
     // One AWS configuration for every AWS client.
     let aws = queue::aws_config().await;
-    let queue = SqsQueue::new(queue::sqs_client_of(&aws), &settings.queue_url);
+    let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&aws), &settings.queue_url);
     // Fail at start-up, not on the first message, when credentials, region or
     // queue URL are wrong.
     queue
@@ -110,7 +110,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
                 .dynamodb_table
                 .as_deref()
                 .ok_or("--dynamodb-table (TASKFENCE_DYNAMODB_TABLE) is required with --store dynamodb")?;
-            let client = dynamo::dynamodb_client(&aws);
+            let client = aws_sdk_dynamodb::Client::new(&aws);
             dynamo::check_table(&client, table).await?;
             let store = DynamoStore::new(client, table)?;
             let dispatcher = Dispatcher::dynamodb(
@@ -126,32 +126,31 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     // --metrics-addr nothing is recorded, at next to no cost.
     let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, Recorder));
     let dispatcher = dispatcher.due_from(Arc::clone(&store));
-    let worker = Worker::new(Arc::clone(&store), settings.worker_config())?;
-    let worker_id = worker.config().worker_id.clone();
+    let worker_id = settings.worker_id();
     let stats = Arc::new(Stats::default());
-    let (stop, stopped) = watch::channel(false);
-    let consumer = tokio::spawn(
-        SqsWorker::new(
-            queue.clone(),
-            worker,
-            store,
-            provider,
-            settings.worker_settings(),
-            Arc::clone(&stats),
-        )
-        .run(stopped.clone()),
-    );
+    let worker = SqsWorker::new(
+        queue.clone(),
+        store,
+        provider,
+        worker_id.clone(),
+        settings.lease,
+        &settings.worker_settings(),
+        Arc::clone(&stats),
+    )?;
+    let stop = worker.stop().clone();
+    let consumer = tokio::spawn(worker.run());
+    let (shutdown, shutting_down) = watch::channel(false);
     // Publishing needs sqs:SendMessage: both loops run with --dispatch.
     let redispatcher = settings.dispatch.then(|| {
         tokio::spawn(
             dispatcher
                 .clone()
-                .run_redispatch(settings.redispatch_interval, stopped.clone()),
+                .run_redispatch(settings.redispatch_interval, shutting_down.clone()),
         )
     });
     let dispatcher = settings
         .dispatch
-        .then(|| tokio::spawn(dispatcher.idle(settings.dispatch_idle).run(stopped)));
+        .then(|| tokio::spawn(dispatcher.idle(settings.dispatch_idle).run(shutting_down)));
     tracing::info!(%worker_id, queue = %settings.queue_url, store = ?settings.store, dispatch = settings.dispatch, "consuming");
 
     let signal = tokio::select! {
@@ -159,15 +158,26 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         _ = interrupt.recv() => "SIGINT",
     };
     tracing::info!(signal, grace = ?settings.shutdown_grace, "stopping");
-    let _ = stop.send(true);
-    consumer.await?;
-    if let Some(dispatcher) = dispatcher {
-        dispatcher.await?;
-    }
-    if let Some(redispatcher) = redispatcher {
-        redispatcher.await?;
+    let stop_by = tokio::time::Instant::now() + settings.shutdown_grace + settings.release_deadline;
+    stop.request();
+    let _ = shutdown.send(true);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+        tracing::info!("second signal: releasing the tasks in hand now");
+        stop.now();
+    });
+    let stopped = consumer.await??;
+    for task in [dispatcher, redispatcher].into_iter().flatten() {
+        // A dispatch round is one transaction: cut short, its handoffs are sent again later.
+        if tokio::time::timeout_at(stop_by, task).await.is_err() {
+            tracing::warn!("a dispatcher did not stop in time; abandoning it");
+        }
     }
     tracing::info!(
+        ?stopped,
         deliveries = stats.deliveries.load(Ordering::Relaxed),
         dispositions = ?stats.dispositions(),
         "stopped"

@@ -1,7 +1,6 @@
-//! The queue adapter: the SQS client (standard AWS configuration) and a thin
-//! wrapper over the calls the worker needs: publish task ids (one, or up to
-//! ten per `SendMessageBatch`), long-poll, delete, change a message's
-//! visibility, queue depth.
+//! The SQS side: the client's AWS configuration, and the calls the service
+//! makes: publish task ids (one, or ten per `SendMessageBatch`), long-poll,
+//! delete and change visibility (ten per batch request), queue depth.
 
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, MessageSystemAttributeName, QueueAttributeName,
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
     SendMessageBatchRequestEntry,
 };
 use taskfence::TaskId;
@@ -18,7 +17,7 @@ use taskfence::TaskId;
 /// A boxed error: the example reports SDK errors with their full context.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The most messages one `SendMessageBatch` (and one `ReceiveMessage`) takes.
+/// The most messages one batch request (and one `ReceiveMessage`) takes.
 pub const MAX_BATCH: usize = 10;
 
 /// The longest visibility timeout SQS accepts (12 hours).
@@ -34,26 +33,12 @@ pub fn http_client() -> SharedHttpClient {
         .build_https()
 }
 
-/// Loads the AWS configuration the standard way and builds an SQS client.
-///
-/// Credentials come from the default chain: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`,
-/// the shared profile (`AWS_PROFILE`, SSO, `credential_process`), web identity
-/// (EKS IRSA), the ECS task role, the EC2 instance role. The region comes from
-/// `AWS_REGION` or the profile. `AWS_ENDPOINT_URL_SQS` (or `AWS_ENDPOINT_URL`)
-/// points the client at a local endpoint such as moto.
-pub async fn sqs_client() -> Client {
-    Client::new(&aws_config().await)
-}
-
-/// The SQS client on a loaded [`aws_config()`].
-pub fn sqs_client_of(config: &aws_config::SdkConfig) -> Client {
-    Client::new(config)
-}
-
-/// The standard AWS configuration on [`http_client`]: one load for the SQS
-/// client and, with `--store dynamodb`, the DynamoDB client
-/// ([`crate::dynamo::dynamodb_client`]; `AWS_ENDPOINT_URL_DYNAMODB` for a
-/// local endpoint).
+/// The standard AWS configuration on [`http_client`], for the SQS client
+/// and, with `--store dynamodb`, the DynamoDB one: credentials from the
+/// default chain (environment, profile with SSO or `credential_process`, web
+/// identity, ECS task role, instance role), the region from `AWS_REGION` or
+/// the profile, `AWS_ENDPOINT_URL_SQS` / `AWS_ENDPOINT_URL_DYNAMODB` for a
+/// local endpoint such as moto.
 pub async fn aws_config() -> aws_config::SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .http_client(http_client())
@@ -61,26 +46,18 @@ pub async fn aws_config() -> aws_config::SdkConfig {
         .await
 }
 
-/// [`sqs_client`] from a loader you adjusted (an endpoint, a region, a
-/// credentials provider of your own).
-pub async fn sqs_client_from(loader: aws_config::ConfigLoader) -> Client {
-    Client::new(&loader.http_client(http_client()).load().await)
-}
-
-/// One received message: the task id it carries and the receipt to act on it.
+/// One received message.
 #[derive(Debug, Clone)]
-pub struct Delivery {
-    /// SQS's id of the message (the same on every redelivery of it).
-    pub message_id: String,
+pub struct Message {
+    /// SQS's id of the message: the same on every delivery of it.
+    pub id: String,
     /// The body; a valid one is a task id.
     pub body: String,
-    /// The handle for delete and change-visibility; new on every receive.
+    /// The handle to delete it or change its visibility: new on every receive.
     pub receipt: String,
-    /// How many times SQS has delivered this message (1 on the first receive).
-    pub receive_count: u32,
 }
 
-impl Delivery {
+impl Message {
     /// The task id, if the body is one.
     pub fn task_id(&self) -> Option<TaskId> {
         self.body.trim().parse().ok()
@@ -131,6 +108,11 @@ fn seconds(d: Duration) -> i32 {
     (d.as_secs() + u64::from(d.subsec_nanos() > 0)) as i32
 }
 
+/// The positions of a batch request's failed entries (their ids are positions).
+fn failed_entries<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<usize> {
+    ids.filter_map(|id| id.parse().ok()).collect()
+}
+
 impl SqsQueue {
     /// The queue at `url`.
     pub fn new(client: Client, url: impl Into<String>) -> Self {
@@ -159,6 +141,11 @@ impl SqsQueue {
     /// The queue's URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The SQS client.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Deletes the queue.
@@ -237,15 +224,22 @@ impl SqsQueue {
         })
     }
 
-    /// Long-polls for up to `max` (1..=10) messages, waiting up to `wait`.
-    pub async fn receive(&self, max: i32, wait: Duration) -> Result<Vec<Delivery>, BoxError> {
+    /// Long-polls for up to `max` (1..=10) messages, waiting up to `wait`;
+    /// the messages received stay hidden for `hide_for` (rounded up to whole
+    /// seconds).
+    pub async fn receive(
+        &self,
+        max: usize,
+        wait: Duration,
+        hide_for: Duration,
+    ) -> Result<Vec<Message>, BoxError> {
         let out = self
             .client
             .receive_message()
             .queue_url(&self.url)
-            .max_number_of_messages(max.clamp(1, 10))
+            .max_number_of_messages(max.clamp(1, MAX_BATCH) as i32)
             .wait_time_seconds(seconds(wait).min(20))
-            .message_system_attribute_names(MessageSystemAttributeName::ApproximateReceiveCount)
+            .visibility_timeout(seconds(hide_for))
             .send()
             .await
             .map_err(sdk)?;
@@ -253,66 +247,54 @@ impl SqsQueue {
             .messages()
             .iter()
             .filter_map(|m| {
-                let receive_count = m
-                    .attributes()
-                    .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(1);
-                Some(Delivery {
-                    message_id: m.message_id()?.to_owned(),
+                Some(Message {
+                    id: m.message_id()?.to_owned(),
                     body: m.body().unwrap_or_default().to_owned(),
                     receipt: m.receipt_handle()?.to_owned(),
-                    receive_count,
                 })
             })
             .collect())
     }
 
-    /// Removes the message for good. Call it only after the store durably
-    /// settled the task: a delete before the save loses the work on a crash.
-    pub async fn delete(&self, receipt: &str) -> Result<(), BoxError> {
-        self.client
-            .delete_message()
-            .queue_url(&self.url)
-            .receipt_handle(receipt)
-            .send()
-            .await
-            .map_err(sdk)?;
-        Ok(())
-    }
-
-    /// Hides the message for `for_` from now (rounded up to whole seconds):
-    /// to keep it hidden while we hold the lease, or to redeliver it after a wait.
-    pub async fn hide_for(&self, receipt: &str, for_: Duration) -> Result<(), BoxError> {
-        self.client
-            .change_message_visibility()
-            .queue_url(&self.url)
-            .receipt_handle(receipt)
-            .visibility_timeout(seconds(for_))
-            .send()
-            .await
-            .map_err(sdk)?;
-        Ok(())
-    }
-
-    /// [`hide_for`](Self::hide_for) for up to [`MAX_BATCH`] messages in one
-    /// `ChangeMessageVisibilityBatch`; returns how many SQS accepted.
-    pub async fn hide_all_for(&self, receipts: &[&str], for_: Duration) -> Result<usize, BoxError> {
-        if receipts.is_empty() || receipts.len() > MAX_BATCH {
-            return Err(format!(
-                "a ChangeMessageVisibilityBatch takes 1 to {MAX_BATCH} messages, not {}",
-                receipts.len()
-            )
-            .into());
-        }
+    /// Deletes up to [`MAX_BATCH`] messages in one `DeleteMessageBatch`;
+    /// returns the positions of those SQS refused. Call it only once the
+    /// store durably settled the task: a delete before the save loses the
+    /// work on a crash.
+    pub async fn delete_batch(&self, receipts: &[&str]) -> Result<Vec<usize>, BoxError> {
         let entries = receipts
             .iter()
             .enumerate()
             .map(|(i, receipt)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(*receipt)
+                    .build()
+                    .map_err(sdk)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self
+            .client
+            .delete_message_batch()
+            .queue_url(&self.url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(failed_entries(out.failed().iter().map(|e| e.id())))
+    }
+
+    /// Hides each of up to [`MAX_BATCH`] messages for its duration from now
+    /// (0: visible at once) in one `ChangeMessageVisibilityBatch`; returns
+    /// the positions of those SQS refused.
+    pub async fn change_visibility(&self, messages: &[(&str, Duration)]) -> Result<Vec<usize>, BoxError> {
+        let entries = messages
+            .iter()
+            .enumerate()
+            .map(|(i, (receipt, hide_for))| {
                 ChangeMessageVisibilityBatchRequestEntry::builder()
                     .id(i.to_string())
                     .receipt_handle(*receipt)
-                    .visibility_timeout(seconds(for_))
+                    .visibility_timeout(seconds(*hide_for))
                     .build()
                     .map_err(sdk)
             })
@@ -325,7 +307,7 @@ impl SqsQueue {
             .send()
             .await
             .map_err(sdk)?;
-        Ok(out.successful().len())
+        Ok(failed_entries(out.failed().iter().map(|e| e.id())))
     }
 
     /// How many messages the queue holds.

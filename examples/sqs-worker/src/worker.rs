@@ -1,37 +1,43 @@
-//! The SQS worker: long-poll, run each received batch through taskfence's
-//! runtime (one claim for the whole batch), keep each message hidden while its
-//! lease is renewed, act on each message's disposition as soon as its task
-//! settles (delete only after the durable save), and on shutdown finish or
-//! release what it holds.
+//! The SQS worker: taskfence's [`Consumer`] fed by the queue ([`SqsSource`])
+//! and running [`work`]. The consumer claims each receive in one
+//! `claim_many`, renews the leases, saves the responses and stops
+//! gracefully; the source turns what became of each message into SQS calls.
+//! Those go out ten per batch request from a task of their own, so a slow
+//! SQS holds up neither the consumer nor its stop.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use taskfence::runtime::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, Worker};
-use taskfence::{Failure, Fenced, Lease, Response, TaskId, TaskStore};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
-use tokio::task::JoinSet;
+use taskfence::error::InvalidInput;
+use taskfence::runtime::{
+    Consumer, ConsumerConfig, Delivery, Disposition, Source, Stop, Stopped, WorkContext,
+};
+use taskfence::{ClaimRequest, Failure, Fenced, Response, TaskId, TaskStore};
+use tokio::sync::{mpsc, watch};
 
 use crate::provider::{Provider, ProviderError, ProviderRequest};
-use crate::queue::{Delivery, SqsQueue};
+use crate::queue::{MAX_BATCH, SqsQueue};
 
-/// Counters a worker fleet shares: what the queue delivered and what was done
-/// with each delivery.
+/// Counters a worker fleet shares: what the queue delivered and what became
+/// of each delivery.
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Messages received (every redelivery counts).
     pub deliveries: AtomicU64,
-    /// Visibility extensions made by the lease hooks.
+    /// Second copies of a task in one receive: the consumer acknowledges them
+    /// without a claim (the first copy stands for both).
+    pub copies: AtomicU64,
+    /// Visibility extensions made after lease renewals.
     pub extensions: AtomicU64,
     /// Visibility extensions SQS refused or that failed.
     pub extension_errors: AtomicU64,
     /// Deliveries of a message that this fleet was still handling: a visibility
     /// timeout ran out mid-work. Zero when the extensions keep up.
     pub redelivered_in_flight: AtomicU64,
-    /// Deliveries whose handling failed on a store error (message left).
+    /// Deliveries left because the store failed (`leave.store_failed`).
     pub store_errors: AtomicU64,
     /// Messages whose body is not a task id (deleted).
     pub malformed: AtomicU64,
@@ -42,8 +48,7 @@ pub struct Stats {
 
 impl Stats {
     /// Count of each disposition, by name (`ack.completed`, `retry.busy`,
-    /// `leave.lease_lost`…), and of each release at shutdown
-    /// (`release.released`, `release.rejected`).
+    /// `retry.released`, `leave.lease_lost`…).
     pub fn dispositions(&self) -> BTreeMap<&'static str, u64> {
         self.dispositions.lock().unwrap().clone()
     }
@@ -53,44 +58,44 @@ impl Stats {
         self.saved_by_task.lock().unwrap().clone()
     }
 
-    fn count_name(&self, name: &'static str) {
-        *self.dispositions.lock().unwrap().entry(name).or_default() += 1;
-    }
-
-    fn count(&self, d: &Disposition, task: TaskId) {
-        let name = match d {
-            Disposition::Ack(AckReason::Completed) => "ack.completed",
-            Disposition::Ack(AckReason::AlreadyCompleted) => "ack.already_completed",
-            Disposition::Ack(AckReason::CompletedElsewhere) => "ack.completed_elsewhere",
-            Disposition::Ack(AckReason::Failed) => "ack.failed",
-            Disposition::Ack(AckReason::Cancelled) => "ack.cancelled",
-            Disposition::Ack(AckReason::NotFound) => "ack.not_found",
-            Disposition::Ack(_) => "ack.other",
-            Disposition::RetryAfter {
-                reason: RetryReason::Busy,
-                ..
-            } => "retry.busy",
-            Disposition::RetryAfter {
-                reason: RetryReason::Backoff,
-                ..
+    fn count(&self, disposition: &Disposition, task: TaskId) {
+        use taskfence::runtime::{AckReason as A, Disposition as D, LeaveReason as L, RetryReason as R};
+        let name = match disposition {
+            D::Ack(A::Completed) => "ack.completed",
+            D::Ack(A::AlreadyCompleted) => "ack.already_completed",
+            D::Ack(A::CompletedElsewhere) => "ack.completed_elsewhere",
+            D::Ack(A::Failed) => "ack.failed",
+            D::Ack(A::Cancelled) => "ack.cancelled",
+            D::Ack(A::NotFound) => "ack.not_found",
+            D::Ack(_) => "ack.other",
+            D::RetryAfter { reason: R::Busy, .. } => "retry.busy",
+            D::RetryAfter {
+                reason: R::Backoff, ..
             } => "retry.backoff",
-            Disposition::RetryAfter {
-                reason: RetryReason::Scheduled { .. },
+            D::RetryAfter {
+                reason: R::Scheduled { .. },
                 ..
             } => "retry.scheduled",
-            Disposition::RetryAfter { .. } => "retry.other",
-            Disposition::Leave(LeaveReason::LeaseLost(_)) => "leave.lease_lost",
-            Disposition::Leave(LeaveReason::Rejected(_)) => "leave.rejected",
-            Disposition::Leave(_) => "leave.other",
+            D::RetryAfter {
+                reason: R::Released, ..
+            } => "retry.released",
+            D::RetryAfter { .. } => "retry.other",
+            D::Leave(L::LeaseLost(_)) => "leave.lease_lost",
+            D::Leave(L::Rejected(_)) => "leave.rejected",
+            D::Leave(L::StoreFailed) => "leave.store_failed",
+            D::Leave(_) => "leave.other",
         };
-        self.count_name(name);
-        if *d == Disposition::Ack(AckReason::Completed) {
-            *self.saved_by_task.lock().unwrap().entry(task).or_default() += 1;
+        *self.dispositions.lock().unwrap().entry(name).or_default() += 1;
+        match disposition {
+            D::Ack(A::Completed) => *self.saved_by_task.lock().unwrap().entry(task).or_default() += 1,
+            D::Leave(L::StoreFailed) => {
+                self.store_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
         }
     }
 
-    /// Marks `message_id` as being handled until the guard drops (also when the
-    /// handling future is aborted).
+    /// Marks `message_id` as being handled until the mark drops.
     fn track(self: &Arc<Self>, message_id: &str) -> InFlight {
         if !self.in_flight.lock().unwrap().insert(message_id.to_owned()) {
             self.redelivered_in_flight.fetch_add(1, Ordering::Relaxed);
@@ -102,6 +107,8 @@ impl Stats {
     }
 }
 
+/// A message being handled; dropped with the last copy of its [`Receipt`]
+/// (settled, or dropped by a consumer that stopped or was killed).
 struct InFlight {
     stats: Arc<Stats>,
     message_id: String,
@@ -113,22 +120,26 @@ impl Drop for InFlight {
     }
 }
 
-/// How one worker polls and hides messages.
+/// How one worker receives, hides and stops.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
-    /// Messages handled at once by this worker.
+    /// Tasks worked on at once.
     pub concurrency: usize,
-    /// Long-poll wait of each receive (at most 20 s).
+    /// Long-poll wait of each receive (at most 20 s). A stop abandons a
+    /// receive in flight: the messages it took come back after
+    /// `lease + visibility_slack`.
     pub poll_wait: Duration,
     /// How long past the lease a held message stays hidden. When the worker
     /// dies, the message reappears about `lease + slack` later, when the lease
     /// has expired and a new claim can take over.
     pub visibility_slack: Duration,
-    /// After shutdown is asked for, how long the messages in hand may take to
-    /// finish. Tasks still being worked on then are released
-    /// ([`TaskStore::release`]: pending again, the attempt counted) and their
-    /// messages made visible at once, for another worker.
+    /// After a stop request, how long the work in hand may take to finish.
+    /// The tasks still being worked on then are released (pending again, the
+    /// attempt counted) and their messages made visible at once.
     pub shutdown_grace: Duration,
+    /// After the grace, how long releasing and the last store and SQS calls
+    /// may take: a stop never takes longer than grace + this.
+    pub release_deadline: Duration,
 }
 
 impl Default for WorkerSettings {
@@ -137,436 +148,270 @@ impl Default for WorkerSettings {
             concurrency: 8,
             poll_wait: Duration::from_secs(1),
             visibility_slack: Duration::from_secs(1),
-            shutdown_grace: Duration::from_secs(25),
+            shutdown_grace: Duration::from_secs(20),
+            release_deadline: Duration::from_secs(5),
         }
     }
 }
 
-/// An SQS consumer running every message through a taskfence [`Worker`].
-#[derive(Clone)]
-pub struct SqsWorker {
+/// An SQS call waiting to be sent for one message. Ordered: of two calls
+/// for one message in a batch, the greater is sent (a settlement beats a
+/// renewal's extension from just before it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Action {
+    /// Hidden this much longer (a renewed lease).
+    Extend(Duration),
+    /// Visible again after this delay (a retry's wait, 0 for a release).
+    Show(Duration),
+    Delete,
+}
+
+/// An SQS queue whose messages name task ids, as the consumer's [`Source`].
+pub struct SqsSource {
     queue: SqsQueue,
-    worker: Worker,
-    store: Arc<dyn TaskStore>,
-    provider: Arc<dyn Provider>,
-    settings: WorkerSettings,
+    poll_wait: Duration,
+    slack: Duration,
     stats: Arc<Stats>,
+    actions: mpsc::UnboundedSender<(String, Action)>,
+    stopping: watch::Receiver<bool>,
 }
 
-impl SqsWorker {
-    /// A consumer of `queue` that claims with `worker` and calls `provider`.
-    /// `store` is the store `worker` runs on: the consumer releases the
-    /// leases it still holds at the end of a shutdown through it.
-    pub fn new(
-        queue: SqsQueue,
-        worker: Worker,
-        store: Arc<dyn TaskStore>,
-        provider: Arc<dyn Provider>,
-        settings: WorkerSettings,
-        stats: Arc<Stats>,
-    ) -> Self {
-        Self {
-            queue,
-            worker,
-            store,
-            provider,
-            settings,
-            stats,
-        }
-    }
-
-    /// Polls until `shutdown` turns true, then stops receiving and lets the
-    /// messages in hand finish for up to [`WorkerSettings::shutdown_grace`];
-    /// the tasks still being worked on then are released and their messages
-    /// made visible again. Dropping this future instead is a crash: every
-    /// message in hand is abandoned mid-flight (no save, no delete) and comes
-    /// back when its lease and visibility run out.
-    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        // Turned true when the grace is over: the handlers park their work and
-        // release their leases.
-        let (release_tx, release_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
-        let mut in_hand = JoinSet::new();
-        let this = Arc::new(self);
-        loop {
-            while let Some(done) = in_hand.try_join_next() {
-                if let Err(e) = done {
-                    tracing::error!(error = %e, "message handler panicked");
-                }
-            }
-            // Receive only as many messages as we can start now: a message that
-            // waits in our hands keeps running down its visibility timeout.
-            let first = tokio::select! {
-                permit = Arc::clone(&slots).acquire_owned() => permit.expect("never closed"),
-                _ = shutdown.wait_for(|stop| *stop) => break,
-            };
-            let mut permits = vec![first];
-            while permits.len() < 10 {
-                match Arc::clone(&slots).try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) => break,
-                }
-            }
-            // A receive abandoned here may already have taken messages: they
-            // stay hidden for the queue's visibility timeout and then come back.
-            let received = tokio::select! {
-                r = this.queue.receive(permits.len() as i32, this.settings.poll_wait) => r,
-                _ = shutdown.wait_for(|stop| *stop) => break,
-            };
-            let deliveries = match received {
-                Ok(d) => d,
-                Err(error) => {
-                    tracing::warn!(%error, "receive failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            };
-            // One claim round trip for the receive: every message with a task
-            // id not seen yet in this receive joins the batch. A message that
-            // is not a task id, or a second copy of a task in the same receive
-            // (the batch needs distinct ids), is handled on its own, as it
-            // would be if it came in another receive.
-            let (mut batch, mut seen) = (Vec::new(), HashSet::new());
-            for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                let (this, release) = (Arc::clone(&this), release_rx.clone());
-                match delivery.task_id() {
-                    Some(task_id) if seen.insert(task_id) => batch.push((delivery, permit)),
-                    Some(_) => {
-                        in_hand.spawn(async move { this.handle(vec![(delivery, permit)], release).await });
-                    }
-                    None => {
-                        in_hand.spawn(async move {
-                            this.drop_malformed(delivery).await;
-                            drop(permit);
-                        });
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let (this, release) = (Arc::clone(&this), release_rx.clone());
-                in_hand.spawn(async move { this.handle(batch, release).await });
-            }
-        }
-        let grace = this.settings.shutdown_grace;
-        if !in_hand.is_empty() {
-            tracing::info!(
-                in_hand = in_hand.len(),
-                ?grace,
-                "stopping: finishing the messages in hand"
-            );
-        }
-        if tokio::time::timeout(grace, join_all(&mut in_hand)).await.is_err() {
-            tracing::info!(
-                in_hand = in_hand.len(),
-                "shutdown grace over: releasing the tasks in hand"
-            );
-            let _ = release_tx.send(true);
-            // A release is one store write and one SQS call per task; bound it
-            // anyway, so a stuck store cannot hold the process (its leases then
-            // simply expire).
-            if tokio::time::timeout(RELEASE_WITHIN, join_all(&mut in_hand))
-                .await
-                .is_err()
-            {
-                tracing::warn!(left = in_hand.len(), "releases did not finish; abandoning them");
-                in_hand.abort_all();
-            }
-        }
-    }
-
-    /// A message whose body is not a task id: a poison message. With a
-    /// redrive policy, leaving it would move it to the dead-letter queue after
-    /// maxReceiveCount; here we drop it.
-    async fn drop_malformed(&self, delivery: Delivery) {
-        self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = self.stats.track(&delivery.message_id);
-        tracing::warn!(body = %delivery.body, "message body is not a task id; deleting it");
-        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-        self.act(|q| q.delete(&delivery.receipt), "delete").await;
-    }
-
-    /// A batch of deliveries of distinct tasks, start to finish:
-    /// [`Worker::handle_batch_each`] claims them in one round trip and runs the
-    /// acquired ones side by side, each message kept hidden by its own lease's
-    /// hooks. Each message is deleted, hidden or left by its own disposition
-    /// *as soon as its task settles*, and its slot (`permit`) is free for the
-    /// next receive from then on, while its batch-mates still work. When
-    /// `release` turns true while provider calls run, those calls are dropped
-    /// and their tasks released.
-    async fn handle(
-        &self,
-        deliveries: Vec<(Delivery, OwnedSemaphorePermit)>,
-        release: watch::Receiver<bool>,
-    ) {
-        let mut batch = Vec::with_capacity(deliveries.len());
-        // What each delivery holds until its answer is acted on: its slot and
-        // its in-flight mark.
-        let mut held = Vec::with_capacity(deliveries.len());
-        for (delivery, permit) in deliveries {
-            self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
-            held.push(Some((self.stats.track(&delivery.message_id), permit)));
-            let task_id = delivery.task_id().expect("the caller passes task ids only");
-            batch.push((task_id, delivery));
-        }
-        let task_ids: Vec<TaskId> = batch.iter().map(|(id, _)| *id).collect();
-        let hooks = KeepHidden {
-            queue: &self.queue,
-            receipts: batch.iter().map(|(id, d)| (*id, d.receipt.as_str())).collect(),
-            hide_for: self.worker.config().lease + self.settings.visibility_slack,
-            stats: &self.stats,
-            answered: AtomicBool::new(false),
-        };
-        // The tasks given back at shutdown, and whether the store took them back.
-        let released: Mutex<HashMap<TaskId, Released>> = Mutex::default();
-        // Each answer goes into the channel the moment its delivery settles
-        // (`on_settled` cannot wait on SQS); `answer` below acts on them in
-        // that order while the rest of the batch still works.
-        let (settled_tx, mut settled_rx) = mpsc::unbounded_channel();
-        let handling = self.worker.handle_batch_each(
-            &task_ids,
-            &hooks,
-            |ctx| {
-                let provider = Arc::clone(&self.provider);
-                let mut release_asked = release.clone();
-                let released = &released;
-                async move {
-                    let lease = ctx.lease().clone();
-                    tokio::select! {
-                        biased;
-                        result = work(ctx, provider) => result,
-                        Ok(()) = async { release_asked.wait_for(|r| *r).await.map(drop) } => {
-                            // The grace is over: drop the provider call (between
-                            // store writes, never inside a complete or fail) and
-                            // give the task back. The runtime's `fail` for this
-                            // lease is then refused: the task is pending again.
-                            let task_id = lease.task_id();
-                            let outcome = self.release(lease).await;
-                            released.lock().unwrap().insert(task_id, outcome);
-                            Err(Failure::retryable("released at shutdown"))
-                        }
-                    }
-                }
-            },
-            // Dropped with the handling future, which ends the loop below.
-            move |i, answer| {
-                let _ = settled_tx.send((i, answer));
-            },
-        );
-        let answer = async {
-            // Until the claim answers, the messages are hidden only by the
-            // queue's visibility timeout. A claim slower than `CLAIM_GUARD` (a
-            // store in trouble, a pool waiting for a connection) gets them
-            // hidden for `lease + slack` once, so they do not come back while
-            // it is pending. A fast claim costs nothing.
-            let guard = tokio::time::sleep(CLAIM_GUARD);
-            tokio::pin!(guard);
-            let mut guarded = false;
-            loop {
-                tokio::select! {
-                    next = settled_rx.recv() => {
-                        let Some((i, answer)) = next else { break };
-                        hooks.answered.store(true, Ordering::Relaxed);
-                        let (task_id, delivery) = &batch[i];
-                        let release = released.lock().unwrap().get(task_id).copied();
-                        self.answer(*task_id, delivery, release, answer).await;
-                        held[i] = None;
-                    }
-                    () = &mut guard, if !guarded => {
-                        guarded = true;
-                        if !hooks.answered.load(Ordering::Relaxed) {
-                            let waiting: Vec<&str> = batch
-                                .iter()
-                                .zip(&held)
-                                .filter(|(_, held)| held.is_some())
-                                .map(|((_, delivery), _)| delivery.receipt.as_str())
-                                .collect();
-                            hooks.hide_all(&waiting).await;
-                        }
-                    }
-                }
-            }
-        };
-        let (outcome, ()) = tokio::join!(handling, answer);
-        if let Err(error) = outcome {
-            // The claim itself failed: no delivery settled. Leave every
-            // message; each next delivery re-reads its task.
-            tracing::warn!(tasks = task_ids.len(), %error, "store error; leaving the batch's messages");
-            self.stats
-                .store_errors
-                .fetch_add(task_ids.len() as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Acts on one delivery's answer: delete, hide or leave its message.
-    async fn answer(
-        &self,
-        task_id: TaskId,
-        delivery: &Delivery,
-        release: Option<Released>,
-        answer: taskfence::Result<Disposition>,
-    ) {
-        if let Some(release) = release {
-            // Released at shutdown: visible at once for another worker.
-            if release == Released::Accepted {
-                self.act(
-                    |q| q.hide_for(&delivery.receipt, Duration::ZERO),
-                    "change visibility",
-                )
-                .await;
-            }
-            return;
-        }
-        let disposition = match answer {
-            Ok(disposition) => disposition,
-            Err(error) => {
-                // The store failed for this delivery: leave the message; its
-                // next delivery reads the durable task.
-                tracing::warn!(%task_id, %error, "store error; leaving the message");
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-        };
-        tracing::debug!(%task_id, receive_count = delivery.receive_count, ?disposition, "handled");
-        match &disposition {
-            // The store has durably settled the task (saved or terminal): now,
-            // and only now, the message may go.
-            Disposition::Ack(_) => self.act(|q| q.delete(&delivery.receipt), "delete").await,
-            // Not deleted: hidden until the claim can succeed (backoff over, or
-            // the other worker's lease run out).
-            Disposition::RetryAfter { delay, .. } => {
-                self.act(|q| q.hide_for(&delivery.receipt, *delay), "change visibility")
-                    .await;
-            }
-            // We no longer hold the task; the message's own timer brings it back.
-            Disposition::Leave(_) => {}
-        }
-        self.stats.count(&disposition, task_id);
-    }
-
-    /// Gives the task back at shutdown: pending again at once (the attempt
-    /// stays counted). The caller makes its message visible for the next worker.
-    async fn release(&self, lease: Lease) -> Released {
-        let task_id = lease.task_id();
-        match self.store.release(lease).await {
-            Ok(Fenced::Accepted(())) => {
-                tracing::info!(%task_id, "released at shutdown");
-                self.stats.count_name("release.released");
-                Released::Accepted
-            }
-            Ok(Fenced::Rejected(rejection)) => {
-                // No longer ours (lost to a takeover): its message timer decides.
-                tracing::info!(%task_id, %rejection, "release refused; leaving the message");
-                self.stats.count_name("release.rejected");
-                Released::Refused
-            }
-            Err(error) => {
-                // The lease expires on its own; the message comes back after it.
-                tracing::warn!(%task_id, %error, "release failed; leaving the message");
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                Released::Failed
-            }
-        }
-    }
-
-    async fn act<'a, F, Fut>(&'a self, call: F, what: &str)
-    where
-        F: FnOnce(&'a SqsQueue) -> Fut,
-        Fut: Future<Output = Result<(), crate::queue::BoxError>>,
-    {
-        if let Err(error) = call(&self.queue).await {
-            // Harmless for correctness: the message is redelivered and the claim
-            // answers from the durable task record.
-            tracing::warn!(%error, "{what} failed");
-        }
-    }
+/// One delivery as [`SqsSource`] hands it to the consumer: the message's
+/// receipt handle and task, and its in-flight mark.
+#[derive(Clone)]
+pub struct Receipt {
+    handle: String,
+    task: TaskId,
+    _in_flight: Arc<InFlight>,
 }
 
-/// How long a claim may take before the messages waiting for it are hidden
-/// for `lease + slack` (once per receive).
-const CLAIM_GUARD: Duration = Duration::from_secs(1);
-
-/// How long the releases at the end of a shutdown may take.
-const RELEASE_WITHIN: Duration = Duration::from_secs(10);
-
-/// Waits for every handler, logging the ones that panicked.
-async fn join_all(set: &mut JoinSet<()>) {
-    while let Some(done) = set.join_next().await {
-        if let Err(e) = done {
-            tracing::error!(error = %e, "message handler panicked");
-        }
-    }
-}
-
-/// What became of a release at shutdown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Released {
-    /// The task is pending again: make its message visible.
-    Accepted,
-    /// The lease was no longer ours: leave the message.
-    Refused,
-    /// The store failed: leave the message; the lease expires on its own.
-    Failed,
-}
-
-/// Keeps each message of a batch hidden for as long as its task's lease lives.
-/// The lease is the right to work on the task (store clock); the visibility
-/// timeout only hides the message from other consumers (SQS clock). Neither
-/// stops the other. The hooks fire per lease: the task id picks the message.
-/// (The messages of tasks not acquired need nothing: their answer is acted on
-/// as soon as the claim returns.)
-struct KeepHidden<'a> {
-    queue: &'a SqsQueue,
-    receipts: HashMap<TaskId, &'a str>,
-    hide_for: Duration,
-    stats: &'a Stats,
-    /// Set once the claim has answered (a lease granted or a delivery settled).
-    answered: AtomicBool,
-}
-
-impl KeepHidden<'_> {
-    /// Hides `receipts` for `hide_for`, ten per `ChangeMessageVisibilityBatch`.
-    async fn hide_all(&self, receipts: &[&str]) {
-        for chunk in receipts.chunks(crate::queue::MAX_BATCH) {
-            match self.queue.hide_all_for(chunk, self.hide_for).await {
-                Ok(hidden) => {
-                    self.stats.extensions.fetch_add(hidden as u64, Ordering::Relaxed);
-                    let failed = (chunk.len() - hidden.min(chunk.len())) as u64;
-                    self.stats.extension_errors.fetch_add(failed, Ordering::Relaxed);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "visibility extension failed");
-                    self.stats
-                        .extension_errors
-                        .fetch_add(chunk.len() as u64, Ordering::Relaxed);
-                }
-            }
-        }
-    }
-
-    async fn extend(&self, lease: &Lease) {
-        let Some(receipt) = self.receipts.get(&lease.task_id()) else {
-            return;
-        };
-        match self.queue.hide_for(receipt, self.hide_for).await {
-            Ok(()) => self.stats.extensions.fetch_add(1, Ordering::Relaxed),
-            Err(error) => {
-                // Not fatal: at worst the message is delivered again meanwhile and
-                // that delivery's claim answers Busy.
-                tracing::warn!(%error, "visibility extension failed");
-                self.stats.extension_errors.fetch_add(1, Ordering::Relaxed)
-            }
-        };
+impl SqsSource {
+    fn act(&self, receipt: String, action: Action) {
+        // Fails only once the worker has stopped: the message's timer decides.
+        let _ = self.actions.send((receipt, action));
     }
 }
 
 #[async_trait]
-impl LeaseHooks for KeepHidden<'_> {
-    async fn on_claimed(&self, lease: &Lease) {
-        self.answered.store(true, Ordering::Relaxed);
-        self.extend(lease).await;
+impl Source for SqsSource {
+    type Receipt = Receipt;
+
+    async fn fetch(&self, max: usize, claim: &ClaimRequest) -> taskfence::Result<Vec<Delivery<Receipt>>> {
+        // Hidden for the lease (and the slack) from the receive on, so the
+        // claim and the first renewal come well within it.
+        let hide_for = claim.lease + self.slack;
+        let mut stopping = self.stopping.clone();
+        let messages = tokio::select! {
+            received = self.queue.receive(max.min(MAX_BATCH), self.poll_wait, hide_for) => {
+                received.map_err(taskfence::Error::Storage)?
+            }
+            _ = stopping.wait_for(|stopping| *stopping) => return Ok(Vec::new()),
+        };
+        let mut seen = HashSet::new();
+        let mut deliveries = Vec::with_capacity(messages.len());
+        for message in messages {
+            self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
+            let Some(task) = message.task_id() else {
+                // A poison message: no retry makes it a task id. (With a
+                // redrive policy you could leave it for the dead-letter queue.)
+                tracing::warn!(body = %message.body, "message body is not a task id; deleting it");
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                self.act(message.receipt, Action::Delete);
+                continue;
+            };
+            if !seen.insert(task) {
+                self.stats.copies.fetch_add(1, Ordering::Relaxed);
+            }
+            let receipt = Receipt {
+                _in_flight: Arc::new(self.stats.track(&message.id)),
+                handle: message.receipt,
+                task,
+            };
+            deliveries.push(Delivery::Task(task, receipt));
+        }
+        Ok(deliveries)
     }
-    async fn on_renewed(&self, lease: &Lease) {
-        self.extend(lease).await;
+
+    async fn settle(&self, receipt: Receipt, disposition: Disposition) -> taskfence::Result<()> {
+        tracing::debug!(task_id = %receipt.task, ?disposition, "settled");
+        self.stats.count(&disposition, receipt.task);
+        match disposition {
+            // The store durably settled the task (saved or terminal): now, and
+            // only now, the message may go.
+            Disposition::Ack(_) => self.act(receipt.handle, Action::Delete),
+            // Hidden until a claim can succeed (backoff over, the other lease
+            // run out), or visible at once for another worker (released).
+            Disposition::RetryAfter { delay, .. } => self.act(receipt.handle, Action::Show(delay)),
+            // This worker no longer holds the task: the message's own timer
+            // brings it back and the next claim decides.
+            Disposition::Leave(_) => {}
+        }
+        Ok(())
+    }
+
+    async fn renewed(&self, receipts: Vec<&Receipt>, lease: Duration) {
+        for receipt in receipts {
+            self.act(receipt.handle.clone(), Action::Extend(lease + self.slack));
+        }
+    }
+}
+
+/// Sends the queued SQS calls, up to ten per batch request, until the source
+/// is gone. A failed call is harmless: the message comes back and its claim
+/// answers from the durable task.
+async fn send_actions(
+    queue: SqsQueue,
+    mut actions: mpsc::UnboundedReceiver<(String, Action)>,
+    stats: Arc<Stats>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while actions.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut calls: HashMap<&str, Action> = HashMap::new();
+        for (handle, action) in &batch {
+            calls
+                .entry(handle.as_str())
+                .and_modify(|call| *call = (*call).max(*action))
+                .or_insert(*action);
+        }
+        let (mut deletes, mut changes) = (Vec::new(), Vec::new());
+        for (handle, action) in calls {
+            match action {
+                Action::Delete => deletes.push(handle),
+                Action::Show(after) => changes.push((handle, after, false)),
+                Action::Extend(by) => changes.push((handle, by, true)),
+            }
+        }
+        if !deletes.is_empty() {
+            match queue.delete_batch(&deletes).await {
+                Ok(failed) if failed.is_empty() => {}
+                Ok(failed) => tracing::warn!(failed = failed.len(), "SQS refused some deletes"),
+                Err(error) => tracing::warn!(%error, "deleting messages failed"),
+            }
+        }
+        if !changes.is_empty() {
+            let entries: Vec<_> = changes.iter().map(|&(handle, hide, _)| (handle, hide)).collect();
+            let failed = match queue.change_visibility(&entries).await {
+                Ok(failed) if failed.is_empty() => failed,
+                Ok(failed) => {
+                    tracing::warn!(failed = failed.len(), "SQS refused some visibility changes");
+                    failed
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "changing visibility failed");
+                    (0..changes.len()).collect()
+                }
+            };
+            let extensions = changes.iter().filter(|c| c.2).count() as u64;
+            let failed = failed
+                .iter()
+                .filter(|&&i| changes.get(i).is_some_and(|c| c.2))
+                .count() as u64;
+            stats.extensions.fetch_add(extensions - failed, Ordering::Relaxed);
+            stats.extension_errors.fetch_add(failed, Ordering::Relaxed);
+        }
+        batch.clear();
+    }
+}
+
+/// An SQS worker: a taskfence [`Consumer`] of an [`SqsSource`], running
+/// [`work`] with the provider on every task it acquires.
+pub struct SqsWorker {
+    consumer: Consumer<SqsSource>,
+    provider: Arc<dyn Provider>,
+    queue: SqsQueue,
+    stats: Arc<Stats>,
+    actions: mpsc::UnboundedReceiver<(String, Action)>,
+    stopping: watch::Sender<bool>,
+    stop_within: Duration,
+}
+
+impl SqsWorker {
+    /// A worker `worker_id` consuming `queue`, holding leases of `lease` on
+    /// the tasks of `store` and calling `provider`.
+    pub fn new(
+        queue: SqsQueue,
+        store: Arc<dyn TaskStore>,
+        provider: Arc<dyn Provider>,
+        worker_id: impl Into<String>,
+        lease: Duration,
+        settings: &WorkerSettings,
+        stats: Arc<Stats>,
+    ) -> Result<Self, InvalidInput> {
+        let config = ConsumerConfig::new(worker_id, lease)
+            .concurrency(settings.concurrency)
+            // Claim only what can start now: a claim is an attempt of the
+            // task's budget, and an idle worker elsewhere could take it.
+            .prefetch(0)
+            .stop_after(settings.shutdown_grace, settings.release_deadline);
+        let (sender, actions) = mpsc::unbounded_channel();
+        let (stopping, stopping_rx) = watch::channel(false);
+        let source = SqsSource {
+            queue: queue.clone(),
+            poll_wait: settings.poll_wait,
+            slack: settings.visibility_slack,
+            stats: Arc::clone(&stats),
+            actions: sender,
+            stopping: stopping_rx,
+        };
+        Ok(Self {
+            consumer: Consumer::new(store, source, config)?,
+            provider,
+            queue,
+            stats,
+            actions,
+            stopping,
+            stop_within: settings.shutdown_grace + settings.release_deadline,
+        })
+    }
+
+    /// The stop switch: the first [`Stop::request`] stops receiving and lets
+    /// the work in hand finish within the grace, then releases what remains;
+    /// a second one releases at once.
+    pub fn stop(&self) -> &Stop {
+        self.consumer.stop()
+    }
+
+    /// Runs until stopped; returns within grace + release deadline of the
+    /// stop request, the last deletes and visibility changes sent if SQS
+    /// answers in time (else those messages come back on their own).
+    /// Dropping it instead abandons the work in hand mid-flight.
+    pub async fn run(self) -> taskfence::Result<Stopped> {
+        let Self {
+            consumer,
+            provider,
+            queue,
+            stats,
+            actions,
+            stopping,
+            stop_within,
+        } = self;
+        let mut sending = tokio::spawn(send_actions(queue, actions, stats));
+        let stop = consumer.stop().clone();
+        let run = consumer.run(move |ctx| work(ctx, Arc::clone(&provider)));
+        tokio::pin!(run);
+        let stop_by = tokio::select! {
+            stopped = &mut run => return stopped,
+            () = requested(&stop) => tokio::time::Instant::now() + stop_within,
+        };
+        // The consumer lets a fetch in flight finish; a long poll through a
+        // slow SQS could outlast the grace, so it is abandoned.
+        let _ = stopping.send(true);
+        let stopped = run.await;
+        // The consumer is gone with its source: the last calls go out, then `sending` ends.
+        if tokio::time::timeout_at(stop_by, &mut sending).await.is_err() {
+            sending.abort();
+            tracing::warn!(
+                "the last SQS calls did not finish in time; those messages come back on their own"
+            );
+        }
+        stopped
+    }
+}
+
+/// Resolves once a stop is requested (`Stop` offers no wait of its own).
+async fn requested(stop: &Stop) {
+    while !stop.is_requested() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

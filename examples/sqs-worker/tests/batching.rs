@@ -1,8 +1,8 @@
 //! Batching against moto's SQS and PostgreSQL, in process: the dispatcher
 //! publishes ten handoffs per `SendMessageBatch`, and the worker claims each
 //! receive in one `claim_many` (counted through an `Intercept`), with one saved
-//! response per task as before. A second copy of a task in one receive, and a
-//! message that is no task id, are handled on their own.
+//! response per task as before. A second copy of a task in one receive is
+//! acknowledged without a claim, and a message that is no task id is deleted.
 
 mod support;
 
@@ -15,12 +15,11 @@ use async_trait::async_trait;
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm, local_sqs_client};
 use sqs_worker::{Dispatcher, SqsQueue, SqsWorker, Stats, WorkerSettings};
 use taskfence::intercept::{Intercept, Intercepted};
-use taskfence::runtime::{Worker, WorkerConfig};
+use taskfence::runtime::{Stop, Stopped};
 use taskfence::store::AttemptOutcome;
 use taskfence::testing::{Fixture, PgFixture};
 use taskfence::{Claim, ClaimRequest, InputHash, NewTask, RequestKey, Result, Status, TaskId, TaskStore};
 use taskfence_test_support::{eventually_every, fixture};
-use tokio::sync::watch;
 
 /// Counts the claims that reach the store: single ones, and batches with their ids.
 #[derive(Debug, Default)]
@@ -62,14 +61,13 @@ async fn submit(fixture: &PgFixture, n: usize) -> Vec<TaskId> {
 struct Running {
     claims: Arc<Intercepted<dyn TaskStore, CountClaims>>,
     stats: Arc<Stats>,
-    stop: watch::Sender<bool>,
-    consumer: tokio::task::JoinHandle<()>,
+    stop: Stop,
+    consumer: tokio::task::JoinHandle<Result<Stopped>>,
 }
 
 fn start_worker(fixture: &PgFixture, queue: &SqsQueue, lease: Duration) -> Running {
     let claims = Arc::new(Intercepted::new(fixture.store(), CountClaims::default()));
     let store: Arc<dyn TaskStore> = claims.clone();
-    let worker = Worker::new(Arc::clone(&store), WorkerConfig::new("batching-1", lease)).unwrap();
     let provider = SimulatedLlm::new(SimulatedConfig {
         min_latency: Duration::from_millis(200),
         max_latency: Duration::from_millis(600),
@@ -81,19 +79,20 @@ fn start_worker(fixture: &PgFixture, queue: &SqsQueue, lease: Duration) -> Runni
         poll_wait: Duration::from_secs(1),
         visibility_slack: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(10),
+        ..WorkerSettings::default()
     };
-    let (stop, stopped) = watch::channel(false);
-    let consumer = tokio::spawn(
-        SqsWorker::new(
-            queue.clone(),
-            worker,
-            store,
-            Arc::new(provider),
-            settings,
-            Arc::clone(&stats),
-        )
-        .run(stopped),
-    );
+    let worker = SqsWorker::new(
+        queue.clone(),
+        store,
+        Arc::new(provider),
+        "batching-1",
+        lease,
+        &settings,
+        Arc::clone(&stats),
+    )
+    .unwrap();
+    let stop = worker.stop().clone();
+    let consumer = tokio::spawn(worker.run());
     Running {
         claims,
         stats,
@@ -104,8 +103,8 @@ fn start_worker(fixture: &PgFixture, queue: &SqsQueue, lease: Duration) -> Runni
 
 impl Running {
     async fn stop(self) -> (Arc<Intercepted<dyn TaskStore, CountClaims>>, Arc<Stats>) {
-        let _ = self.stop.send(true);
-        self.consumer.await.unwrap();
+        self.stop.request();
+        self.consumer.await.unwrap().unwrap();
         (self.claims, self.stats)
     }
 }
@@ -230,11 +229,13 @@ async fn a_second_copy_in_one_receive_and_a_malformed_message_are_handled_on_the
         distinct.dedup();
         assert_eq!(distinct.len(), batch.len(), "{batch:?}");
     }
-    // Every valid delivery was claimed once; the malformed one was deleted unclaimed.
+    // Every valid delivery was claimed once, or acknowledged unclaimed as the
+    // second copy of a task in its receive; the malformed one was deleted unclaimed.
     assert_eq!(stats.malformed.load(Ordering::Relaxed), 1);
     let claimed = batches.iter().map(Vec::len).sum::<usize>() as u64
         + claims.interceptor().single.load(Ordering::Relaxed);
-    assert_eq!(claimed + 1, stats.deliveries.load(Ordering::Relaxed));
+    let copies = stats.copies.load(Ordering::Relaxed);
+    assert_eq!(claimed + copies + 1, stats.deliveries.load(Ordering::Relaxed));
     // Task 0 was worked on once: its second copy found it busy or done.
     let dispositions: HashMap<_, _> = stats.dispositions().into_iter().collect();
     assert_eq!(dispositions.get("ack.completed"), Some(&3));

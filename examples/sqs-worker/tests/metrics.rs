@@ -153,14 +153,20 @@ async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_redispat
         scrape(port)
     })
     .await;
-    // Each of the six tasks saved once, by this service alone.
+    // Each of the six tasks saved once, by this service alone (the consumer
+    // group-commits: one `complete_many` sample per saved task).
     assert_eq!(
         sample(
             &text,
-            r#"taskfence_operations_total{operation="complete",outcome="accepted"}"#
+            r#"taskfence_operations_total{operation="complete_many",outcome="accepted"}"#
         ),
         Some(6.0),
         "{text}"
+    );
+    assert_eq!(
+        sum(&text, "taskfence_operations_total", &[r#"operation="complete""#]),
+        0.0,
+        "no completion outside the group commit: {text}"
     );
     assert!(text.contains("# HELP taskfence_operations_total"), "{text}");
     assert!(
@@ -185,14 +191,14 @@ async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_redispat
         sample(&text, r#"taskfence_tasks_redispatched_total{source="due"}"#).is_some_and(|n| n >= 1.0),
         "{text}"
     );
-    assert!(
-        sum(
-            &text,
-            "taskfence_operation_duration_seconds_count",
-            &[r#"operation="complete""#]
-        ) >= 6.0,
-        "{text}"
+    // One latency sample per `complete_many` call: between one (all six in
+    // one batch) and six.
+    let commits = sum(
+        &text,
+        "taskfence_operation_duration_seconds_count",
+        &[r#"operation="complete_many""#],
     );
+    assert!((1.0..=6.0).contains(&commits), "{text}");
     println!(
         "{}",
         text.lines()

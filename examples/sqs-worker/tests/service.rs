@@ -65,7 +65,10 @@ async fn running_attempts(fixture: &PgFixture, worker: &str, calling: bool) -> V
 async fn drain_visible(queue: &SqsQueue) -> Vec<TaskId> {
     let mut ids = Vec::new();
     loop {
-        let got = queue.receive(10, Duration::from_secs(1)).await.unwrap();
+        let got = queue
+            .receive(10, Duration::from_secs(1), Duration::from_secs(5))
+            .await
+            .unwrap();
         if got.is_empty() {
             return ids;
         }

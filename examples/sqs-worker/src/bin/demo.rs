@@ -35,7 +35,7 @@ async fn main() -> Result<(), BoxError> {
         .init();
     let client = match std::env::var("TASKFENCE_SQS_ENDPOINT") {
         Ok(endpoint) => sim::local_sqs_client(&endpoint).await,
-        Err(_) => queue::sqs_client().await,
+        Err(_) => aws_sdk_sqs::Client::new(&queue::aws_config().await),
     };
     let scenario = Scenario {
         tasks: env_number("TASKS", 50)?,

@@ -11,9 +11,10 @@ use crate::sim::chaos::KillSwitch;
 use crate::worker::SqsWorker;
 
 /// Workers running in this process. A worker whose [`KillSwitch`] is pulled
-/// is dropped on the spot, with every message in its hands (nothing saved,
-/// nothing deleted: exactly what a killed process leaves behind), and a new
-/// worker with a new id takes its place.
+/// is dead on the spot: its store and SQS calls fail from then on, so every
+/// message in its hands stays as it was (nothing saved, nothing deleted:
+/// exactly what a killed process leaves behind). The fleet then ends what is
+/// left of it (its tasks, its timers) and starts a new worker with a new id.
 pub struct Fleet {
     running: JoinSet<()>,
     shutdown: watch::Sender<bool>,
@@ -21,24 +22,35 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts `size` workers. `make(worker_id, kill)` builds each incarnation.
+    /// Starts `size` workers. `make(worker_id, kill)` builds each incarnation,
+    /// with `kill` on its store and its queue.
     pub fn start<M>(size: usize, make: M) -> Self
     where
         M: Fn(String, KillSwitch) -> SqsWorker + Send + Sync + 'static,
     {
-        let (shutdown, stop) = watch::channel(false);
+        let (shutdown, stopping) = watch::channel(false);
         let kills = Arc::new(AtomicU64::new(0));
         let make = Arc::new(make);
         let mut running = JoinSet::new();
         for slot in 0..size {
-            let (make, stop, kills) = (Arc::clone(&make), stop.clone(), Arc::clone(&kills));
+            let (make, mut stopping, kills) = (Arc::clone(&make), stopping.clone(), Arc::clone(&kills));
             running.spawn(async move {
                 for incarnation in 0.. {
                     let kill = KillSwitch::new();
                     let worker = make(format!("worker-{slot}.{incarnation}"), kill.clone());
+                    let stop = worker.stop().clone();
+                    let run = worker.run();
+                    tokio::pin!(run);
                     tokio::select! {
-                        _ = worker.run(stop.clone()) => break,
-                        _ = kill.pulled() => {
+                        _ = &mut run => break,
+                        () = async { _ = stopping.wait_for(|stop| *stop).await; } => {
+                            stop.request();
+                            let _ = run.await;
+                            break;
+                        }
+                        () = kill.pulled() => {
+                            stop.now();
+                            let _ = run.await;
                             kills.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(slot, incarnation, "worker killed; starting a new one");
                         }
@@ -58,7 +70,7 @@ impl Fleet {
         self.kills.load(Ordering::Relaxed)
     }
 
-    /// Asks every worker to stop polling and finish the messages in hand, and waits.
+    /// Asks every worker to stop receiving and finish the messages in hand, and waits.
     pub async fn stop(mut self) -> u64 {
         let _ = self.shutdown.send(true);
         while self.running.join_next().await.is_some() {}

@@ -17,11 +17,14 @@ use aws_sdk_sqs::config::{Credentials, Region};
 
 /// An SQS client for a local endpoint such as moto, with a fixed region and
 /// dummy credentials, whatever the environment says. For in-process tests and
-/// the demo; a deployed worker uses [`crate::queue::sqs_client`].
+/// the demo; a deployed worker uses [`crate::queue::aws_config`].
 pub async fn local_sqs_client(endpoint: &str) -> Client {
-    let loader = aws_config::defaults(BehaviorVersion::latest())
+    let config = aws_config::defaults(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "sqs-worker-sim"));
-    crate::queue::sqs_client_from(loader).await
+        .credentials_provider(Credentials::new("test", "test", None, None, "sqs-worker-sim"))
+        .http_client(crate::queue::http_client())
+        .load()
+        .await;
+    Client::new(&config)
 }

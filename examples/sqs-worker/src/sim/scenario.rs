@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use taskfence::runtime::{Worker, WorkerConfig};
+use taskfence::intercept::Intercepted;
 use taskfence::{
     DynamoStore, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore,
 };
@@ -73,7 +73,8 @@ pub struct Scenario {
     pub dispatch_batch: usize,
     /// Concurrent workers.
     pub workers: usize,
-    /// The queue's default visibility timeout (what a receive hides a message for).
+    /// The queue's default visibility timeout (the workers' receives ask for
+    /// `lease + slack` instead).
     pub queue_visibility: Duration,
     /// Lease length; renewed every third of it.
     pub lease: Duration,
@@ -220,20 +221,20 @@ pub async fn run(
         let (store, queue, llm, stats) = (Arc::clone(&store), queue.clone(), llm.clone(), Arc::clone(&stats));
         let (lease, settings) = (scenario.lease, scenario.worker.clone());
         Fleet::start(scenario.workers, move |worker_id, kill| {
-            // Each worker incarnation stalls on its own, like a process would.
+            // Each worker incarnation stalls and dies on its own, like a process would.
             let stalls = Stalls::new();
-            let worker_store: Arc<dyn TaskStore> =
-                Arc::new(StallingStore::new(Arc::clone(&store), stalls.clone()));
-            let worker = Worker::new(Arc::clone(&worker_store), WorkerConfig::new(worker_id, lease))
-                .expect("valid worker config");
+            let alive: Arc<dyn TaskStore> = Arc::new(Intercepted::new(Arc::clone(&store), kill.clone()));
+            let worker_store: Arc<dyn TaskStore> = Arc::new(StallingStore::new(alive, stalls.clone()));
             SqsWorker::new(
-                queue.clone(),
-                worker,
+                kill.queue(&queue),
                 worker_store,
                 Arc::new(llm.for_worker(kill, stalls)),
-                settings.clone(),
+                worker_id,
+                lease,
+                &settings,
                 Arc::clone(&stats),
             )
+            .expect("valid worker settings")
         })
     };
 
@@ -259,29 +260,45 @@ pub async fn run(
         if rounds > 2 * task_ids.len() + 10 {
             return Err(format!("the outbox did not drain: {marked} of {} marked", task_ids.len()).into());
         }
-        marked += dispatcher.round_checked(lose_ack).await?.len();
+        match dispatcher.round_checked(lose_ack).await {
+            Ok(published) => marked += published.len(),
+            // As the service's dispatcher does: what it did not mark stays pending for the next round.
+            Err(error) => tracing::warn!(%error, "a dispatch round failed"),
+        }
     }
     let published = dispatcher.sent();
     if !dispatcher.round().await?.is_empty() {
         return Err("the outbox still had handoffs after every task was published".into());
     }
 
-    // Wait until the store has settled every task and the queue is empty. A
-    // terminal task stays terminal: only the open ones are read again.
+    // Wait until the store has settled every task and the queue is empty.
+    // The tasks are read only once the queue looks empty (until then some
+    // surely are open, and reading them would compete with the workers for
+    // the store: moto's DynamoDB serves one request at a time); a terminal
+    // task stays terminal, so only the open ones are read again.
     let deadline = started + scenario.deadline;
     let mut open = task_ids.clone();
     loop {
-        let mut still_open = Vec::with_capacity(open.len());
-        for id in open {
-            let task = store.get(id).await?.ok_or("a submitted task disappeared")?;
-            if !task.status.is_terminal() {
-                still_open.push(id);
-            }
-        }
-        open = still_open;
         let left_in_queue = queue.depth().await?.total();
-        if open.is_empty() && left_in_queue == 0 {
-            break;
+        if left_in_queue == 0 {
+            let mut still_open = Vec::with_capacity(open.len());
+            for id in open {
+                match store.get(id).await {
+                    Ok(Some(task)) if task.status.is_terminal() => {}
+                    Ok(Some(_)) => still_open.push(id),
+                    Ok(None) => return Err("a submitted task disappeared".into()),
+                    // A read that timed out behind the workers' requests: again next round.
+                    Err(error) if error.is_retryable() => {
+                        tracing::debug!(%id, %error, "reading a task failed; again next round");
+                        still_open.push(id);
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            open = still_open;
+            if open.is_empty() {
+                break;
+            }
         }
         if Instant::now() >= deadline {
             tracing::error!(

@@ -21,7 +21,8 @@ pub(crate) fn scenario() -> Scenario {
         lose_first_send_ack: true,
         dispatch_batch: 50,
         workers: 4,
-        // Shorter than every provider call: only the extensions keep messages hidden.
+        // Shorter than every provider call: messages stay hidden because each
+        // receive asks for lease + slack and each renewal extends it.
         queue_visibility: Duration::from_secs(2),
         lease: Duration::from_secs(5),
         worker: WorkerSettings {

@@ -45,6 +45,14 @@ impl Moto {
             _server: Some(server),
         }
     }
+
+    /// The same server seen at another `endpoint` (a proxy in front of it).
+    pub(crate) fn behind(endpoint: String) -> Self {
+        Self {
+            endpoint,
+            _server: None,
+        }
+    }
 }
 
 /// Starts the worker service binary (`target/…/sqs-worker`) on `queue_url`
