@@ -67,8 +67,9 @@ pub struct ConsumerConfig {
     pub idle_min: Duration,
     /// The longest wait between empty fetches. Default 1 s.
     pub idle_max: Duration,
-    /// On a stop, how long running work may take to finish before its lease
-    /// is released. Default 30 s.
+    /// On a stop, how long running work (and a fetch under way) may take
+    /// to finish before its lease is released, counted from the stop
+    /// request. Default 30 s.
     pub grace: Duration,
     /// After the grace (or on a second stop request), how long releasing
     /// the remaining leases and saving the last completions may take before
@@ -480,11 +481,10 @@ impl<S: Source> Consumer<S> {
 
         // Draining: running work may finish within the grace.
         let mut phase = self.stop.watch();
-        let grace_over = Instant::now() + config.grace;
         loop {
             tokio::select! {
                 joined = runs.join_next() => if joined.is_none() { break },
-                () = tokio::time::sleep_until(grace_over) => break,
+                () = self.stop.grace_over(config.grace) => break,
                 () = reached(&mut phase, Phase::Now) => break,
             }
         }
@@ -587,9 +587,14 @@ where
         if shared.stop.phase() >= Phase::Draining {
             return;
         }
+        // A fetch under way when a stop comes may finish within the grace;
+        // past it (or on a second request) it is dropped, so a slow source
+        // never holds the stop: what it took then waits for its own timer
+        // (a lease, a message's visibility).
         let fetched = tokio::select! {
             fetched = shared.source.fetch(permits.len(), &claim) => fetched,
             () = reached(&mut phase, Phase::Now) => return,
+            () = shared.stop.grace_over(config.grace) => return,
         };
         let deliveries = match fetched {
             Ok(deliveries) if !deliveries.is_empty() => deliveries,
@@ -610,11 +615,20 @@ where
             continue;
         }
         idle = config.idle_min;
-        let leased = acquire(shared, deliveries).await;
+        let leased = tokio::select! {
+            leased = acquire(shared, deliveries) => leased,
+            () = reached(&mut phase, Phase::Now) => return,
+            () = shared.stop.grace_over(config.grace) => return,
+        };
         if shared.stop.phase() >= Phase::Draining {
-            // Fetched as the stop began: give them back untouched.
-            for (lease, receipt) in leased {
-                give_back(shared, lease, receipt).await;
+            // Fetched as the stop began: give them back untouched, together,
+            // within the release deadline.
+            let giving_back = leased
+                .into_iter()
+                .map(|(lease, receipt)| give_back(shared, lease, receipt));
+            let all = futures_util::future::join_all(giving_back);
+            if tokio::time::timeout(config.release_deadline, all).await.is_err() {
+                tracing::warn!("giving back a fetch timed out; its leases expire on their own");
             }
             return;
         }

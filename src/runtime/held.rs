@@ -120,8 +120,12 @@ pub(crate) async fn renew_loop<S: Source>(
 ) where
     S::Receipt: Clone,
 {
+    // On a fixed period, however long a renewal takes (a slow one delays
+    // the next, never shifts them all).
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::time::sleep(every).await;
+        ticks.tick().await;
         let all = held.leases();
         for chunk in all.chunks(limits::MAX_BATCH) {
             let mut batch = chunk.to_vec();

@@ -36,8 +36,9 @@ pub enum Delivery<R> {
 ///
 /// `fetch` should return within a few seconds even when there is nothing to
 /// fetch (an empty answer makes the consumer wait a little and ask again):
-/// a stop lets an in-flight fetch finish, and only a second stop request
-/// drops it. The consumer calls [`settle`](Self::settle) once per delivery
+/// a stop lets an in-flight fetch finish within the grace, and drops it
+/// after that or on a second stop request (what it took is left to its own
+/// timer: a message's visibility, a lease). The consumer calls [`settle`](Self::settle) once per delivery
 /// with what became of it, after the store durably says so.
 ///
 /// ```

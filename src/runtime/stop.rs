@@ -1,9 +1,10 @@
 //! [`Stop`]: how a [`Consumer`](super::Consumer) is told to stop — first
 //! gracefully, then at once.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How far a stop has gone. Ordered: each phase includes the ones before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,6 +32,8 @@ pub(crate) enum Phase {
 #[derive(Debug, Clone)]
 pub struct Stop {
     phase: Arc<watch::Sender<Phase>>,
+    /// When the first stop was asked for: the grace counts from here.
+    requested_at: Arc<OnceLock<Instant>>,
 }
 
 impl Default for Stop {
@@ -44,11 +47,13 @@ impl Stop {
     pub fn new() -> Self {
         Self {
             phase: Arc::new(watch::Sender::new(Phase::Running)),
+            requested_at: Arc::default(),
         }
     }
 
     /// Escalates: the first call drains, any later one stops at once.
     pub fn request(&self) {
+        self.requested_at.get_or_init(Instant::now);
         self.phase.send_modify(|phase| {
             *phase = match phase {
                 Phase::Running => Phase::Draining,
@@ -65,6 +70,7 @@ impl Stop {
     /// assert!(stop.is_requested());
     /// ```
     pub fn drain(&self) {
+        self.requested_at.get_or_init(Instant::now);
         self.phase.send_if_modified(|phase| {
             let was = *phase;
             *phase = (*phase).max(Phase::Draining);
@@ -80,6 +86,7 @@ impl Stop {
     /// assert!(stop.is_requested());
     /// ```
     pub fn now(&self) {
+        self.requested_at.get_or_init(Instant::now);
         self.phase.send_replace(Phase::Now);
     }
 
@@ -138,6 +145,13 @@ impl Stop {
 
     pub(crate) fn watch(&self) -> watch::Receiver<Phase> {
         self.phase.subscribe()
+    }
+
+    /// Resolves once a stop was asked for `grace` ago.
+    pub(crate) async fn grace_over(&self, grace: std::time::Duration) {
+        self.requested().await;
+        let since = self.requested_at.get().copied().unwrap_or_else(Instant::now);
+        tokio::time::sleep_until(since + grace).await;
     }
 }
 

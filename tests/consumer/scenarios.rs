@@ -403,9 +403,9 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
     assert_eq!(task(&*store, t.id).await.status, Status::Pending);
 }
 
-/// A store that stops answering (every write hangs) cannot hold the stop:
-/// after the grace, releasing and the last saves get the release deadline,
-/// and the consumer returns.
+/// A store that stops answering (every fetch and write hangs) cannot hold
+/// the stop: a fetch under way is dropped when the grace is over, releasing
+/// and the last saves get the release deadline, and the consumer returns.
 pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_deadline(
     store: Arc<dyn TaskStore>,
 ) {
@@ -426,9 +426,15 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
     })
     .await;
     hang.store(true, Ordering::SeqCst);
+    // The consumer polls every 100 ms at most: its next fetch hangs too.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let asked = Instant::now();
     stop.request();
-    running.await.unwrap().unwrap();
+    tokio::time::timeout(grace + deadline + Duration::from_secs(10), running)
+        .await
+        .expect("the stop ended")
+        .unwrap()
+        .unwrap();
     let took = asked.elapsed();
     assert!(
         took < grace + deadline + Duration::from_secs(2),
@@ -436,7 +442,7 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
     );
 }
 
-/// Every write hangs once `hang` is set.
+/// Every fetch and write hangs once `hang` is set.
 struct Hangs(Arc<AtomicBool>);
 
 impl Hangs {
@@ -449,6 +455,10 @@ impl Hangs {
 
 #[async_trait]
 impl Intercept for Hangs {
+    async fn claim_next(&self, inner: &dyn TaskStore, request: ClaimNext) -> Result<Vec<Lease>> {
+        self.maybe_hang().await;
+        inner.claim_next(request).await
+    }
     async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
         self.maybe_hang().await;
         inner.release(lease).await
