@@ -38,8 +38,9 @@ pub enum Delivery<R> {
 /// fetch (an empty answer makes the consumer wait a little and ask again):
 /// a stop lets an in-flight fetch finish within the grace, and drops it
 /// after that or on a second stop request (what it took is left to its own
-/// timer: a message's visibility, a lease). The consumer calls [`settle`](Self::settle) once per delivery
-/// with what became of it, after the store durably says so.
+/// timer: a message's visibility, a lease). The consumer calls
+/// [`settle`](Self::settle) once per delivery with what became of it, after
+/// the store durably says so.
 ///
 /// ```
 /// use async_trait::async_trait;
