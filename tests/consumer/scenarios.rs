@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskfence::intercept::{Intercept, Intercepted};
-use taskfence::runtime::{AckReason, ConsumerConfig, Delivery, Disposition, Source, StoreQueue};
+use taskfence::runtime::{
+    AckReason, Consumer, ConsumerConfig, Delivery, Disposition, Source, Stopped, StoreQueue,
+};
 use taskfence::store::AttemptOutcome;
 use taskfence::{
     ClaimNext, ClaimRequest, Failure, Fenced, InputHash, Lease, NewTask, RequestKey, Response, Result,
@@ -47,6 +49,30 @@ async fn submit_all(store: &dyn TaskStore, keys: impl IntoIterator<Item = String
 
 async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
     store.get(id).await.unwrap().expect("the task exists")
+}
+
+/// Runs `consumer` on work that counts its starts and takes `takes` to
+/// return; returns once `n` have started, with the count.
+async fn start_counted(
+    consumer: Consumer<StoreQueue>,
+    n: usize,
+    takes: Duration,
+) -> (tokio::task::JoinHandle<Result<Stopped>>, Arc<AtomicUsize>) {
+    let started = Arc::new(AtomicUsize::new(0));
+    let seen = started.clone();
+    let running = tokio::spawn(consumer.run(move |_ctx| {
+        let started = seen.clone();
+        async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(takes).await;
+            Ok(Response::from("slow work"))
+        }
+    }));
+    eventually(WITHIN, || async {
+        (started.load(Ordering::SeqCst) == n).then_some(())
+    })
+    .await;
+    (running, started)
 }
 
 /// Waits until every task has `status`.
@@ -287,20 +313,7 @@ pub(crate) async fn a_stop_lets_running_work_finish_and_fetches_no_more(store: A
         .consumer(config().concurrency(4))
         .unwrap();
     let stop = consumer.stop().clone();
-    let started = Arc::new(AtomicUsize::new(0));
-    let seen = started.clone();
-    let running = tokio::spawn(consumer.run(move |_ctx| {
-        let started = seen.clone();
-        async move {
-            started.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            Ok(Response::from("finished during the grace"))
-        }
-    }));
-    eventually(WITHIN, || async {
-        (started.load(Ordering::SeqCst) == 4).then_some(())
-    })
-    .await;
+    let (running, started) = start_counted(consumer, 4, Duration::from_millis(500)).await;
     stop.request();
     let late = store
         .submit(new_task("after-the-stop"))
@@ -335,20 +348,7 @@ pub(crate) async fn work_past_the_grace_is_released_for_another_process(store: A
     let config = config().concurrency(3).stop_after(grace, Duration::from_secs(5));
     let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
     let stop = consumer.stop().clone();
-    let started = Arc::new(AtomicUsize::new(0));
-    let seen = started.clone();
-    let running = tokio::spawn(consumer.run(move |_ctx| {
-        let started = seen.clone();
-        async move {
-            started.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok(Response::from("never"))
-        }
-    }));
-    eventually(WITHIN, || async {
-        (started.load(Ordering::SeqCst) == 3).then_some(())
-    })
-    .await;
+    let (running, _) = start_counted(consumer, 3, Duration::from_secs(3600)).await;
     let asked = Instant::now();
     stop.request();
     let stopped = running.await.unwrap().unwrap();
@@ -671,20 +671,7 @@ pub(crate) async fn a_dropped_consumer_stops_renewing_its_leases(store: Arc<dyn 
         .concurrency(3)
         .idle(Duration::from_millis(10), Duration::from_millis(100));
     let consumer = StoreQueue::new(store.clone()).consumer(dropped).unwrap();
-    let started = Arc::new(AtomicUsize::new(0));
-    let seen = started.clone();
-    let running = tokio::spawn(consumer.run(move |_ctx| {
-        let started = seen.clone();
-        async move {
-            started.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok(Response::from("never"))
-        }
-    }));
-    eventually(WITHIN, || async {
-        (started.load(Ordering::SeqCst) == 3).then_some(())
-    })
-    .await;
+    let (running, _) = start_counted(consumer, 3, Duration::from_secs(3600)).await;
     // Renewals run while it lives: the leases outlast their length.
     tokio::time::sleep(lease * 2).await;
     for &id in &ids {
