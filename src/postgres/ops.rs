@@ -630,18 +630,7 @@ pub(super) async fn renew_many(
         .filter(|id| !until.contains_key(id))
         .map(|id| id.as_uuid())
         .collect();
-    let mut reread = if refused.is_empty() {
-        HashMap::new()
-    } else {
-        let rows = sql
-            .read_many
-            .query()
-            .bind(&refused)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db)?;
-        rows_by_id(rows)?
-    };
+    let mut reread = read_refused(sql, conn, &refused).await?;
     let mut answers = Vec::with_capacity(leases.len());
     for lease in leases.iter_mut() {
         if let Some(&until) = until.get(&lease.task_id()) {
@@ -688,18 +677,7 @@ pub(super) async fn complete_many(
         .filter(|id| !saved.contains_key(id))
         .map(|id| id.as_uuid())
         .collect();
-    let mut reread = if refused.is_empty() {
-        HashMap::new()
-    } else {
-        let rows = sql
-            .read_many
-            .query()
-            .bind(&refused)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db)?;
-        rows_by_id(rows)?
-    };
+    let mut reread = read_refused(sql, conn, &refused).await?;
     let mut out = Vec::with_capacity(completions.len());
     for (lease, response) in completions {
         let id = lease.task_id();
@@ -848,6 +826,26 @@ fn written_claim(task: Task, attempt_id: AttemptId, worker: String) -> Claim {
 }
 
 /// Rows of a batch statement by task id (with the store clock, when read).
+/// The refused rows of a batch with the store clock (`read_many`), by id,
+/// to say why each was refused; no round trip when none was.
+async fn read_refused(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    refused: &[uuid::Uuid],
+) -> Result<HashMap<TaskId, PgRow>> {
+    if refused.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sql
+        .read_many
+        .query()
+        .bind(refused)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    rows_by_id(rows)
+}
+
 fn rows_by_id(rows: Vec<PgRow>) -> Result<HashMap<TaskId, PgRow>> {
     rows.into_iter()
         .map(|row| Ok((TaskId::from_uuid(row.try_get("id").map_err(db)?), row)))
