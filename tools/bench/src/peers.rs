@@ -210,16 +210,7 @@ async fn consumer(
     let consumer = queue.consumer(config)?;
     let stop = consumer.stop().clone();
     let running = tokio::spawn(consumer.run(|_ctx| async { Ok(Response::new(RESPONSE.to_vec())) }));
-    let count = format!(
-        "SELECT count(*) FROM {}.tasks WHERE status = 'completed'",
-        schema.q()
-    );
-    wait_for(n, limit(n), || async {
-        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
-            .fetch_one(&pool)
-            .await?)
-    })
-    .await?;
+    all_completed(&pool, &schema, n).await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
     stop.request();
     let stopped = running.await??;
@@ -232,6 +223,20 @@ async fn consumer(
     pool.close().await;
     drop(schema);
     Ok(Rates { enqueue, process })
+}
+
+/// Waits until `n` tasks of taskfence's `schema` are completed.
+async fn all_completed(pool: &PgPool, schema: &BenchSchema, n: u64) -> Res<()> {
+    let count = format!(
+        "SELECT count(*) FROM {}.tasks WHERE status = 'completed'",
+        schema.q()
+    );
+    wait_for(n, limit(n), || async {
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
+            .fetch_one(pool)
+            .await?)
+    })
+    .await
 }
 
 /// A pool of `W + 4` connections, like the rest of the harness's.
@@ -300,16 +305,7 @@ async fn taskfence(cfg: &Config, main: &PgPool, workers: usize, n: u64, batch: u
             })
         })
         .collect();
-    let count = format!(
-        "SELECT count(*) FROM {}.tasks WHERE status = 'completed'",
-        schema.q()
-    );
-    wait_for(n, limit(n), || async {
-        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(count.as_str()))
-            .fetch_one(&pool)
-            .await?)
-    })
-    .await?;
+    all_completed(&pool, &schema, n).await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
     dispatcher.await??;
     for h in handles {
