@@ -411,7 +411,9 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
 ) {
     let t = store.submit(new_task("hung")).await.unwrap().into_task();
     let hang = Arc::new(AtomicBool::new(false));
-    let hanging: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), Hangs(hang.clone())));
+    let fetches_hung = Arc::new(AtomicUsize::new(0));
+    let hangs = Hangs(hang.clone(), fetches_hung.clone());
+    let hanging: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), hangs));
     let grace = Duration::from_millis(200);
     let deadline = Duration::from_millis(500);
     let config = config().stop_after(grace, deadline);
@@ -426,8 +428,11 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
     })
     .await;
     hang.store(true, Ordering::SeqCst);
-    // The consumer polls every 100 ms at most: its next fetch hangs too.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The consumer polls every 100 ms at most: wait for its next fetch to hang.
+    eventually(WITHIN, || async {
+        (fetches_hung.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
     let asked = Instant::now();
     stop.request();
     tokio::time::timeout(grace + deadline + Duration::from_secs(10), running)
@@ -442,8 +447,9 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
     );
 }
 
-/// Every fetch and write hangs once `hang` is set.
-struct Hangs(Arc<AtomicBool>);
+/// Every fetch and write hangs once `hang` is set; the second field counts
+/// the fetches that hung.
+struct Hangs(Arc<AtomicBool>, Arc<AtomicUsize>);
 
 impl Hangs {
     async fn maybe_hang(&self) {
@@ -456,6 +462,10 @@ impl Hangs {
 #[async_trait]
 impl Intercept for Hangs {
     async fn claim_next(&self, inner: &dyn TaskStore, request: ClaimNext) -> Result<Vec<Lease>> {
+        if self.0.load(Ordering::SeqCst) {
+            // Counted: a fetch is hanging now.
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
         self.maybe_hang().await;
         inner.claim_next(request).await
     }
