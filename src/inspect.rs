@@ -66,14 +66,19 @@ pub trait Inspect: TaskStore {
     /// `None` for an unknown id.
     async fn story(&self, id: TaskId) -> Result<Option<Story>>;
 
-    /// Up to `limit` stranded tasks, oldest first: pending, never claimed,
-    /// and handed off longer than `older_than` ago — submitted then, or, on a
-    /// store with an outbox (PostgreSQL), its handoff last published then.
+    /// Up to `limit` stranded tasks, oldest submitted first: pending, never
+    /// claimed, and handed off longer than `older_than` ago — submitted and
+    /// last reopened before then (see [`rules::stranded`](crate::backend::rules::stranded)),
+    /// and on a store with an outbox (PostgreSQL) no handoff published since.
     /// Their queue message was most likely lost (a dead-letter queue, expired
     /// retention, a purged queue): publish their ids again.
     ///
-    /// Reopened, backing-off and expired tasks are not stranded: [`due`](TaskStore::due)
-    /// lists those. `older_than` must be positive; `limit` at most [`limits::MAX_PAGE`].
+    /// Every task that needs a worker and has none is found by one of two
+    /// paths: never claimed, by this one (and [`claim_next`](TaskStore::claim_next));
+    /// claimed before — released, backing off, its lease expired, reopened —
+    /// by [`due`](TaskStore::due) (and `claim_next`). A task reopened before
+    /// its first claim is on both. `older_than` must be positive; `limit` at
+    /// most [`limits::MAX_PAGE`].
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
 }
 

@@ -407,7 +407,7 @@ impl Backend for MemoryStore {
         if let ReopenRule::Answer(rejection) = rules::reopen(task) {
             return Ok(Fenced::Rejected(rejection));
         }
-        let (from, version) = (task.status, task.version);
+        let (from, version, policy) = (task.status, task.version, request.policy_for(&task.policy));
         let reopenings = state.reopenings.entry(id).or_default();
         reopenings.push(Reopening {
             task_id: id,
@@ -419,7 +419,7 @@ impl Backend for MemoryStore {
             version,
         });
         let task = state.task_mut(id);
-        rules::reopened(task, now, request.policy);
+        rules::reopened(task, now, policy);
         Ok(Fenced::Accepted(task.clone()))
     }
 
@@ -505,7 +505,7 @@ impl InspectBackend for MemoryStore {
         let mut stranded: Vec<&Task> = state
             .tasks
             .values()
-            .filter(|t| t.status == Status::Pending && t.version == 0 && t.created_at < cutoff)
+            .filter(|t| rules::stranded(t, cutoff))
             .collect();
         stranded.sort_unstable_by_key(|t| (t.created_at, t.id));
         Ok(stranded.into_iter().take(limit).cloned().collect())

@@ -126,8 +126,8 @@ pub trait TaskStore: Send + Sync {
 
     /// Up to `limit` tasks to re-dispatch: a backoff that has passed, a
     /// lease that has expired, a release or a reopening. Reading only;
-    /// publishing twice is harmless. A task never claimed is not listed (its
-    /// handoff covers it; [`Inspect::stranded`](crate::inspect::Inspect::stranded)
+    /// publishing twice is harmless. A task waiting for its first claim since
+    /// submission is not listed (its handoff covers it; [`Inspect::stranded`](crate::inspect::Inspect::stranded)
     /// finds one whose handoff was lost); [`claim_next`](Self::claim_next)
     /// takes both kinds.
     async fn due(&self, limit: usize) -> Result<Vec<TaskId>>;
@@ -418,6 +418,10 @@ pub struct ReopenRequest {
     pub reason: String,
     /// The policy of the fresh budget; `None` keeps the task's stored policy.
     pub policy: Option<RetryPolicy>,
+    /// The fresh budget's attempts, over the policy above (or the stored
+    /// one): the one setting an operator most often changes, decided in the
+    /// store's own write without reading the policy first.
+    pub max_attempts: Option<u32>,
 }
 
 impl ReopenRequest {
@@ -427,6 +431,7 @@ impl ReopenRequest {
             by: by.into(),
             reason: reason.into(),
             policy: None,
+            max_attempts: None,
         }
     }
 
@@ -436,11 +441,44 @@ impl ReopenRequest {
         self
     }
 
+    /// Gives the fresh budget `n` attempts, keeping every other setting of
+    /// the policy (the stored one, or the one given to [`policy`](Self::policy)).
+    ///
+    /// ```
+    /// let request = taskfence::store::ReopenRequest::new("alice@ops", "provider back").max_attempts(10);
+    /// assert_eq!(request.max_attempts, Some(10));
+    /// assert!(taskfence::store::ReopenRequest::new("alice@ops", "none").max_attempts(0).validate().is_err());
+    /// ```
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = Some(n);
+        self
+    }
+
+    /// The policy of the fresh budget for a task whose stored policy is `stored`.
+    ///
+    /// ```
+    /// use taskfence::{RetryPolicy, store::ReopenRequest};
+    /// let stored = RetryPolicy::default().max_attempts(3);
+    /// assert_eq!(ReopenRequest::new("ops", "why").policy_for(&stored), stored);
+    /// assert_eq!(ReopenRequest::new("ops", "why").max_attempts(9).policy_for(&stored).max_attempts, 9);
+    /// ```
+    pub fn policy_for(&self, stored: &RetryPolicy) -> RetryPolicy {
+        let mut policy = self.policy.unwrap_or(*stored);
+        if let Some(n) = self.max_attempts {
+            policy.max_attempts = n;
+        }
+        policy
+    }
+
     /// Checks who, why and the policy against [`limits`].
     pub fn validate(&self) -> Result<(), InvalidInput> {
         limits::check_text("by", &self.by, limits::MAX_WORKER_LEN)?;
         limits::check_reason(&self.reason)?;
-        self.policy.as_ref().map_or(Ok(()), RetryPolicy::validate)
+        self.policy.as_ref().map_or(Ok(()), RetryPolicy::validate)?;
+        match self.max_attempts {
+            Some(n) => RetryPolicy::default().max_attempts(n).validate(),
+            None => Ok(()),
+        }
     }
 }
 

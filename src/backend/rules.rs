@@ -65,6 +65,27 @@ pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
     ClaimRule::Take
 }
 
+/// Whether `task` counts as stranded at `cutoff` (the store's now less the
+/// `older_than` of [`stranded`](crate::inspect::Inspect::stranded)): pending,
+/// never claimed, and handed off before the cutoff: submitted, and last
+/// reopened, before it. (PostgreSQL's outbox also counts a handoff published
+/// since.) A task reopened a moment ago was handed off a moment ago.
+///
+/// ```
+/// # fn f(task: &taskfence::Task) {
+/// let cutoff = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+/// if taskfence::backend::rules::stranded(task, cutoff) {
+///     println!("{} has waited for a worker for over an hour", task.id);
+/// }
+/// # }
+/// ```
+pub fn stranded(task: &Task, cutoff: OffsetDateTime) -> bool {
+    task.status == Status::Pending
+        && task.version == 0
+        && task.created_at < cutoff
+        && task.not_before.is_none_or(|reopened| reopened < cutoff)
+}
+
 /// Since when `task` has needed a worker, if it needs one at `now`: pending
 /// and past its backoff (since the backoff ended, or since submission when
 /// it has none), or running with a lease expired at `now` (since the
@@ -313,16 +334,20 @@ pub fn reopen(task: &Task) -> ReopenRule {
 /// The task as a [`reopen`] leaves it at `now`: pending and due at once (so
 /// [`due`](crate::TaskStore::due) lists it for re-dispatch), a fresh budget
 /// from the current version and instant under `policy`, and its retention
-/// window restarted. The version, the attempts and the last error stay.
+/// window restarted: exactly the retention it was submitted with, however
+/// often it is reopened. The version, the attempts and the last error stay.
 ///
 /// ```
 /// # fn f(task: &mut taskfence::Task) {
-/// taskfence::backend::rules::reopened(task, time::OffsetDateTime::now_utc(), None);
+/// let policy = task.policy;
+/// taskfence::backend::rules::reopened(task, time::OffsetDateTime::now_utc(), policy);
 /// assert_eq!(task.status, taskfence::Status::Pending);
 /// # }
 /// ```
-pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: Option<RetryPolicy>) {
-    let retention = task.expires_at - task.created_at;
+pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: RetryPolicy) {
+    // The window last started at the latest reopening (or the submission):
+    // that is where the configured retention counts from.
+    let retention = task.expires_at - task.budget_started_at;
     task.status = Status::Pending;
     task.lease_until = None;
     task.not_before = Some(now);
@@ -330,7 +355,5 @@ pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: Option<RetryPolicy
     task.budget_base = task.version;
     task.budget_started_at = now;
     task.expires_at = now + retention;
-    if let Some(policy) = policy {
-        task.policy = policy;
-    }
+    task.policy = policy;
 }

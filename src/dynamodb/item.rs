@@ -61,6 +61,9 @@ pub(crate) const OPERATION_ID: &str = "operation_id";
 pub(crate) const ERROR: &str = "error";
 pub(crate) const BUDGET_BASE: &str = "budget_base";
 pub(crate) const BUDGET_STARTED_AT: &str = "budget_started_at";
+/// Set on a task item by the purge that is removing it (its instant): a
+/// reopening refuses such a task, so a purge never deletes history under it.
+pub(crate) const PURGING: &str = "purging";
 /// How many times the task was reopened: numbers the next reopening item.
 pub(crate) const REOPENINGS: &str = "reopenings";
 pub(crate) const AT: &str = "at";
@@ -367,6 +370,11 @@ pub(crate) fn attempt(item: &Item, task_id: TaskId) -> Result<Attempt, BadItem> 
 }
 
 /// How many times a task item was reopened (absent: never).
+/// Whether a purge has claimed the task item ([`PURGING`]).
+pub(crate) fn purging(item: &Item) -> bool {
+    item.contains_key(PURGING)
+}
+
 pub(crate) fn reopenings(item: &Item) -> Result<u32, BadItem> {
     Ok(Reader(item).opt_n(REOPENINGS)?.unwrap_or(0))
 }

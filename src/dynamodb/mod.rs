@@ -29,7 +29,7 @@
 //!   by the new version, which only a read tells), renew 1, complete 1,
 //!   fail 1, release 1, record_operation 1, cancel 2, reopen 2, get 1, find 2,
 //!   attempts 1 (per 1 MB page), due 1 (per page of the index),
-//!   purge_expired 1 + 4 per purged task; `claim_many` of *n* one
+//!   purge_expired 1 + 5 per purged task; `claim_many` of *n* one
 //!   `BatchGetItem` per 100 plus one transaction per task (concurrent),
 //!   `complete_many` one transaction per task.
 //! - **Inspection from indexes**: [`Inspect`](crate::inspect::Inspect)

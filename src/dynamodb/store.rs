@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 use tracing::Instrument;
 
 use crate::backend::rules::{self, CancelRule, ClaimRule, LeaseCheck, ReopenRule};
-use crate::backend::{Backend, InspectBackend, entry, new_lease, new_task, renewed};
+use crate::backend::{Backend, InspectBackend, entry, jitter_unit, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, InvalidInput, Result};
 use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
@@ -47,6 +47,14 @@ const RACE_RETRIES: usize = 4;
 /// How often a transaction cancelled for a `TransactionConflict` (another
 /// transaction held the item) is tried again, with a short growing pause.
 const CONFLICT_RETRIES: u32 = 10;
+/// The pause before try `tries + 1` of a request DynamoDB turned away for the
+/// moment (a conflict, throttling, unprocessed keys): exponential from 2 ms,
+/// at most about 128 ms, with full jitter so racing callers spread out.
+fn pause(tries: u32) -> Duration {
+    let ceiling = Duration::from_millis(1 << tries.clamp(1, 7));
+    ceiling.mul_f64(0.5 + 0.5 * jitter_unit(AttemptId::new()))
+}
+
 /// Deletes per `BatchWriteItem`, DynamoDB's maximum.
 const BATCH_DELETE: usize = 25;
 /// Keys per `BatchGetItem`, DynamoDB's maximum.
@@ -364,6 +372,31 @@ fn unchanged(e: Expr, task: &Task) -> Expr {
     )
 }
 
+/// The guard [`rules::claim`] passed on `task`, as a condition on the item: a
+/// running task's lease has expired, a pending task's backoff has passed, on
+/// this writer's clock. Both a claim and a budget-ending failure carry it, so
+/// neither ends a lease someone renewed meanwhile.
+fn claimable(e: Expr, task: &Task, now: OffsetDateTime) -> Expr {
+    match task.status {
+        Status::Running => e.cond(
+            "#lease_until <= :c_now",
+            &[item::LEASE_UNTIL],
+            vec![(":c_now", at(now))],
+        ),
+        _ => e.cond(
+            "attribute_not_exists(#not_before) OR #not_before <= :c_now",
+            &[item::NOT_BEFORE],
+            vec![(":c_now", at(now))],
+        ),
+    }
+}
+
+/// An update of an attempt item that exists: a missing one (purged under a
+/// concurrent writer) fails the transaction rather than leaving a partial item.
+fn attempt_update(e: Expr) -> Expr {
+    e.cond("attribute_exists(#pk)", &[PARTITION_KEY], Vec::new())
+}
+
 /// Makes the task terminal, on the item and on the snapshot alike (the same
 /// fields `MemoryStore` changes): no lease, no backoff, finished now, in the
 /// purge index, out of the due and unclaimed indexes.
@@ -398,7 +431,7 @@ fn terminal(
 
 /// Ends attempt `number` with `outcome`, unless it has ended already.
 fn finish_if_running(outcome: AttemptOutcome, now: OffsetDateTime) -> Expr {
-    Expr::default()
+    attempt_update(Expr::default())
         .set_if_absent(item::FINISHED_AT, at(now))
         .set_if_absent(item::OUTCOME, s(outcome.as_str()))
 }
@@ -568,7 +601,7 @@ impl DynamoStore {
             let decided = match rules::claim(&task, now) {
                 ClaimRule::Answer(answer) => return Ok(answer),
                 ClaimRule::Exhaust(reason) => {
-                    let e = unchanged(Expr::default(), &task);
+                    let e = claimable(unchanged(Expr::default(), &task), &task, now);
                     let e = terminal(
                         e,
                         &mut next,
@@ -586,22 +619,7 @@ impl DynamoStore {
                     next.status = Status::Running;
                     next.lease_until = Some(until);
                     next.not_before = None;
-                    // The guard rule::claim just passed, on the item: the lease
-                    // has expired or the backoff passed on this writer's clock.
-                    let guard = match task.status {
-                        Status::Running => "#lease_until <= :c_now",
-                        _ => "attribute_not_exists(#not_before) OR #not_before <= :c_now",
-                    };
-                    let e = unchanged(Expr::default(), &task)
-                        .cond(
-                            guard,
-                            &[if task.status == Status::Running {
-                                item::LEASE_UNTIL
-                            } else {
-                                item::NOT_BEFORE
-                            }],
-                            vec![(":c_now", at(now))],
-                        )
+                    let e = claimable(unchanged(Expr::default(), &task), &task, now)
                         .set(item::VERSION, n(next.version))
                         .set(item::STATUS, s(Status::Running.as_str()))
                         .set(item::LEASE_UNTIL, at(until))
@@ -622,17 +640,22 @@ impl DynamoStore {
                         operation_id: None,
                         error: None,
                     };
+                    // A new version's attempt: an item already there would be
+                    // another claim's, never to be overwritten.
                     let put = Put::builder()
                         .table_name(&*self.table)
                         .set_item(Some(item::attempt_item(&attempt)))
+                        .condition_expression("attribute_not_exists(#pk)")
+                        .expression_attribute_names("#pk", PARTITION_KEY)
                         .build()
                         .expect("table and item are set");
                     items.push(TransactWriteItem::builder().put(put).build());
                     Some(until)
                 }
             };
-            if task.version > 0 {
-                // The previous assignment, taken over or out of budget, ends as expired.
+            if task.status == Status::Running {
+                // The previous assignment, taken over or out of budget, ends as
+                // expired. (A pending task's last attempt has ended already.)
                 let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
                 items.push(finish_if_running(AttemptOutcome::Expired, now).update(&self.table, key));
             }
@@ -690,7 +713,7 @@ impl DynamoStore {
             );
             let mut items = vec![
                 e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                Expr::default()
+                attempt_update(Expr::default())
                     .set(item::FINISHED_AT, at(now))
                     .set(item::OUTCOME, s(AttemptOutcome::Completed.as_str()))
                     .update(&self.table, item::key_of(pk.clone(), &item::attempt_sk(version))),
@@ -728,18 +751,24 @@ impl DynamoStore {
     /// reopened task, its dedup record (live again: no TTL, retention
     /// restarted) and the reopening item in one transaction conditioned on
     /// the state read, like a cancellation; a refusal decides again on its image.
+    ///
+    /// A task a purge has claimed (its retention passed) is gone for a
+    /// reopening: [`Error::NotFound`], as once the purge has finished.
     async fn reopen_task(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
-        let found = self.read_item(id).await?.ok_or(Error::NotFound(id))?;
+        let mut found = self.read_item(id).await?.ok_or(Error::NotFound(id))?;
         let mut task = item::task(&found).map_err(Error::storage)?;
         let mut reopenings = item::reopenings(&found).map_err(Error::storage)?;
         let pk = item::task_pk(id);
         for _ in 0..RACE_RETRIES {
+            if item::purging(&found) {
+                return Err(Error::NotFound(id));
+            }
             if let ReopenRule::Answer(rejection) = rules::reopen(&task) {
                 return Ok(Fenced::Rejected(rejection));
             }
             let now = self.now();
             let mut next = task.clone();
-            rules::reopened(&mut next, now, request.policy);
+            rules::reopened(&mut next, now, request.policy_for(&task.policy));
             let reopening = Reopening {
                 task_id: id,
                 number: reopenings + 1,
@@ -752,6 +781,7 @@ impl DynamoStore {
             // Pending and due at once (in the due index, so a re-dispatch
             // loop publishes it), out of the purge index, a fresh budget.
             let mut e = unchanged(Expr::default(), &task)
+                .cond("attribute_not_exists(#purging)", &[item::PURGING], Vec::new())
                 .set(item::STATUS, s(Status::Pending.as_str()))
                 .set(item::NOT_BEFORE, at(now))
                 .set(DUE_SHARD, s(DUE_INDEX))
@@ -770,7 +800,7 @@ impl DynamoStore {
                     .set(UNCLAIMED_SHARD, s(UNCLAIMED_INDEX))
                     .set(UNCLAIMED_AT, item::unclaimed_at(&next));
             }
-            if request.policy.is_some() {
+            if next.policy != task.policy {
                 for (name, value) in item::policy_attributes(&next.policy) {
                     e = match value {
                         Some(value) => e.set(name, value),
@@ -820,6 +850,7 @@ impl DynamoStore {
                 Tx::Refused(Some(old)) => {
                     task = item::task(&old).map_err(Error::storage)?;
                     reopenings = item::reopenings(&old).map_err(Error::storage)?;
+                    found = old;
                 }
             }
         }
@@ -912,16 +943,22 @@ impl DynamoStore {
                     "{op}: taskfence item {i} of the transaction failed its condition"
                 ))));
             }
-            let conflict = reasons.iter().any(|r| r.code() == Some("TransactionConflict"));
-            if !conflict {
+            // Another transaction held an item for a moment, or the table
+            // was over its capacity: nothing was written; try again after a pause.
+            let transient = reasons.iter().any(|r| {
+                matches!(
+                    r.code(),
+                    Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")
+                )
+            });
+            if !transient {
                 return Err(sdk(err));
             }
             conflicts += 1;
             if conflicts > CONFLICT_RETRIES {
                 return Err(Error::storage(Raced(op)));
             }
-            // Another transaction holds the item for a moment: let it finish.
-            tokio::time::sleep(Duration::from_millis(1 << conflicts.min(6))).await;
+            tokio::time::sleep(pause(conflicts)).await;
         }
     }
 
@@ -995,10 +1032,41 @@ impl DynamoStore {
         .await
     }
 
-    /// Removes one expired terminal task: its dedup record first (only if it
-    /// is still this task's), then its attempts and reopenings, the task item last, so an
-    /// interrupted purge leaves the task in the index for the next one.
+    /// Removes one expired terminal task. First the purge claims it: a mark
+    /// on the task item that only a terminal task past its retention accepts
+    /// and that a reopening refuses, so nothing below runs under a task that
+    /// lives again. Then its dedup record (only if it is still this task's),
+    /// its attempts and reopenings, and the task item last: an interrupted
+    /// purge leaves the task marked and in the purge index, and the next one
+    /// claims it again (the mark passes its own condition) and finishes.
     async fn purge_one(&self, id: TaskId, key: &RequestKey, now: OffsetDateTime) -> Result<bool> {
+        let expired = "#status IN (:completed, :failed, :cancelled) AND #expires_at <= :now";
+        let claimed = self
+            .client
+            .update_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::task_pk(id), item::TASK_SK)))
+            .update_expression("SET #purging = if_not_exists(#purging, :now)")
+            .condition_expression(expired)
+            .expression_attribute_names("#status", item::STATUS)
+            .expression_attribute_names("#expires_at", item::EXPIRES_AT)
+            .expression_attribute_names("#purging", item::PURGING)
+            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+            .expression_attribute_values(":cancelled", s(Status::Cancelled.as_str()))
+            .expression_attribute_values(":now", at(now))
+            .send()
+            .await;
+        match claimed {
+            Ok(_) => {}
+            // Reopened (or purged) since the index listed it: not expired work.
+            Err(SdkError::ServiceError(service))
+                if matches!(service.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
+            {
+                return Ok(false);
+            }
+            Err(err) => return Err(sdk(err)),
+        }
         let dedup = self
             .client
             .delete_item()
@@ -1038,9 +1106,13 @@ impl DynamoStore {
                         .build()
                 })
                 .collect();
-            for _ in 0..=CONFLICT_RETRIES {
+            for tries in 0..=CONFLICT_RETRIES {
                 if requests.is_empty() {
                     break;
+                }
+                if tries > 0 {
+                    // Unprocessed (throttled): the rest after a pause.
+                    tokio::time::sleep(pause(tries)).await;
                 }
                 let out = self
                     .client
@@ -1064,13 +1136,8 @@ impl DynamoStore {
             .delete_item()
             .table_name(&*self.table)
             .set_key(Some(item::key_of(item::task_pk(id), item::TASK_SK)))
-            .condition_expression("#status IN (:completed, :failed, :cancelled) AND #expires_at <= :now")
-            .expression_attribute_names("#status", item::STATUS)
-            .expression_attribute_names("#expires_at", item::EXPIRES_AT)
-            .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-            .expression_attribute_values(":failed", s(Status::Failed.as_str()))
-            .expression_attribute_values(":cancelled", s(Status::Cancelled.as_str()))
-            .expression_attribute_values(":now", at(now))
+            .condition_expression("attribute_exists(#purging)")
+            .expression_attribute_names("#purging", item::PURGING)
             .send()
             .await;
         match deleted {
@@ -1141,7 +1208,8 @@ impl Backend for DynamoStore {
     }
 
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        for _ in 0..RACE_RETRIES {
+        let (mut races, mut conflicts) = (0, 0);
+        while races < RACE_RETRIES {
             let now = self.now();
             let until = now + extend_by;
             let e = fence(Expr::default(), lease.version(), now)
@@ -1178,6 +1246,15 @@ impl Backend for DynamoStore {
                         tracing::debug!(%rejection, "fenced write rejected");
                         return Ok(Fenced::Rejected(rejection));
                     }
+                    races += 1;
+                }
+                // A transaction (a claim, a completion) holds the item for a moment.
+                Err(SdkError::ServiceError(service))
+                    if matches!(service.err(), UpdateItemError::TransactionConflictException(_))
+                        && conflicts < CONFLICT_RETRIES =>
+                {
+                    conflicts += 1;
+                    tokio::time::sleep(pause(conflicts)).await;
                 }
                 Err(err) => return Err(sdk(err)),
             }
@@ -1222,7 +1299,7 @@ impl Backend for DynamoStore {
             };
             items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
             items.push(
-                Expr::default()
+                attempt_update(Expr::default())
                     .set(item::FINISHED_AT, at(now))
                     .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
                     .set(item::ERROR, s(&failure.message))
@@ -1247,7 +1324,7 @@ impl Backend for DynamoStore {
                 .set(item::NOT_BEFORE, at(now))
                 .set(DUE_SHARD, s(DUE_INDEX))
                 .set(DUE_AT, at(now));
-            let attempt = Expr::default()
+            let attempt = attempt_update(Expr::default())
                 .set(item::FINISHED_AT, at(now))
                 .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
             let items = vec![
@@ -1282,7 +1359,8 @@ impl Backend for DynamoStore {
                 e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
                 self.dedup_ttl(&task),
             ];
-            if task.version > 0 {
+            if task.status == Status::Running {
+                // A pending task's last attempt has ended already: nothing to write.
                 let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
                 items.push(finish_if_running(AttemptOutcome::Cancelled, now).update(&self.table, key));
             }
@@ -1302,10 +1380,12 @@ impl Backend for DynamoStore {
             let items = vec![
                 fence(Expr::default(), lease.version(), now)
                     .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                Expr::default().set(item::OPERATION_ID, s(operation_id)).update(
-                    &self.table,
-                    item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                ),
+                attempt_update(Expr::default())
+                    .set(item::OPERATION_ID, s(operation_id))
+                    .update(
+                        &self.table,
+                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                    ),
             ];
             (items, ())
         })
@@ -1349,7 +1429,7 @@ impl Backend for DynamoStore {
             .instrument(span)
         })
         .await?;
-        claims.into_iter().collect()
+        self.all_or_released(claims).await
     }
 
     /// Each completion is its own conditional transaction (no read, as
@@ -1428,10 +1508,7 @@ impl Backend for DynamoStore {
                 }
             }
             if let Some(e) = failed {
-                // Give back what this call took, so the tasks wait for no lease.
-                for lease in leases {
-                    let _ = Backend::release(self, lease).await;
-                }
+                self.release_all(leases).await;
                 return Err(e);
             }
         }
@@ -1455,7 +1532,7 @@ impl Backend for DynamoStore {
                 Some(limit),
             )
             .await?;
-        let mut purged = 0;
+        let (mut purged, mut failed) = (0, None);
         for entry in &entries {
             let pk = entry
                 .get(PARTITION_KEY)
@@ -1463,11 +1540,21 @@ impl Backend for DynamoStore {
                 .map_or("", String::as_str);
             let id = item::task_id_of_pk(pk).map_err(Error::storage)?;
             let key = item::request_key(entry).map_err(Error::storage)?;
-            if self.purge_one(id, &key, now).await? {
-                purged += 1;
+            match self.purge_one(id, &key, now).await {
+                Ok(true) => purged += 1,
+                Ok(false) => {}
+                // One task's trouble (throttling that outlasted the retries)
+                // does not hold up the rest; its entry stays for the next run.
+                Err(e) => {
+                    tracing::warn!(task_id = %id, error = %e, "could not purge a task; the next purge tries again");
+                    failed.get_or_insert(e);
+                }
             }
         }
-        Ok(purged)
+        match failed {
+            Some(e) if purged == 0 => Err(e),
+            _ => Ok(purged),
+        }
     }
 }
 
@@ -1551,6 +1638,37 @@ impl DynamoStore {
         entries.iter().map(task_id_of).collect()
     }
 
+    /// The claims when every one was answered; otherwise the first error,
+    /// after giving back the leases the others took, so those tasks wait for
+    /// no lease (the caller never saw them).
+    async fn all_or_released(&self, claims: Vec<Result<Claim>>) -> Result<Vec<Claim>> {
+        let Some(failed) = claims.iter().position(Result::is_err) else {
+            return claims.into_iter().collect();
+        };
+        let mut error = None;
+        let mut taken = Vec::new();
+        for (i, claim) in claims.into_iter().enumerate() {
+            match claim {
+                Err(e) if i == failed => error = Some(e),
+                Ok(Claim::Acquired(lease)) => taken.push(lease),
+                _ => {}
+            }
+        }
+        self.release_all(taken).await;
+        Err(error.expect("the failed position holds an error"))
+    }
+
+    /// Gives back leases a call took but cannot hand out (its answer is an
+    /// error): released, the tasks are due at once. A release that fails
+    /// leaves its lease to expire, as a crash would.
+    async fn release_all(&self, leases: Vec<Lease>) {
+        for lease in leases {
+            if let Err(e) = Backend::release(self, lease).await {
+                tracing::warn!(error = %e, "could not give back a lease; it will expire");
+            }
+        }
+    }
+
     /// Runs `make(i)` for `i` in `0..n` as tasks of the runtime, at most
     /// [`CONCURRENCY`] at once, and returns their outputs in order. Dropping
     /// the returned future aborts what is still running.
@@ -1586,6 +1704,10 @@ impl DynamoStore {
     /// keys per request, the requests concurrent; keys DynamoDB leaves
     /// unprocessed are asked again). A missing id has no entry.
     async fn batch_get(&self, ids: &[TaskId]) -> Result<HashMap<TaskId, Item>> {
+        // DynamoDB refuses a request that names one key twice.
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
         let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
         let read = Self::concurrently(chunks.len(), |i| {
             let (store, chunk) = (self.clone(), chunks[i].clone());
@@ -1614,7 +1736,7 @@ impl DynamoStore {
                     return Err(Error::storage(Raced("batch read")));
                 }
                 // Throttled or over 16 MB: the rest comes in the next request.
-                tokio::time::sleep(Duration::from_millis(1 << tries.min(6))).await;
+                tokio::time::sleep(pause(tries)).await;
             }
             tries += 1;
             let wanted = KeysAndAttributes::builder()
@@ -1736,7 +1858,10 @@ impl InspectBackend for DynamoStore {
         for status_ids in found {
             ids.extend(status_ids?);
         }
+        // A task whose status changed between the per-status queries sits
+        // in two of them: once is enough (and `BatchGetItem` refuses duplicates).
         ids.sort_unstable();
+        ids.dedup();
         if query.order == Order::NewestFirst {
             ids.reverse();
         }
@@ -1833,7 +1958,7 @@ impl InspectBackend for DynamoStore {
                 let Some(found) = items.remove(&id) else { continue };
                 let task = item::task(&found).map_err(Error::storage)?;
                 // Claimed or cancelled since the index saw it: not stranded.
-                if task.status == Status::Pending && task.version == 0 && task.created_at < cutoff {
+                if rules::stranded(&task, cutoff) {
                     stranded.push(task);
                 }
             }

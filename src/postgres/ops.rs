@@ -312,6 +312,7 @@ pub(super) async fn reopen(
             .bind(policy.jitter)
             .bind(policy.deadline.map(nanos))
             .bind(row::on_ambiguous_name(policy.on_ambiguous))
+            .bind(request.max_attempts.map(|n| i32::try_from(n).unwrap_or(i32::MAX)))
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;

@@ -774,7 +774,9 @@ impl Statements {
             read_many: Sql::from(format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)")),
             // $1 id, $2 by, $3 reason, $4 whether $5..$11 are a new policy
             // (max_attempts, initial_backoff_ns, max_backoff_ns, multiplier,
-            // jitter, deadline_ns, on_ambiguous) or the stored one stays.
+            // jitter, deadline_ns, on_ambiguous) or the stored one stays, $12
+            // max_attempts over either (NULL: none). The retention restarts
+            // as it was submitted: the window since the last reopening.
             // `rules::reopen` and `rules::reopened` in one statement: the row
             // locked first (its status then is the reopening's `from`), the
             // guard on the newest row, one clock reading for the new budget,
@@ -791,14 +793,14 @@ impl Statements {
                          multiplier, jitter, deadline_ns, on_ambiguous, deadline_at) = (
                         SELECT 'pending', NULL::timestamptz, c.now, NULL::timestamptz, t.version, c.now,
                                c.now + interval '1 microsecond'
-                                   * ((extract(epoch FROM t.expires_at) - extract(epoch FROM t.created_at))
+                                   * ((extract(epoch FROM t.expires_at) - extract(epoch FROM t.budget_started_at))
                                       * 1000000)::float8,
                                t.reopen_count + 1,
                                p.max_attempts, p.initial_backoff_ns, p.max_backoff_ns, p.multiplier, p.jitter,
                                p.deadline_ns, p.on_ambiguous,
                                c.now + interval '1 microsecond' * (p.deadline_ns / 1000)::float8
                         FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c,
-                             (SELECT CASE WHEN $4 THEN $5 ELSE t.max_attempts END AS max_attempts,
+                             (SELECT coalesce($12, CASE WHEN $4 THEN $5 ELSE t.max_attempts END) AS max_attempts,
                                      CASE WHEN $4 THEN $6 ELSE t.initial_backoff_ns END AS initial_backoff_ns,
                                      CASE WHEN $4 THEN $7 ELSE t.max_backoff_ns END AS max_backoff_ns,
                                      CASE WHEN $4 THEN $8 ELSE t.multiplier END AS multiplier,
@@ -872,7 +874,7 @@ impl Statements {
             // $1 older than (interval), $2 limit. Never-claimed pending tasks
             // from the partial index `tasks_unclaimed`, oldest first, whose
             // last publication (or submission, when never published) is older
-            // than the cutoff: submitted before it, and no handoff published
+            // than the cutoff: submitted and last reopened before it, and no handoff published
             // since (an anti-join on `handoffs_pkey`, keyed by task). The clock is read once
             // (an InitPlan).
             schema_version: Sql::from(format!(
@@ -884,6 +886,7 @@ impl Statements {
                  SELECT {cols} FROM {s}.tasks AS t
                  WHERE t.status = 'pending' AND t.version = 0
                    AND t.created_at < (SELECT cutoff FROM clock)
+                   AND (t.not_before IS NULL OR t.not_before < (SELECT cutoff FROM clock))
                    AND NOT EXISTS (SELECT 1 FROM {s}.handoffs AS h
                                    WHERE h.task_id = t.id AND h.published_at >= (SELECT cutoff FROM clock))
                  ORDER BY t.created_at, t.id LIMIT $2"

@@ -181,6 +181,8 @@ macro_rules! __conformance_suite {
             reopen_refuses_completed_live_and_unknown_tasks,
             reopen_of_cancelled_task_keeps_old_leases_fenced,
             bad_reopen_requests_are_refused_and_write_nothing,
+            reopen_restarts_exactly_the_configured_retention,
+            reopen_can_change_only_max_attempts,
             claim_next_hands_out_due_tasks_oldest_first,
             claim_next_skips_tasks_that_need_no_worker,
             claim_next_fails_a_spent_budget_instead,
@@ -238,6 +240,8 @@ macro_rules! __inspection_suite {
             counts_by_status_and_scope,
             story_tells_attempts_and_reopenings,
             stranded_lists_unclaimed_pending_tasks,
+            stranded_counts_from_the_latest_reopening,
+            every_task_needing_a_worker_is_found,
             bad_queries_are_refused,
         );
     };

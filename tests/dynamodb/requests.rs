@@ -148,12 +148,18 @@ async fn every_happy_path_write_but_claim_and_cancel_is_one_request() {
     );
     assert_eq!(requests(&counter), expect(&[tx(2)]), "overtaking completion");
 
-    // Purge: the index, then per task its record, its attempts, their delete, the task.
+    // Purge: the index, then per task its claim on the task, its record, its
+    // attempts, their delete, the task.
     f.advance(NewTask::DEFAULT_RETENTION).await;
     assert_eq!(store.purge_expired(100).await.unwrap(), 3);
     assert_eq!(
         requests(&counter),
-        expect(&[("BatchWriteItem", 3), ("DeleteItem", 6), ("Query", 4)]),
+        expect(&[
+            ("BatchWriteItem", 3),
+            ("DeleteItem", 6),
+            ("Query", 4),
+            ("UpdateItem", 3)
+        ]),
         "purge of 3 tasks"
     );
 }

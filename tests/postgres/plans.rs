@@ -171,8 +171,10 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s'"),
         ),
         "reopen" => (
-            "uuid, text, text, bool, int4, int8, int8, float8, float8, int8, text",
-            format!("{id}, 'ops', 'quota raised', true, 5, 1000000000, 300000000000, 2, 0.2, NULL, 'retry'"),
+            "uuid, text, text, bool, int4, int8, int8, float8, float8, int8, text, int4",
+            format!(
+                "{id}, 'ops', 'quota raised', true, 5, 1000000000, 300000000000, 2, 0.2, NULL, 'retry', NULL"
+            ),
         ),
         "redispatch" => ("uuid[]", format!("ARRAY[{id}::uuid, gen_random_uuid()]")),
         "list" => ("uuid, int8", format!("'{}', 51", Uuid::max())),
@@ -284,7 +286,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind(2.0_f64)
             .bind(0.2_f64)
             .bind(None::<i64>)
-            .bind("retry"),
+            .bind("retry")
+            .bind(None::<i32>),
         "redispatch" => q.bind(vec![id, Uuid::now_v7()]),
         "list" => q.bind(Uuid::max()).bind(51_i64),
         "list_oldest" => q.bind(Uuid::nil()).bind(51_i64),

@@ -395,3 +395,124 @@ pub async fn bad_queries_are_refused(f: &dyn InspectFixture) {
         Err(Error::InvalidInput(_))
     ));
 }
+
+/// A task reopened before its first claim was handed off at its reopening:
+/// it is stranded only once it has waited that long since then.
+pub async fn stranded_counts_from_the_latest_reopening(f: &dyn InspectFixture) {
+    let store = f.inspector();
+    let threshold = Duration::from_secs(600);
+    let t = submit(&*store, new_task("reopened")).await;
+    assert!(store.cancel(t.id, "not now").await.unwrap().is_accepted());
+    f.advance(Duration::from_secs(7200)).await;
+    assert!(
+        store
+            .reopen(t.id, ReopenRequest::new("ops", "now"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert!(
+        store.stranded(threshold, 100).await.unwrap().is_empty(),
+        "reopened a moment ago: not stranded, though submitted two hours ago"
+    );
+    assert_eq!(store.due(100).await.unwrap(), [t.id], "re-dispatch finds it");
+    f.advance(threshold + Duration::from_secs(1)).await;
+    let stranded: Vec<TaskId> = store
+        .stranded(threshold, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(stranded, [t.id], "unclaimed since its reopening: stranded now");
+}
+
+/// Every task that needs a worker and has none is on a rescue path — `due`
+/// or `stranded` — and `claim_next` hands each out; a task with a live lease
+/// or a saved response is on neither.
+pub async fn every_task_needing_a_worker_is_found(f: &dyn InspectFixture) {
+    let store = f.inspector();
+    let threshold = Duration::from_secs(60);
+    let quick = RetryPolicy::default()
+        .jitter(0.0)
+        .initial_backoff(Duration::from_secs(1));
+    let never = submit(&*store, new_task("never-claimed")).await;
+    let released = submit(&*store, new_task("released")).await;
+    let lease = acquire(&*store, released.id, "a").await;
+    assert!(store.release(lease).await.unwrap().is_accepted());
+    let backing_off = submit(&*store, new_task("backing-off").policy(quick)).await;
+    let lease = acquire(&*store, backing_off.id, "a").await;
+    assert!(
+        store
+            .fail(lease, Failure::retryable("busy"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let crashed = submit(&*store, new_task("crashed")).await;
+    let _crashed = acquire(&*store, crashed.id, "a").await;
+    let failed = submit(&*store, new_task("failed").policy(quick.max_attempts(1))).await;
+    let lease = acquire(&*store, failed.id, "a").await;
+    assert!(
+        store
+            .fail(lease, Failure::permanent("no"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert!(
+        store
+            .reopen(failed.id, ReopenRequest::new("ops", "again"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let cancelled = submit(&*store, new_task("cancelled-unclaimed")).await;
+    assert!(store.cancel(cancelled.id, "no").await.unwrap().is_accepted());
+    assert!(
+        store
+            .reopen(cancelled.id, ReopenRequest::new("ops", "yes"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let done = submit(&*store, new_task("done")).await;
+    let lease = acquire(&*store, done.id, "a").await;
+    assert!(
+        store
+            .complete(lease, Response::from("ok"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+
+    f.advance(PAST_LEASE + threshold).await;
+    let live = submit(&*store, new_task("live")).await;
+    let _live = acquire(&*store, live.id, "b").await;
+
+    let mut found: BTreeSet<TaskId> = store.due(100).await.unwrap().into_iter().collect();
+    found.extend(store.stranded(threshold, 100).await.unwrap().iter().map(|t| t.id));
+    let needing: BTreeSet<TaskId> = [
+        never.id,
+        released.id,
+        backing_off.id,
+        crashed.id,
+        failed.id,
+        cancelled.id,
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        found, needing,
+        "due and stranded together find every one, nothing else"
+    );
+
+    let taken: BTreeSet<TaskId> = store
+        .claim_next(crate::store::ClaimNext::new("c", LEASE, 100))
+        .await
+        .unwrap()
+        .iter()
+        .map(|lease| lease.task_id())
+        .collect();
+    assert_eq!(taken, needing, "claim_next hands out each of them");
+}

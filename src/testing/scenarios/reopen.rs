@@ -252,3 +252,72 @@ pub async fn bad_reopen_requests_are_refused_and_write_nothing(f: &dyn Fixture) 
     assert_eq!(f.record_count().await, before);
     assert_eq!(task(&*store, t.id).await, snapshot);
 }
+
+/// Every reopening restarts exactly the retention the task was submitted
+/// with: not that plus the time until an earlier reopening.
+pub async fn reopen_restarts_exactly_the_configured_retention(f: &dyn Fixture) {
+    let store = f.store();
+    let hour = Duration::from_secs(3600);
+    let t = submit(&*store, new_task("kept-1h").retention(hour)).await;
+    assert_eq!(t.expires_at - t.created_at, hour);
+    for round in 1..=3 {
+        f.advance(Duration::from_secs(600)).await;
+        assert!(store.cancel(t.id, "stop").await.unwrap().is_accepted());
+        let reopened = store.reopen(t.id, by_ops()).await.unwrap().accepted().unwrap();
+        assert_eq!(
+            reopened.expires_at - reopened.budget_started_at,
+            hour,
+            "reopening {round} keeps the task for the configured hour from now"
+        );
+        assert_eq!(task(&*store, t.id).await.expires_at, reopened.expires_at);
+    }
+}
+
+/// A reopening may change only the attempts of the budget: every other
+/// setting of the stored policy stays; bad counts are refused.
+pub async fn reopen_can_change_only_max_attempts(f: &dyn Fixture) {
+    let store = f.store();
+    let policy = RetryPolicy::default()
+        .max_attempts(1)
+        .initial_backoff(Duration::from_secs(7))
+        .jitter(0.0);
+    let t = submit(&*store, new_task("one-try").policy(policy)).await;
+    let lease = acquire(&*store, t.id, "a").await;
+    assert!(matches!(fail(&*store, lease).await, Retry::Exhausted(_)));
+
+    let before = f.record_count().await;
+    for bad in [0, crate::limits::MAX_ATTEMPTS + 1] {
+        let refused = store.reopen(t.id, by_ops().max_attempts(bad)).await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::InvalidInput(InvalidInput::OutOfRange {
+                    field: "max_attempts",
+                    ..
+                }))
+            ),
+            "max_attempts {bad}: {refused:?}"
+        );
+    }
+    assert_eq!(f.record_count().await, before, "refusals write nothing");
+    assert_eq!(task(&*store, t.id).await.status, Status::Failed);
+
+    let reopened = store
+        .reopen(t.id, by_ops().max_attempts(3))
+        .await
+        .unwrap()
+        .accepted()
+        .unwrap();
+    assert_eq!(
+        reopened.policy,
+        policy.max_attempts(3),
+        "only the attempts changed"
+    );
+    assert_eq!(reopened.attempts_left(), 3);
+    let lease = acquire(&*store, t.id, "b").await;
+    assert_eq!(
+        lease.task().policy,
+        policy.max_attempts(3),
+        "stored, not just returned"
+    );
+}
