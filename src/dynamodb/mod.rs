@@ -57,17 +57,27 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | `store` | [`DynamoStore`], [`DynamoStoreBuilder`], every operation |
+//! | `store` | [`DynamoStore`], [`DynamoStoreBuilder`], the task operations: each decision and its transaction |
+//! | `expr` | update and condition expressions; the guards every write carries |
+//! | `tx` | sending a transaction, reading its cancellation, retrying conflicts and throttling; errors |
+//! | `read` | consistent gets, batch gets, queries of a partition and of the queue indexes |
+//! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
+//! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
 //! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
 
+mod expr;
 #[cfg(feature = "testing")]
 pub(crate) mod fixture;
+mod inspect;
 mod item;
+mod purge;
+mod read;
 mod store;
 mod table;
+mod tx;
 mod with;
 
 pub use store::{DynamoStore, DynamoStoreBuilder};

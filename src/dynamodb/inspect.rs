@@ -1,0 +1,274 @@
+//! [`Inspect`](crate::inspect::Inspect) for [`DynamoStore`]: listings and
+//! counts from the `status` index, stories from a task's partition,
+//! stranded tasks from the sparse `unclaimed` index; tasks always as the
+//! table has them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
+
+use crate::backend::InspectBackend;
+use crate::backend::rules;
+use crate::error::{Error, Result};
+use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
+use crate::task::{Status, Task, TaskId};
+
+use super::item::{self, at, s};
+use super::read::{sort_key, task_id_of};
+use super::store::DynamoStore;
+use super::table::{PARTITION_KEY, STATUS_INDEX, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD};
+use super::tx::sdk;
+
+/// Every status, in the order `list` merges and `counts` adds them.
+pub(super) const STATUSES: [Status; 5] = [
+    Status::Pending,
+    Status::Running,
+    Status::Completed,
+    Status::Failed,
+    Status::Cancelled,
+];
+
+/// The `status` index's filter expression for `query`'s scope, operation
+/// and submission range (`None`: no filter, every entry matches).
+pub(super) fn list_filter(
+    query: &TaskQuery,
+    names: &mut HashMap<String, String>,
+    values: &mut HashMap<String, AttributeValue>,
+) -> Option<String> {
+    let mut clauses = Vec::new();
+    let mut clause = |attr: &str, op: &str, value: AttributeValue| {
+        names.insert(format!("#{attr}"), attr.to_owned());
+        let placeholder = format!(":f_{}", clauses.len());
+        clauses.push(format!("#{attr} {op} {placeholder}"));
+        values.insert(placeholder, value);
+    };
+    if let Some(scope) = &query.scope {
+        clause(item::SCOPE, "=", s(scope));
+    }
+    if let Some(operation) = &query.operation {
+        clause(item::OPERATION, "=", s(operation));
+    }
+    if let Some(after) = query.created_after {
+        clause(item::CREATED_AT, ">=", at(after));
+    }
+    if let Some(before) = query.created_before {
+        clause(item::CREATED_AT, "<", at(before));
+    }
+    (!clauses.is_empty()).then(|| clauses.join(" AND "))
+}
+
+impl DynamoStore {
+    /// Up to `want` ids of tasks in `status` that pass `query`'s filters and
+    /// lie beyond its cursor, in its order, from the `status` index.
+    pub(super) async fn status_ids(
+        &self,
+        status: Status,
+        query: &TaskQuery,
+        want: usize,
+    ) -> Result<Vec<TaskId>> {
+        let mut names = HashMap::from([("#status".to_owned(), item::STATUS.to_owned())]);
+        let mut values = HashMap::from([(":status".to_owned(), s(status.as_str()))]);
+        let mut key = "#status = :status".to_owned();
+        if let Some(cursor) = query.after {
+            let op = match query.order {
+                Order::NewestFirst => "<",
+                Order::OldestFirst => ">",
+            };
+            key.push_str(&format!(" AND #task_id {op} :cursor"));
+            names.insert("#task_id".to_owned(), item::TASK_ID.to_owned());
+            values.insert(":cursor".to_owned(), s(cursor.task_id().to_string()));
+        }
+        let filter = list_filter(query, &mut names, &mut values);
+        // Unfiltered, the first `want` entries are the answer; filtered, read
+        // whole pages (1 MB) until enough pass.
+        let page_limit = filter.is_none().then(|| i32::try_from(want).unwrap_or(i32::MAX));
+        let mut ids = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(STATUS_INDEX)
+                .key_condition_expression(&key)
+                .set_filter_expression(filter.clone())
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .scan_index_forward(query.order == Order::OldestFirst)
+                .set_limit(page_limit)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk)?;
+            for entry in page.items() {
+                ids.push(task_id_of(entry)?);
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || ids.len() >= want {
+                ids.truncate(want);
+                return Ok(ids);
+            }
+        }
+    }
+
+    /// How many tasks in `status` (of `scope`): `Select=COUNT` over the
+    /// status's whole index partition, page by page.
+    pub(super) async fn count_status(&self, status: Status, scope: Option<String>) -> Result<u64> {
+        let mut total = 0u64;
+        let mut start = None;
+        loop {
+            let mut request = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(STATUS_INDEX)
+                .select(Select::Count)
+                .key_condition_expression("#status = :status")
+                .expression_attribute_names("#status", item::STATUS)
+                .expression_attribute_values(":status", s(status.as_str()))
+                .set_exclusive_start_key(start);
+            if let Some(scope) = &scope {
+                request = request
+                    .filter_expression("#scope = :scope")
+                    .expression_attribute_names("#scope", item::SCOPE)
+                    .expression_attribute_values(":scope", s(scope));
+            }
+            let page = request.send().await.map_err(sdk)?;
+            total += u64::try_from(page.count()).unwrap_or(0);
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl InspectBackend for DynamoStore {
+    async fn list(&self, query: &TaskQuery) -> Result<Page> {
+        let want = query.limit + 1;
+        let statuses: Vec<Status> = query.status.map_or(STATUSES.to_vec(), |s| vec![s]);
+        let found = Self::concurrently(statuses.len(), |i| {
+            let (store, query, status) = (self.clone(), query.clone(), statuses[i]);
+            async move { store.status_ids(status, &query, want).await }
+        })
+        .await?;
+        // Each status's ids are in order: their merge is, too.
+        let mut ids = Vec::new();
+        for status_ids in found {
+            ids.extend(status_ids?);
+        }
+        // A task whose status changed between the per-status queries sits
+        // in two of them: once is enough (and `BatchGetItem` refuses duplicates).
+        ids.sort_unstable();
+        ids.dedup();
+        if query.order == Order::NewestFirst {
+            ids.reverse();
+        }
+        let more = ids.len() > query.limit;
+        ids.truncate(query.limit);
+        let mut items = self.batch_get(&ids).await?;
+        let mut tasks = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let Some(found) = items.remove(id) else { continue }; // purged meanwhile
+            let task = item::task(&found).map_err(Error::storage)?;
+            // The index lags the table a moment: the table's word is final.
+            if query.matches(&task) {
+                tasks.push(task);
+            }
+        }
+        let next = more.then(|| Cursor::from(ids[ids.len() - 1]));
+        Ok(Page { tasks, next })
+    }
+
+    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
+        let scope = scope.map(str::to_owned);
+        let counted = Self::concurrently(STATUSES.len(), |i| {
+            let (store, scope) = (self.clone(), scope.clone());
+            async move { store.count_status(STATUSES[i], scope).await }
+        })
+        .await?;
+        let mut counts = Counts::default();
+        for (status, n) in STATUSES.into_iter().zip(counted) {
+            counts.add(status, n?);
+        }
+        Ok(counts)
+    }
+
+    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
+        // The task's partition holds it all, in order: attempts (A#),
+        // reopenings (R#), the task (T). One consistent query.
+        let items = self
+            .query_all(
+                None,
+                "#pk = :pk",
+                HashMap::from([("#pk".to_owned(), PARTITION_KEY.to_owned())]),
+                HashMap::from([(":pk".to_owned(), s(item::task_pk(id)))]),
+                None,
+            )
+            .await?;
+        let mut story = Story {
+            task: match items.iter().find(|i| sort_key(i) == item::TASK_SK) {
+                Some(found) => item::task(found).map_err(Error::storage)?,
+                None => return Ok(None),
+            },
+            attempts: Vec::new(),
+            reopenings: Vec::new(),
+            handoffs: Vec::new(),
+        };
+        for found in &items {
+            let sk = sort_key(found);
+            if sk.starts_with(item::ATTEMPT_PREFIX) {
+                story
+                    .attempts
+                    .push(item::attempt(found, id).map_err(Error::storage)?);
+            } else if sk.starts_with(item::REOPENING_PREFIX) {
+                story
+                    .reopenings
+                    .push(item::reopening(found, id).map_err(Error::storage)?);
+            }
+        }
+        Ok(Some(story))
+    }
+
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+        let cutoff = self.now() - older_than;
+        let mut stranded = Vec::new();
+        let mut start = None;
+        loop {
+            let want = limit - stranded.len();
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .index_name(UNCLAIMED_INDEX)
+                .key_condition_expression("#shard = :shard AND #at < :before")
+                .expression_attribute_names("#shard", UNCLAIMED_SHARD)
+                .expression_attribute_names("#at", UNCLAIMED_AT)
+                .expression_attribute_values(":shard", s(UNCLAIMED_INDEX))
+                .expression_attribute_values(":before", item::unclaimed_before(cutoff))
+                .limit(i32::try_from(want).unwrap_or(i32::MAX))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk)?;
+            let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
+            let mut items = self.batch_get(&ids).await?;
+            for id in ids {
+                let Some(found) = items.remove(&id) else { continue };
+                let task = item::task(&found).map_err(Error::storage)?;
+                // Claimed or cancelled since the index saw it: not stranded.
+                if rules::stranded(&task, cutoff) {
+                    stranded.push(task);
+                }
+            }
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || stranded.len() >= limit {
+                stranded.truncate(limit);
+                return Ok(stranded);
+            }
+        }
+    }
+}

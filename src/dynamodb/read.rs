@@ -1,0 +1,260 @@
+//! Reads: consistent gets and batch gets, paginated queries of a task's
+//! partition and of the queue indexes, and running a batch's requests side
+//! by side.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use time::OffsetDateTime;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::task::{Task, TaskId};
+
+use super::item::{self, Item, at, s};
+use super::store::DynamoStore;
+use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, SORT_KEY, UNCLAIMED_INDEX, UNCLAIMED_SHARD};
+use super::tx::{CONFLICT_RETRIES, Raced, pause, sdk};
+
+/// Keys per `BatchGetItem`, DynamoDB's maximum.
+pub(super) const BATCH_GET: usize = 100;
+
+/// Requests a batch operation (`claim_many`, `complete_many`, the reads of
+/// a listing) has in flight at once.
+pub(super) const CONCURRENCY: usize = 32;
+
+impl DynamoStore {
+    pub(super) async fn read_task(&self, id: TaskId) -> Result<Option<Task>> {
+        self.read_item(id)
+            .await?
+            .map(|i| item::task(&i).map_err(Error::storage))
+            .transpose()
+    }
+
+    /// The task item, read consistently.
+    pub(super) async fn read_item(&self, id: TaskId) -> Result<Option<Item>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&*self.table)
+            .set_key(Some(item::key_of(item::task_pk(id), item::TASK_SK)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out.item)
+    }
+
+    pub(super) async fn query_all(
+        &self,
+        index: Option<&str>,
+        condition: &str,
+        names: HashMap<String, String>,
+        values: HashMap<String, AttributeValue>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            let page_limit = limit.map(|l| i32::try_from(l - out.len()).unwrap_or(i32::MAX));
+            let page = self
+                .client
+                .query()
+                .table_name(&*self.table)
+                .set_index_name(index.map(str::to_owned))
+                .key_condition_expression(condition)
+                .set_expression_attribute_names(Some(names.clone()))
+                .set_expression_attribute_values(Some(values.clone()))
+                .set_limit(page_limit)
+                .consistent_read(index.is_none())
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(sdk)?;
+            out.extend(page.items().iter().cloned());
+            start = page.last_evaluated_key().cloned();
+            if start.is_none() || limit.is_some_and(|l| out.len() >= l) {
+                return Ok(out);
+            }
+        }
+    }
+
+    pub(super) async fn attempt_items(&self, id: TaskId) -> Result<Vec<Item>> {
+        self.query_all(
+            None,
+            "#pk = :pk AND begins_with(#sk, :prefix)",
+            HashMap::from([
+                ("#pk".to_owned(), PARTITION_KEY.to_owned()),
+                ("#sk".to_owned(), SORT_KEY.to_owned()),
+            ]),
+            HashMap::from([
+                (":pk".to_owned(), s(item::task_pk(id))),
+                (":prefix".to_owned(), s(item::ATTEMPT_PREFIX)),
+            ]),
+            None,
+        )
+        .await
+    }
+
+    /// A task's attempt and reopening items: every item of its partition
+    /// that sorts before the task item (`A#…`, `R#…` < `T`).
+    pub(super) async fn child_items(&self, id: TaskId) -> Result<Vec<Item>> {
+        self.query_all(
+            None,
+            "#pk = :pk AND #sk < :task",
+            HashMap::from([
+                ("#pk".to_owned(), PARTITION_KEY.to_owned()),
+                ("#sk".to_owned(), SORT_KEY.to_owned()),
+            ]),
+            HashMap::from([
+                (":pk".to_owned(), s(item::task_pk(id))),
+                (":task".to_owned(), s(item::TASK_SK)),
+            ]),
+            None,
+        )
+        .await
+    }
+
+    /// Up to `limit` ids from the due index: a backoff passed, a lease
+    /// expired, a release or a reopening, by `now`; earliest first.
+    pub(super) async fn due_ids(&self, now: OffsetDateTime, limit: usize) -> Result<Vec<TaskId>> {
+        let entries = self
+            .query_all(
+                Some(DUE_INDEX),
+                "#shard = :shard AND #at <= :now",
+                HashMap::from([
+                    ("#shard".to_owned(), DUE_SHARD.to_owned()),
+                    ("#at".to_owned(), DUE_AT.to_owned()),
+                ]),
+                HashMap::from([(":shard".to_owned(), s(DUE_INDEX)), (":now".to_owned(), at(now))]),
+                Some(limit),
+            )
+            .await?;
+        entries.iter().map(task_id_of).collect()
+    }
+
+    /// Up to `limit` ids from the unclaimed index: never claimed, oldest first.
+    pub(super) async fn unclaimed_ids(&self, limit: usize) -> Result<Vec<TaskId>> {
+        let entries = self
+            .query_all(
+                Some(UNCLAIMED_INDEX),
+                "#shard = :shard",
+                HashMap::from([("#shard".to_owned(), UNCLAIMED_SHARD.to_owned())]),
+                HashMap::from([(":shard".to_owned(), s(UNCLAIMED_INDEX))]),
+                Some(limit),
+            )
+            .await?;
+        entries.iter().map(task_id_of).collect()
+    }
+
+    /// Runs `make(i)` for `i` in `0..n` as tasks of the runtime, at most
+    /// [`CONCURRENCY`] at once, and returns their outputs in order. Dropping
+    /// the returned future aborts what is still running.
+    pub(super) async fn concurrently<T, Fut>(n: usize, mut make: impl FnMut(usize) -> Fut) -> Result<Vec<T>>
+    where
+        T: Send + 'static,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+    {
+        let mut running = tokio::task::JoinSet::new();
+        let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        let mut next = 0;
+        loop {
+            while next < n && running.len() < CONCURRENCY {
+                let future = make(next);
+                let i = next;
+                running.spawn(async move { (i, future.await) }.in_current_span());
+                next += 1;
+            }
+            match running.join_next().await {
+                None => break,
+                Some(Ok((i, value))) => out[i] = Some(value),
+                Some(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Some(Err(e)) => return Err(Error::storage(e)),
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|v| v.expect("every task was joined"))
+            .collect())
+    }
+
+    /// The task items of `ids`, read consistently with `BatchGetItem` (100
+    /// keys per request, the requests concurrent; keys DynamoDB leaves
+    /// unprocessed are asked again). A missing id has no entry.
+    pub(super) async fn batch_get(&self, ids: &[TaskId]) -> Result<HashMap<TaskId, Item>> {
+        // DynamoDB refuses a request that names one key twice.
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
+        let read = Self::concurrently(chunks.len(), |i| {
+            let (store, chunk) = (self.clone(), chunks[i].clone());
+            async move { store.batch_get_chunk(&chunk).await }
+        })
+        .await?;
+        let mut found = HashMap::with_capacity(ids.len());
+        for items in read {
+            for item in items? {
+                found.insert(task_id_of(&item)?, item);
+            }
+        }
+        Ok(found)
+    }
+
+    pub(super) async fn batch_get_chunk(&self, ids: &[TaskId]) -> Result<Vec<Item>> {
+        let mut keys: Vec<Item> = ids
+            .iter()
+            .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
+            .collect();
+        let mut out = Vec::with_capacity(keys.len());
+        let mut tries = 0;
+        while !keys.is_empty() {
+            if tries > 0 {
+                if tries > CONFLICT_RETRIES {
+                    return Err(Error::storage(Raced("batch read")));
+                }
+                // Throttled or over 16 MB: the rest comes in the next request.
+                tokio::time::sleep(pause(tries)).await;
+            }
+            tries += 1;
+            let wanted = KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .consistent_read(true)
+                .build()
+                .expect("keys are set");
+            let page = self
+                .client
+                .batch_get_item()
+                .request_items(&*self.table, wanted)
+                .send()
+                .await
+                .map_err(sdk)?;
+            if let Some(items) = page.responses().and_then(|r| r.get(&*self.table)) {
+                out.extend(items.iter().cloned());
+            }
+            keys = page
+                .unprocessed_keys()
+                .and_then(|u| u.get(&*self.table))
+                .map(|k| k.keys().to_vec())
+                .unwrap_or_default();
+        }
+        Ok(out)
+    }
+}
+
+/// The task id an index entry or item carries.
+pub(super) fn task_id_of(entry: &Item) -> Result<TaskId> {
+    let pk = entry
+        .get(PARTITION_KEY)
+        .and_then(|v| v.as_s().ok())
+        .map_or("", String::as_str);
+    item::task_id_of_pk(pk).map_err(Error::storage)
+}
+
+/// An item's sort key.
+pub(super) fn sort_key(found: &Item) -> &str {
+    found
+        .get(SORT_KEY)
+        .and_then(|v| v.as_s().ok())
+        .map_or("", String::as_str)
+}
