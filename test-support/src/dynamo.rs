@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::config::http::HttpRequest;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{
     BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
 };
@@ -24,6 +26,8 @@ use aws_smithy_runtime_api::client::http::{
     HttpConnector, HttpConnectorFuture, SharedHttpConnector, http_client_fn,
 };
 use taskfence::testing::DynamoFixture;
+
+use crate::faults::Faults;
 
 /// The DynamoDB endpoint of the tests: `TASKFENCE_DYNAMODB_ENDPOINT`, else
 /// `TASKFENCE_SQS_ENDPOINT` (moto serves both from one process).
@@ -55,21 +59,46 @@ pub fn client_at(endpoint: &str) -> Client {
     client_on(endpoint.to_owned(), None)
 }
 
+/// [`client`] with `faults` in front of the wire (see [`Faults`]): what a
+/// test of the store's retry paths and interleavings talks through. The
+/// SDK's own retries are off, so each injected fault reaches the store
+/// exactly where the test put it.
+pub fn faulty_client(faults: &Faults) -> Client {
+    let faults = faults.clone();
+    let serial = one_at_a_time(aws_smithy_http_client::Builder::new().build_http());
+    let http = http_client_fn(move |settings, components| {
+        faults.connector(serial.http_connector(settings, components))
+    });
+    let config = base_config(endpoint())
+        .http_client(http)
+        .retry_config(RetryConfig::disabled());
+    Client::from_conf(config.build())
+}
+
 fn client_with(counter: Option<RequestCounter>) -> Client {
     client_on(endpoint(), counter)
 }
 
 fn client_on(endpoint: String, counter: Option<RequestCounter>) -> Client {
-    let mut config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "taskfence-tests"))
-        .endpoint_url(endpoint)
-        .http_client(one_at_a_time(aws_smithy_http_client::Builder::new().build_http()));
+    let mut config =
+        base_config(endpoint).http_client(one_at_a_time(aws_smithy_http_client::Builder::new().build_http()));
     if let Some(counter) = counter {
         config = config.interceptor(counter);
     }
     Client::from_conf(config.build())
+}
+
+/// Test credentials in `us-east-1` on `endpoint`. Stalled-stream protection
+/// is off: a request waiting its turn in the one-at-a-time queue (see the
+/// [module documentation](self)) on a busy machine would otherwise trip it
+/// (`ThroughputBelowMinimum`) and fail a test that did nothing wrong.
+fn base_config(endpoint: String) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "taskfence-tests"))
+        .endpoint_url(endpoint)
+        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
 }
 
 /// Wraps `inner` so that requests from every client of this process are sent

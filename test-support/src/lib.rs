@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 pub mod dynamo;
+pub mod faults;
 pub mod kafka;
 pub mod process;
 mod server;

@@ -5,6 +5,8 @@ mod bad_input;
 mod budget;
 mod clock_skew;
 mod conformance;
+mod dispatcher;
+mod faults;
 mod inspection;
 mod model;
 mod races;
