@@ -142,6 +142,37 @@ pub const TASKS_REDISPATCHED_TOTAL: &str = "taskfence_tasks_redispatched_total";
 pub const TASKS_REOPENED_TOTAL: &str = "taskfence_tasks_reopened_total";
 /// The counter of tasks purged after their retention.
 pub const TASKS_PURGED_TOTAL: &str = "taskfence_tasks_purged_total";
+/// The gauge of tasks by `status` and `scope`, set by the state sampler.
+pub const TASKS: &str = "taskfence_tasks";
+/// The gauge of the oldest pending task's age in seconds, set by the state sampler.
+pub const OLDEST_PENDING_AGE_SECONDS: &str = "taskfence_oldest_pending_age_seconds";
+/// The gauge of stranded tasks (pending, handed off, never claimed), set by the state sampler.
+pub const STRANDED_TASKS: &str = "taskfence_stranded_tasks";
+
+/// Every metric name taskfence emits, and no other: what the [`Observed`]
+/// wrapper records, then the three gauges the state sampler sets ([`TASKS`],
+/// [`OLDEST_PENDING_AGE_SECONDS`], [`STRANDED_TASKS`]). The dashboard and
+/// alert rules in the repository's `docs/` may name these only (a test
+/// checks it), so a rename here is a rename there.
+///
+/// ```
+/// use taskfence::metrics::{NAMES, OPERATIONS_TOTAL, STRANDED_TASKS};
+/// assert!(NAMES.contains(&OPERATIONS_TOTAL) && NAMES.contains(&STRANDED_TASKS));
+/// assert!(NAMES.iter().all(|name| name.starts_with("taskfence_")));
+/// ```
+pub const NAMES: [&str; 9] = [
+    // The `Observed` wrapper.
+    OPERATIONS_TOTAL,
+    OPERATION_DURATION_SECONDS,
+    TASKS_FAILED_TOTAL,
+    TASKS_REDISPATCHED_TOTAL,
+    TASKS_REOPENED_TOTAL,
+    TASKS_PURGED_TOTAL,
+    // The state sampler.
+    TASKS,
+    OLDEST_PENDING_AGE_SECONDS,
+    STRANDED_TASKS,
+];
 
 /// Registers every metric's description and unit with the installed
 /// recorder, so an exporter prints them (Prometheus' `# HELP`). Call it

@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
@@ -24,6 +24,18 @@ use crate::problem::{Problem, ProblemTypes};
 /// assert_eq!(taskfence_axum::IDEMPOTENCY_KEY, "idempotency-key");
 /// ```
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The response header on every replay, with the value `true`: this answer
+/// was given before, to the first request with this key, and nothing ran
+/// again. The draft defines no such header; Stripe's name is the one
+/// clients already know. The status is the first response's (a created
+/// task replays as `201`), so a client reads "replayed" here, never from
+/// the status.
+///
+/// ```
+/// assert_eq!(taskfence_axum::IDEMPOTENT_REPLAYED, "idempotent-replayed");
+/// ```
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 /// A validated idempotency key: the client's id for one request (one press of
 /// Send, say), reused verbatim when it retries that request.
@@ -170,16 +182,61 @@ fn parse_bare(value: &[u8]) -> Result<String, String> {
     }
 }
 
+impl IdempotencyKey {
+    /// The key of a request's headers: `Ok(None)` without the header, an
+    /// error for two headers or a malformed one. What both extractors use,
+    /// and what a middleware calls.
+    ///
+    /// ```
+    /// use http::{HeaderMap, HeaderValue};
+    /// use taskfence_axum::{IdempotencyKey, IdempotencyKeyRejection};
+    /// let mut headers = HeaderMap::new();
+    /// assert_eq!(IdempotencyKey::from_headers(&headers), Ok(None));
+    /// headers.append("idempotency-key", HeaderValue::from_static("\"k-1\""));
+    /// assert_eq!(IdempotencyKey::from_headers(&headers).unwrap().unwrap().as_str(), "k-1");
+    /// headers.append("idempotency-key", HeaderValue::from_static("k-2"));
+    /// assert_eq!(IdempotencyKey::from_headers(&headers), Err(IdempotencyKeyRejection::Multiple));
+    /// ```
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Option<Self>, IdempotencyKeyRejection> {
+        let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+        match (values.next(), values.next()) {
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(IdempotencyKeyRejection::Multiple),
+            (Some(value), None) => Self::parse(value.as_bytes()).map(Some),
+        }
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     type Rejection = IdempotencyKeyRejection;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let mut values = parts.headers.get_all(IDEMPOTENCY_KEY).iter();
-        match (values.next(), values.next()) {
-            (None, _) => Err(IdempotencyKeyRejection::Missing),
-            (Some(_), Some(_)) => Err(IdempotencyKeyRejection::Multiple),
-            (Some(value), None) => Self::parse(value.as_bytes()),
-        }
+        Self::from_headers(&parts.headers)?.ok_or(IdempotencyKeyRejection::Missing)
+    }
+}
+
+/// `Option<IdempotencyKey>`: for an operation where the key is optional.
+/// No header is `None` (the request is not deduplicated); a header that is
+/// there but malformed, or two of them, is still a 400 — a client that
+/// meant to send a key learns that it did not work.
+///
+/// ```
+/// use axum::{Router, routing::post};
+/// use taskfence_axum::IdempotencyKey;
+///
+/// async fn create(key: Option<IdempotencyKey>) -> String {
+///     match key {
+///         Some(key) => format!("deduplicated under {key}"),
+///         None => "not deduplicated".to_owned(),
+///     }
+/// }
+/// let app: Router = Router::new().route("/jobs", post(create));
+/// ```
+impl<S: Send + Sync> OptionalFromRequestParts<S> for IdempotencyKey {
+    type Rejection = IdempotencyKeyRejection;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Option<Self>, Self::Rejection> {
+        Self::from_headers(&parts.headers)
     }
 }
 

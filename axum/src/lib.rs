@@ -4,14 +4,21 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | [`key`] | [`IdempotencyKey`], [`IdempotencyKeyRejection`], [`IDEMPOTENCY_KEY`] |
+//! | [`key`] | [`IdempotencyKey`] (also as `Option<IdempotencyKey>`), [`IdempotencyKeyRejection`], [`IDEMPOTENCY_KEY`], [`IDEMPOTENT_REPLAYED`] |
 //! | [`problem`] | [`Problem`], [`ProblemTypes`], [`PROBLEM_JSON`] |
 //! | [`submit`] | [`SubmitResponse`], [`TaskBody`] |
+//! | [`fingerprint`](mod@fingerprint) | [`fingerprint()`], [`canonical_json`] |
+//! | [`layer`] | [`IdempotencyLayer`], [`Idempotent`] |
 
+mod b64;
+pub mod fingerprint;
 pub mod key;
+pub mod layer;
 pub mod problem;
 pub mod submit;
 
-pub use key::{IDEMPOTENCY_KEY, IdempotencyKey, IdempotencyKeyRejection};
+pub use fingerprint::{canonical_json, fingerprint};
+pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, IdempotencyKey, IdempotencyKeyRejection};
+pub use layer::{IdempotencyLayer, Idempotent};
 pub use problem::{PROBLEM_JSON, Problem, ProblemTypes};
 pub use submit::{SubmitResponse, TaskBody};

@@ -7,20 +7,25 @@ use http::header::{self, HeaderValue};
 use serde::{Deserialize, Serialize};
 use taskfence::{Error, Response as SavedResponse, Submitted, Task, TaskId};
 
+use crate::key::IDEMPOTENT_REPLAYED;
 use crate::problem::{Problem, ProblemTypes};
 
 /// The answer to a `POST` that submits a task under an `Idempotency-Key`:
 ///
 /// - [`Submitted::Created`] → **201 Created**;
-/// - [`Submitted::Existing`] (a replay: same key, same body) → **200 OK**;
+/// - [`Submitted::Existing`] (a replay: same key, same body) → **201 Created**
+///   again, with [`Idempotent-Replayed: true`](crate::IDEMPOTENT_REPLAYED):
+///   the first response's status, as [`IdempotencyLayer`](crate::IdempotencyLayer)
+///   replays it, so a client sees one behaviour whichever the server uses;
 /// - an error → its [`Problem`] ([`ProblemTypes::error`]): 422 for a key
 ///   reused with another body, naming the existing task; 400, 404, 503 for the rest.
 ///
 /// The body is JSON: a [`TaskBody`] by default, or whatever
 /// [`SubmitResponse::with_body`] renders from the task. `Location` is set when
-/// [`SubmitResponse::location`] is given a path. The same task in the same
-/// state renders the same bytes, so replays of one request are byte-identical
-/// (the status code aside: 201 first, 200 after).
+/// [`SubmitResponse::location`] is given a path. The body describes the task
+/// as it is *now* (pending, then completed with its response), so a client
+/// that retries learns the outcome; the same task in the same state renders
+/// the same bytes.
 ///
 /// ```
 /// use axum::{Json, Router, extract::State, routing::post};
@@ -107,7 +112,7 @@ impl<B: Serialize> SubmitResponse<B> {
     }
 
     /// Sets `Location` to `path` with every `{id}` replaced by the task id
-    /// (on the 201 and on the 200 of a replay alike; not on a problem).
+    /// (on the first response and on a replay alike; not on a problem).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
@@ -144,7 +149,7 @@ impl<B: Serialize> SubmitResponse<B> {
         self
     }
 
-    /// `true` when the submission wrote a new task.
+    /// `true` when the submission wrote a new task (`false` for a replay).
     ///
     /// ```
     /// use taskfence::{Error, TaskId};
@@ -183,14 +188,12 @@ impl<B: Serialize> IntoResponse for SubmitResponse<B> {
                     .into_response();
             }
         };
-        let status = if accepted.created {
-            StatusCode::CREATED
-        } else {
-            StatusCode::OK
-        };
-        let mut response = (status, body).into_response();
+        let mut response = (StatusCode::CREATED, body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if !accepted.created {
+            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+        }
         if let Some(location) = accepted.location.and_then(|l| HeaderValue::try_from(l).ok()) {
             headers.insert(header::LOCATION, location);
         }
@@ -238,7 +241,10 @@ impl From<&Task> for TaskBody {
         let (response, response_base64) = match task.response.as_ref().map(SavedResponse::as_str) {
             None => (None, None),
             Some(Some(text)) => (Some(text.to_owned()), None),
-            Some(None) => (None, task.response.as_ref().map(|r| base64(r.as_bytes()))),
+            Some(None) => (
+                None,
+                task.response.as_ref().map(|r| crate::b64::encode(r.as_bytes())),
+            ),
         };
         Self {
             id: task.id.to_string(),
@@ -246,44 +252,5 @@ impl From<&Task> for TaskBody {
             response,
             response_base64,
         }
-    }
-}
-
-/// RFC 4648 base64, with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::base64;
-
-    #[test]
-    fn base64_matches_rfc_4648_test_vectors() {
-        for (plain, encoded) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(plain.as_bytes()), encoded);
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
     }
 }

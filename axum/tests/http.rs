@@ -12,7 +12,7 @@ use taskfence::{
     Claim, ClaimRequest, Error, InputHash, MemoryStore, NewTask, RequestKey, Response, TaskId, TaskStore,
 };
 use taskfence_axum::{
-    IdempotencyKey, IdempotencyKeyRejection, Problem, ProblemTypes, SubmitResponse, TaskBody,
+    IdempotencyKey, IdempotencyKeyRejection, Problem, ProblemTypes, SubmitResponse, TaskBody, fingerprint,
 };
 
 const OPERATION: &str = "report.render";
@@ -54,6 +54,44 @@ async fn show(
     Ok(axum::Json(TaskBody::from(&task)))
 }
 
+/// `POST /optional`: deduplicated when the client sends a key, plain work otherwise.
+async fn optional(
+    State(store): State<MemoryStore>,
+    key: Option<IdempotencyKey>,
+    body: String,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match key {
+        Some(key) => {
+            let new = NewTask::new(
+                RequestKey::new("tenant-1", OPERATION, key.as_str()),
+                InputHash::of([&body]),
+            );
+            SubmitResponse::new(store.submit(new).await).into_response()
+        }
+        None => (http::StatusCode::ACCEPTED, "not deduplicated").into_response(),
+    }
+}
+
+/// `POST /transfers`: a JSON body, fingerprinted by the fields it parses to.
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Transfer {
+    to: String,
+    amount: f64,
+    note: Option<String>,
+}
+
+async fn transfer(
+    State(store): State<MemoryStore>,
+    key: IdempotencyKey,
+    axum::Json(transfer): axum::Json<Transfer>,
+) -> Result<SubmitResponse, Problem> {
+    let input = fingerprint(&transfer)
+        .map_err(|e| Problem::new(http::StatusCode::BAD_REQUEST).with_detail(e.to_string()))?;
+    let new = NewTask::new(RequestKey::new("tenant-1", "transfer", key.as_str()), input);
+    Ok(SubmitResponse::new(store.submit(new).await))
+}
+
 /// `POST /broken`: a store that fails with a secret in its error.
 async fn broken(_key: IdempotencyKey) -> SubmitResponse {
     let secret = std::io::Error::other("connection to 10.0.0.5 refused for user=app password=hunter2");
@@ -74,6 +112,8 @@ impl App {
             .route("/jobs/{id}", get(show))
             .route("/custom/jobs", post(create_custom))
             .route("/broken", post(broken))
+            .route("/optional", post(optional))
+            .route("/transfers", post(transfer))
             .with_state(store.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -127,6 +167,17 @@ impl Reply {
 
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// `Idempotent-Replayed: true`; a first response has no such header at all.
+    fn replayed(&self) -> bool {
+        match self.header(taskfence_axum::IDEMPOTENT_REPLAYED) {
+            Some(value) => {
+                assert_eq!(value, "true");
+                true
+            }
+            None => false,
+        }
     }
 
     /// Asserts an RFC 9457 problem of this status and type; returns its body.
@@ -204,7 +255,7 @@ async fn malformed_keys_are_400_problems_and_write_nothing() {
 }
 
 #[tokio::test]
-async fn first_request_is_201_and_a_replay_is_200_with_the_same_task_and_bytes() {
+async fn first_request_is_201_and_a_replay_is_201_marked_replayed_with_the_same_task_and_bytes() {
     let app = App::start().await;
     let first = app.job("\"job-1\"", "render report 7").await;
     assert_eq!(first.status, 201, "{}", String::from_utf8_lossy(&first.body));
@@ -215,9 +266,11 @@ async fn first_request_is_201_and_a_replay_is_200_with_the_same_task_and_bytes()
         first.body,
         format!(r#"{{"id":"{id}","status":"pending"}}"#).into_bytes()
     );
+    assert!(!first.replayed());
 
     let replay = app.job("\"job-1\"", "render report 7").await;
-    assert_eq!(replay.status, 200);
+    assert_eq!(replay.status, 201, "the first response's status");
+    assert!(replay.replayed());
     assert_eq!(replay.task_id(), id);
     assert_eq!(replay.header("location"), Some(format!("/jobs/{id}").as_str()));
     assert_eq!(
@@ -225,11 +278,13 @@ async fn first_request_is_201_and_a_replay_is_200_with_the_same_task_and_bytes()
         "byte-identical while the task is unchanged"
     );
     let again = app.job("\"job-1\"", "render report 7").await;
-    assert_eq!((again.status, &again.body), (200, &first.body));
+    assert_eq!((again.status, &again.body), (201, &first.body));
+    assert!(again.replayed());
 
     // A new key is new work, even for the same body.
     let other = app.job("\"job-2\"", "render report 7").await;
     assert_eq!(other.status, 201);
+    assert!(!other.replayed());
     assert_ne!(other.task_id(), id);
 }
 
@@ -253,7 +308,8 @@ async fn the_same_key_with_another_body_is_a_422_naming_the_existing_task() {
 
     // Nothing was written: the key still names the first task, unchanged.
     let replay = app.job("\"job-1\"", "render report 7").await;
-    assert_eq!((replay.status, &replay.body), (200, &first.body));
+    assert_eq!((replay.status, &replay.body), (201, &first.body));
+    assert!(replay.replayed());
 }
 
 #[tokio::test]
@@ -265,8 +321,9 @@ async fn the_quoted_and_the_bare_spelling_name_the_same_key() {
         .job(" \"8e03978e-40d5-43e8-bc93-6894a57f9324\" ", "input")
         .await;
     assert_eq!(quoted.status, 201);
-    assert_eq!((bare.status, &bare.body), (200, &quoted.body));
-    assert_eq!((spaced.status, &spaced.body), (200, &quoted.body));
+    assert_eq!((bare.status, &bare.body), (201, &quoted.body));
+    assert_eq!((spaced.status, &spaced.body), (201, &quoted.body));
+    assert!(!quoted.replayed() && bare.replayed() && spaced.replayed());
     let conflict = app
         .job("8e03978e-40d5-43e8-bc93-6894a57f9324", "other input")
         .await;
@@ -285,7 +342,8 @@ async fn a_replay_of_a_completed_task_carries_its_saved_response() {
         panic!("a fresh task is available");
     };
     let running = app.job("\"job-1\"", "render report 7").await;
-    assert_eq!(running.status, 200);
+    assert_eq!(running.status, 201);
+    assert!(running.replayed());
     assert_eq!(
         running.body,
         format!(r#"{{"id":"{id}","status":"running"}}"#).into_bytes()
@@ -299,7 +357,8 @@ async fn a_replay_of_a_completed_task_carries_its_saved_response() {
             .is_accepted()
     );
     let done = app.job("\"job-1\"", "render report 7").await;
-    assert_eq!(done.status, 200);
+    assert_eq!(done.status, 201);
+    assert!(done.replayed());
     assert_eq!(
         done.body,
         format!(r#"{{"id":"{id}","status":"completed","response":"report 7: 3 pages"}}"#).into_bytes()
@@ -307,7 +366,7 @@ async fn a_replay_of_a_completed_task_carries_its_saved_response() {
     let again = app.job("8e-not-quoted-but-other-key", "render report 7").await;
     assert_eq!(again.status, 201, "another key is another task");
     let replay = app.job("job-1", "render report 7").await;
-    assert_eq!((replay.status, &replay.body), (200, &done.body), "byte-identical");
+    assert_eq!((replay.status, &replay.body), (201, &done.body), "byte-identical");
 
     // The GET view reads the same body shape.
     let view = Reply::read(app.client.get(format!("{}/jobs/{id}", app.base))).await;
@@ -362,7 +421,7 @@ async fn problem_types_can_live_under_the_applications_own_base() {
         .assert_problem(400, "https://api.example.com/problems/idempotency-key-malformed");
     let key = [HeaderValue::from_static("\"c1\"")];
     assert_eq!(app.post("/custom/jobs", &key, "x").await.status, 201);
-    assert_eq!(app.post("/custom/jobs", &key, "x").await.status, 200);
+    assert_eq!(app.post("/custom/jobs", &key, "x").await.status, 201);
     app.post("/custom/jobs", &key, "y")
         .await
         .assert_problem(422, "https://api.example.com/problems/idempotency-key-reused");
@@ -381,4 +440,58 @@ async fn an_invalid_submission_is_a_400_problem_and_does_not_consume_the_key() {
         201,
         "nothing was written"
     );
+}
+
+#[tokio::test]
+async fn an_optional_key_deduplicates_when_sent_and_is_still_checked() {
+    let app = App::start().await;
+    for _ in 0..2 {
+        let plain = app.post("/optional", &[], "x").await;
+        assert_eq!(
+            (plain.status, plain.body.as_slice()),
+            (202, &b"not deduplicated"[..])
+        );
+    }
+    let key = [HeaderValue::from_static("\"opt-1\"")];
+    let first = app.post("/optional", &key, "x").await;
+    let replay = app.post("/optional", &key, "x").await;
+    assert_eq!((first.status, first.replayed()), (201, false));
+    assert_eq!(
+        (replay.status, replay.replayed(), &replay.body),
+        (201, true, &first.body)
+    );
+    // A key that is there but malformed is a 400, not silently ignored.
+    app.post("/optional", &[HeaderValue::from_static("a b")], "x")
+        .await
+        .assert_problem(400, "/problems/idempotency-key-malformed");
+    let two = [HeaderValue::from_static("a"), HeaderValue::from_static("b")];
+    app.post("/optional", &two, "x")
+        .await
+        .assert_problem(400, "/problems/idempotency-key-malformed");
+}
+
+#[tokio::test]
+async fn json_reserialized_on_retry_is_the_same_request_and_a_changed_field_is_not() {
+    let app = App::start().await;
+    let send = |body: &'static str| {
+        let request = app
+            .client
+            .post(format!("{}/transfers", app.base))
+            .header("Idempotency-Key", "\"t-1\"")
+            .header("Content-Type", "application/json")
+            .body(body);
+        Reply::read(request)
+    };
+    let first = send(r#"{"to":"ann","amount":10,"note":null}"#).await;
+    assert_eq!(first.status, 201, "{}", String::from_utf8_lossy(&first.body));
+    // Another key order, whitespace, `10.0` for `10`, an absent optional field: the same fields.
+    let retry = send("{ \"amount\": 10.0,\n  \"to\": \"ann\" }").await;
+    assert_eq!(
+        (retry.status, retry.replayed(), &retry.body),
+        (201, true, &first.body)
+    );
+    // A changed field is another request under the same key.
+    let changed = send(r#"{"to":"ann","amount":11}"#).await;
+    let body = changed.assert_problem(422, "/problems/idempotency-key-reused");
+    assert_eq!(body["existing_task_id"], first.json()["id"]);
 }

@@ -31,8 +31,10 @@ use crate::worker::ReplyPayload;
 pub const OPERATION: &str = "chat.reply";
 
 /// Set on a response that replays the first response to this Idempotency-Key
-/// (the status and body are the first response's, byte for byte).
-pub const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+/// (the status and body are the first response's, byte for byte):
+/// `taskfence-axum`'s header, so this API replays as its `SubmitResponse` and
+/// `IdempotencyLayer` do — the first status (`201`) and `Idempotent-Replayed: true`.
+pub const REPLAYED: HeaderName = HeaderName::from_static(taskfence_axum::IDEMPOTENT_REPLAYED);
 
 /// Shared by every handler.
 #[derive(Clone)]
