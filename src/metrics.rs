@@ -48,6 +48,9 @@
 //! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids handed to a re-dispatch loop: the ids [`due`](TaskStore::due) returned, the tasks [`stranded`](crate::inspect::Inspect::stranded) returned (a [`dispatch_due`](crate::dispatch::dispatch_due) round reads `due`). A task stays due until claimed, so one loop pass after another may count it again |
 //! | `taskfence_tasks_reopened_total` | counter | — | tasks reopened by an accepted [`reopen`](TaskStore::reopen) |
 //! | `taskfence_tasks_purged_total` | counter | — | tasks removed by [`purge_expired`](TaskStore::purge_expired) (the sum of its counts) |
+//! | `taskfence_tasks` | gauge | `status`, `scope` (`*` for every scope, or one the [`StateSampler`] names) | tasks in the store, set by [`StateSampler::sample`] |
+//! | `taskfence_oldest_pending_age_seconds` | gauge | — | how long ago the oldest pending task was submitted (0: none pending), set by the sampler |
+//! | `taskfence_stranded_tasks` | gauge | — | [stranded](crate::inspect::Inspect::stranded) tasks (at most one page), set by the sampler |
 //!
 //! ## Outcomes
 //!
@@ -130,6 +133,10 @@ use crate::policy::StopReason;
 use crate::store::{Claim, ClaimRequest, Fenced, Lease, TaskStore};
 use crate::task::{Response, Task, TaskId};
 
+mod state;
+
+pub use state::{ALL_SCOPES, State, StateSampler};
+
 /// The counter of calls by operation, outcome and reason.
 pub const OPERATIONS_TOTAL: &str = "taskfence_operations_total";
 /// The histogram of call latency in seconds, by operation.
@@ -208,6 +215,21 @@ pub fn describe() {
         TASKS_PURGED_TOTAL,
         Unit::Count,
         "tasks purged after their retention"
+    );
+    ::metrics::describe_gauge!(
+        TASKS,
+        Unit::Count,
+        "tasks in the store by status and scope (\"*\": every scope), set by the state sampler"
+    );
+    ::metrics::describe_gauge!(
+        OLDEST_PENDING_AGE_SECONDS,
+        Unit::Seconds,
+        "how long ago the oldest pending task was submitted, set by the state sampler"
+    );
+    ::metrics::describe_gauge!(
+        STRANDED_TASKS,
+        Unit::Count,
+        "pending tasks never claimed past the stranded threshold (at most one page), set by the state sampler"
     );
 }
 

@@ -680,3 +680,78 @@ fn spans_are_named_per_operation_with_task_fields() {
     );
     assert_eq!(inner[0].level, Some(Level::DEBUG));
 }
+
+// ---------------------------------------------------------------------------
+// The state sampler's gauges, from PostgreSQL.
+
+/// Tasks in three statuses and two scopes, one stranded: the sampler's
+/// gauges say so, per status over every scope and in the scope it names.
+#[test]
+fn state_sampler_sets_its_gauges_from_postgres() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fixture = runtime.block_on(taskfence_test_support::fixture());
+    let store = fixture.pg_store().clone();
+    let key =
+        |scope: &str, k: &str| NewTask::new(RequestKey::new(scope, "chat.reply", k), InputHash::of([k]));
+    let state = ::metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let lost = store.submit(key("tenant-a", "lost")).await.unwrap().into_task();
+            fixture.advance(Duration::from_secs(120)).await;
+            store.submit(key("tenant-a", "fresh")).await.unwrap();
+            let running = store
+                .submit(key("tenant-b", "running"))
+                .await
+                .unwrap()
+                .into_task();
+            let _lease = acquire(&store, running.id, "w").await;
+            let done = store.submit(key("tenant-b", "done")).await.unwrap().into_task();
+            let lease = acquire(&store, done.id, "w").await;
+            assert!(
+                store
+                    .complete(lease, Response::from("ok"))
+                    .await
+                    .unwrap()
+                    .is_accepted()
+            );
+            let state = metrics::StateSampler::new()
+                .stranded_after(Duration::from_secs(60))
+                .scopes(["tenant-b"])
+                .sample(&store)
+                .await
+                .unwrap();
+            assert_eq!(state.stranded, 1, "{lost:?} waited past the threshold");
+            state
+        })
+    });
+    assert_eq!(state.counts.get(Status::Pending), 2);
+    assert!(state.oldest_pending_age.is_some());
+
+    let mut gauges: HashMap<(String, Vec<(String, String)>), f64> = HashMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let (_, key) = key.into_parts();
+        let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+        if let DebugValue::Gauge(v) = value {
+            gauges.insert(Recorded::key(key.name(), &labels), v.into_inner());
+        }
+    }
+    let gauge = |name: &str, labels: &[(&str, &str)]| gauges.get(&Recorded::key(name, labels)).copied();
+    let all = |status: &str| gauge(metrics::TASKS, &[("status", status), ("scope", "*")]);
+    assert_eq!(
+        (all("pending"), all("running"), all("completed"), all("failed")),
+        (Some(2.0), Some(1.0), Some(1.0), Some(0.0))
+    );
+    let b = |status: &str| gauge(metrics::TASKS, &[("status", status), ("scope", "tenant-b")]);
+    assert_eq!(
+        (b("pending"), b("running"), b("completed")),
+        (Some(0.0), Some(1.0), Some(1.0))
+    );
+    assert_eq!(gauge(metrics::STRANDED_TASKS, &[]), Some(1.0));
+    assert!(gauge(metrics::OLDEST_PENDING_AGE_SECONDS, &[]).is_some_and(|age| age >= 0.0));
+    runtime.block_on(async move { drop(fixture) });
+}
