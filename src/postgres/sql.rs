@@ -221,6 +221,15 @@ impl Statements {
                 }),
             ),
             (
+                // The state sampler's oldest pending task.
+                "list_status_oldest",
+                self.list_text(ListShape {
+                    status: true,
+                    oldest_first: true,
+                    ..ListShape::default()
+                }),
+            ),
+            (
                 "list_scope",
                 self.list_text(ListShape {
                     scope: true,

@@ -33,6 +33,7 @@ const OPERATOR_READS: &[&str] = &[
     "list",
     "list_oldest",
     "list_status",
+    "list_status_oldest",
     "list_scope",
     "list_operation",
     "list_created",
@@ -180,6 +181,7 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         "list" => ("uuid, int8", format!("'{}', 51", Uuid::max())),
         "list_oldest" => ("uuid, int8", format!("'{}', 51", Uuid::nil())),
         "list_status" => ("text, uuid, int8", format!("'failed', '{}', 51", Uuid::max())),
+        "list_status_oldest" => ("text, uuid, int8", format!("'pending', '{}', 2", Uuid::nil())),
         "list_scope" => ("text, uuid, int8", format!("'scope-7', '{}', 51", Uuid::max())),
         "list_operation" => ("text, uuid, int8", format!("'chat.reply', '{}', 51", Uuid::max())),
         "list_created" => (
@@ -292,6 +294,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "list" => q.bind(Uuid::max()).bind(51_i64),
         "list_oldest" => q.bind(Uuid::nil()).bind(51_i64),
         "list_status" => q.bind("failed").bind(Uuid::max()).bind(51_i64),
+        "list_status_oldest" => q.bind("pending").bind(Uuid::nil()).bind(2_i64),
         "list_scope" => q.bind("scope-7").bind(Uuid::max()).bind(51_i64),
         "list_operation" => q.bind("chat.reply").bind(Uuid::max()).bind(51_i64),
         "list_created" => {
