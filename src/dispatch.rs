@@ -1,7 +1,7 @@
 //! Publishing tasks to a queue: what a round did ([`Dispatched`]), and
 //! [`dispatch_due`], which re-publishes the tasks that need a worker again on
-//! any store. (PostgreSQL's transactional outbox, the first publication of
-//! each task, is `PgStore::dispatch`.)
+//! any store. (The transactional outbox, the first publication of each
+//! task, is `PgStore::dispatch` and `DynamoStore::dispatch`.)
 
 use std::future::Future;
 
@@ -9,7 +9,8 @@ use crate::error::Result;
 use crate::store::TaskStore;
 use crate::task::TaskId;
 
-/// What one dispatch round did: [`dispatch_due`], or `PgStore::dispatch` (the outbox).
+/// What one dispatch round did: [`dispatch_due`], or `PgStore::dispatch` /
+/// `DynamoStore::dispatch` (the outbox).
 ///
 /// ```
 /// # fn f(d: taskfence::dispatch::Dispatched<std::io::Error>) {

@@ -424,7 +424,8 @@ pub struct Story {
     /// Every reopening by [`reopen`](TaskStore::reopen), oldest first.
     pub reopenings: Vec<Reopening>,
     /// Its handoffs, oldest first: empty on a store without an outbox
-    /// ([`MemoryStore`](crate::MemoryStore), DynamoDB, where the application keeps its own).
+    /// ([`MemoryStore`](crate::MemoryStore)) and for a task submitted
+    /// [`without_handoff`](crate::NewTask::without_handoff).
     pub handoffs: Vec<Handoff>,
 }
 

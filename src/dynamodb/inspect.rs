@@ -199,7 +199,7 @@ impl InspectBackend for DynamoStore {
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
         // The task's partition holds it all, in order: attempts (A#),
-        // reopenings (R#), the task (T). One consistent query.
+        // handoffs (H#), reopenings (R#), the task (T). One consistent query.
         let items = self
             .query_all(
                 None,
@@ -228,6 +228,9 @@ impl InspectBackend for DynamoStore {
                 story
                     .reopenings
                     .push(item::reopening(found, id).map_err(Error::storage)?);
+            } else if sk.starts_with(item::HANDOFF_PREFIX) {
+                // Sorted by the instant written: oldest first.
+                story.handoffs.push(item::handoff(found).map_err(Error::storage)?);
             }
         }
         Ok(Some(story))

@@ -10,11 +10,14 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use time::OffsetDateTime;
 
+use crate::inspect::Handoff;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
 
-use super::table::{PARTITION_KEY, SORT_KEY, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD};
+use super::table::{
+    DUE_AT, DUE_SHARD, PARTITION_KEY, SORT_KEY, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD,
+};
 
 /// An item as the SDK gives it.
 pub(crate) type Item = HashMap<String, AttributeValue>;
@@ -27,6 +30,14 @@ pub(crate) const KEY_SK: &str = "K";
 pub(crate) const ATTEMPT_PREFIX: &str = "A#";
 /// Sort key prefix of reopening items (one per [`reopen`](crate::TaskStore::reopen)).
 pub(crate) const REOPENING_PREFIX: &str = "R#";
+/// Sort key prefix of handoff items (the outbox: one per submission,
+/// reopening and re-dispatch of a task with a handoff). `H#` sorts before
+/// `T`, so a purge's `sk < T` query of the partition takes them too.
+pub(crate) const HANDOFF_PREFIX: &str = "H#";
+/// The `due` index's partition-key value of an unpublished handoff: the
+/// outbox shares that index with the due tasks (shard `due`), under its own
+/// key value, so `due` never sees a handoff and the table needs no new index.
+pub(crate) const HANDOFF_SHARD: &str = "handoff";
 
 // Attribute names, once.
 pub(crate) const TASK_ID: &str = "task_id";
@@ -70,6 +81,11 @@ pub(crate) const AT: &str = "at";
 pub(crate) const BY: &str = "by";
 pub(crate) const REASON: &str = "reason";
 pub(crate) const FROM: &str = "from";
+/// On a task item, `false` when it was submitted
+/// [`without_handoff`](crate::NewTask::without_handoff) (absent: with one).
+pub(crate) const HANDOFF: &str = "handoff";
+/// On a handoff item: when the dispatcher published it (absent: pending).
+pub(crate) const PUBLISHED_AT: &str = "published_at";
 
 /// An item that does not read back as what it should be.
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +240,46 @@ pub(crate) fn reopening_item(r: &Reopening) -> Item {
         item.insert(name.into(), value);
     }
     item
+}
+
+/// Sort key of a handoff written at `created_at`: the instant, zero-padded,
+/// then a fresh UUID v7, so a task's handoffs sort oldest first and two
+/// written at one instant (a manual clock) never collide.
+pub(crate) fn handoff_sk(created_at: OffsetDateTime) -> String {
+    format!(
+        "{HANDOFF_PREFIX}{:021}#{}",
+        created_at.unix_timestamp_nanos().max(0),
+        uuid::Uuid::now_v7()
+    )
+}
+
+/// A new, unpublished handoff item of task `id`: in the task's partition,
+/// and in the `due` index under [`HANDOFF_SHARD`] (oldest first) until it
+/// is published.
+pub(crate) fn handoff_item(id: TaskId, created_at: OffsetDateTime) -> Item {
+    let mut item = key_of(task_pk(id), &handoff_sk(created_at));
+    item.insert(CREATED_AT.into(), at(created_at));
+    item.insert(DUE_SHARD.into(), s(HANDOFF_SHARD));
+    item.insert(DUE_AT.into(), at(created_at));
+    item
+}
+
+/// Marks a task item as submitted without a handoff: its reopenings and
+/// re-dispatches write none either.
+pub(crate) fn set_without_handoff(task: &mut Item) {
+    task.insert(HANDOFF.into(), AttributeValue::Bool(false));
+}
+
+/// Whether a task item takes handoffs (submitted without
+/// [`without_handoff`](crate::NewTask::without_handoff); absent: yes).
+pub(crate) fn wants_handoff(task: &Item) -> bool {
+    !matches!(task.get(HANDOFF), Some(AttributeValue::Bool(false)))
+}
+
+/// A handoff item as a [`Handoff`].
+pub(crate) fn handoff(item: &Item) -> Result<Handoff, BadItem> {
+    let r = Reader(item);
+    Ok(Handoff::new(r.at(CREATED_AT)?, r.opt_at(PUBLISHED_AT)?))
 }
 
 /// A new attempt's item.
@@ -448,6 +504,17 @@ mod tests {
         );
         assert!(attempt_sk(2) < attempt_sk(10));
         assert!(reopening_sk(2) < reopening_sk(10));
+
+        // Handoffs sort by instant, before the task item, and read back.
+        assert!(handoff_sk(now) < handoff_sk(now + Duration::from_nanos(1)));
+        assert_ne!(handoff_sk(now), handoff_sk(now));
+        assert!(handoff_sk(now).as_str() < TASK_SK && handoff_sk(now).starts_with(HANDOFF_PREFIX));
+        let h = handoff_item(task.id, now);
+        assert_eq!(handoff(&h).unwrap(), Handoff::new(now, None));
+        let (_, mut t) = new_items(&task);
+        assert!(wants_handoff(&t));
+        set_without_handoff(&mut t);
+        assert!(!wants_handoff(&t));
 
         // A later budget reads back; an item from before the budget
         // attributes reads as its first budget.

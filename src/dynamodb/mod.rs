@@ -7,10 +7,11 @@
 //! configuration of its own. Create the table with [`create_table`] or the
 //! definition in `docs/DYNAMODB.md`.
 //!
-//! - **One table, four kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//! - **One table, five kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
 //!   with many attempts never nears the 400 KB item limit), its reopenings
-//!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), and its dedup
+//!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), its
+//!   handoffs (`sk = H#<instant>#<uuid>`, the outbox), and its dedup
 //!   record (`pk = K#<scope, operation, key>`, `sk = K`).
 //! - **Every decision one conditional request.** A fenced write is one
 //!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
@@ -19,17 +20,27 @@
 //!   transaction. A refused write asks for `ALL_OLD` and is classified from
 //!   that image by the same [`rules`](crate::backend::rules) functions every backend
 //!   uses: no extra read.
-//! - **Submission is atomic**: the dedup record and the task are put in one
-//!   transaction, each on `attribute_not_exists`. The same key with other
-//!   inputs is [`Error::KeyConflict`](crate::Error::KeyConflict) read from
-//!   the refused record's image; nothing is written.
+//! - **Submission is atomic**: the dedup record, the task and its handoff
+//!   are put in one transaction, record and task on `attribute_not_exists`.
+//!   The same key with other inputs is [`Error::KeyConflict`](crate::Error::KeyConflict)
+//!   read from the refused record's image; nothing is written.
+//! - **The transactional outbox**, as on PostgreSQL: submit (unless
+//!   [`without_handoff`](crate::NewTask::without_handoff)), reopen and
+//!   [`DynamoStore::redispatch`] write a handoff item in the task's
+//!   partition, in the `due` index under the key value `handoff` while
+//!   unpublished; [`DynamoStore::dispatch`] and [`DynamoStore::dispatch_batches`]
+//!   publish them through the caller's closure, at least once, and mark each
+//!   published after its publish succeeded. [`Inspect::story`](crate::inspect::Inspect::story)
+//!   lists them; `purge_expired` deletes them with their task.
 //! - **Requests per operation** (as `tests/dynamodb/requests.rs` counts them):
 //!   submit 1 (a repeat 2: the refused transaction, then the task),
 //!   claim 2 (a read, then the transaction: the new attempt's item is keyed
 //!   by the new version, which only a read tells), renew 1, complete 1,
 //!   fail 1, release 1, record_operation 1, cancel 2, reopen 2, get 1, find 2,
 //!   attempts 1 (per 1 MB page), due 1 (per page of the index),
-//!   purge_expired 1 + 5 per purged task; `claim_many` of *n* one
+//!   dispatch 1 + 1 + one per published handoff (the index, a consistent
+//!   `BatchGetItem` per 100, one `UpdateItem` mark each), redispatch one
+//!   transaction per task, purge_expired 1 + 5 per purged task; `claim_many` of *n* one
 //!   `BatchGetItem` per 100 plus one transaction per task (concurrent),
 //!   `complete_many` one transaction per task.
 //! - **Inspection from indexes**: [`Inspect`](crate::inspect::Inspect)
@@ -62,12 +73,14 @@
 //! | `tx` | sending a transaction, reading its cancellation, retrying conflicts and throttling; errors |
 //! | `read` | consistent gets, batch gets, queries of a partition and of the queue indexes |
 //! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
+//! | `dispatch` | the outbox: [`DynamoStore::dispatch`], `dispatch_batches`, `redispatch` |
 //! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
 //! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
 
+mod dispatch;
 mod expr;
 #[cfg(feature = "testing")]
 pub(crate) mod fixture;

@@ -218,8 +218,12 @@ impl DynamoStore {
     ) -> Result<Submitted> {
         let now = self.now();
         let expires_at = now + new.retention;
+        let handoff = new.handoff;
         let task = new_task(TaskId::new(), new, now, expires_at);
-        let (key_item, task_item) = item::new_items(&task);
+        let (key_item, mut task_item) = item::new_items(&task);
+        if !handoff {
+            item::set_without_handoff(&mut task_item);
+        }
         let put = |item: Item| {
             let put = Put::builder()
                 .table_name(&*self.table)
@@ -232,10 +236,15 @@ impl DynamoStore {
             TransactWriteItem::builder().put(put).build()
         };
         let mut items = vec![put(key_item), put(task_item)];
+        if handoff {
+            // The outbox: published by `dispatch` (see `dispatch.rs`).
+            items.push(self.handoff_put(task.id, now));
+        }
+        let own = items.len();
         items.extend(extra);
         for _ in 0..RACE_RETRIES {
             match self
-                .transact("submit", items.clone(), Layout::extra_from(2))
+                .transact("submit", items.clone(), Layout::extra_from(own))
                 .await?
             {
                 Tx::Written => {
@@ -504,11 +513,15 @@ impl DynamoStore {
                 .expression_attribute_names("#pk", PARTITION_KEY)
                 .build()
                 .expect("table and item are set");
-            let items = vec![
+            let mut items = vec![
                 e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
                 record.update(&self.table, item::key_of(item::key_pk(&task.key), item::KEY_SK)),
                 TransactWriteItem::builder().put(put).build(),
             ];
+            if item::wants_handoff(&found) {
+                // A fresh handoff, so the dispatcher publishes the task again.
+                items.push(self.handoff_put(id, now));
+            }
             let layout = Layout {
                 extra_from: usize::MAX,
                 key_at: Some(1),

@@ -32,8 +32,10 @@ const STATUSES: [Status; 5] = [
 /// The `scope` label of the counts over every scope.
 pub const ALL_SCOPES: &str = "*";
 
-/// Reads the store's state and sets the three state gauges; see the
-/// [module documentation](self).
+/// Reads the store's state through [`Inspect`] and sets the three state
+/// gauges ([`TASKS`], [`OLDEST_PENDING_AGE_SECONDS`], [`STRANDED_TASKS`]).
+/// Run one sampler per deployment (every replica would read the same
+/// figures); the dashboard and alert rules take the `max` across replicas.
 ///
 /// The `scope` label is bounded by what you name: counts over every scope
 /// carry `scope="*"`, and each scope given to [`scopes`](Self::scopes) its

@@ -4,4 +4,8 @@
 //! against moto on two cores). Time moves through the store's own clock
 //! (`DynamoFixture::advance`).
 
-taskfence::testing::model_suite!(taskfence_test_support::dynamo::fixture(), cases = 1000, steps = 40);
+taskfence::testing::model_suite!(
+    taskfence_test_support::dynamo::fixture(),
+    cases = 1000,
+    steps = 40
+);

@@ -184,13 +184,62 @@ async fn reopen_is_a_read_and_one_transaction() {
     assert_eq!(
         requests(&counter),
         expect(&[("GetItem", 1), ("TransactWriteItems", 1)]),
-        "reopen: the task, then task + record + reopening in one transaction"
+        "reopen: the task, then task + record + reopening + handoff in one transaction"
     );
     assert!(!store.reopen(task.id, request).await.unwrap().is_accepted());
     assert_eq!(
         requests(&counter),
         expect(&[("GetItem", 1)]),
         "a refused reopening only reads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_round_is_a_query_a_read_and_one_update_per_handoff() {
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.dynamo_store();
+    requests(&counter); // table creation
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(
+            store
+                .submit(new_task(&format!("send-{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    assert_eq!(
+        requests(&counter),
+        expect(&[("TransactWriteItems", 3)]),
+        "submit: the handoff is in the task's transaction"
+    );
+    let round = store
+        .dispatch_batches(10, 10, |_| std::future::ready(Ok::<(), std::io::Error>(())))
+        .await
+        .unwrap();
+    let mut published = round.published.clone();
+    published.sort();
+    let mut all = ids.clone();
+    all.sort();
+    assert_eq!(published, all, "one clock instant: any order");
+    assert_eq!(
+        requests(&counter),
+        expect(&[("BatchGetItem", 1), ("Query", 1), ("UpdateItem", 3)]),
+        "dispatch: the index, the handoffs read again, one mark each"
+    );
+    store
+        .dispatch(10, |_| std::future::ready(Ok::<(), std::io::Error>(())))
+        .await
+        .unwrap();
+    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "an empty round");
+    assert_eq!(store.redispatch(&ids[..2]).await.unwrap(), 2);
+    assert_eq!(
+        requests(&counter),
+        expect(&[("TransactWriteItems", 2)]),
+        "redispatch: one transaction per task"
     );
 }
 

@@ -1,6 +1,6 @@
 //! The dispatcher: publishes the handoffs that `submit` wrote to the outbox
-//! in the same transaction as the task (PostgreSQL's built-in one, or the
-//! template's [`DynamoOutbox`] on DynamoDB), so an accepted request can never
+//! in the same transaction as the task (taskfence's, on PostgreSQL and on
+//! DynamoDB alike), so an accepted request can never
 //! be lost between the database and the queue; and re-publishes the tasks
 //! that need a worker again ([`Dispatcher::redispatch_round`]).
 
@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use taskfence::dispatch::dispatch_due;
 use taskfence::metrics::observe;
-use taskfence::{PgStore, TaskId, TaskStore};
-
-use crate::dynamo::DynamoOutbox;
+use taskfence::{DynamoStore, PgStore, TaskId, TaskStore};
 use tokio::sync::watch;
 
 use crate::queue::{BoxError, MAX_BATCH, SqsQueue};
@@ -21,7 +19,7 @@ use crate::queue::{BoxError, MAX_BATCH, SqsQueue};
 #[derive(Debug, Clone)]
 enum Outbox {
     Postgres(PgStore),
-    Dynamo(DynamoOutbox),
+    Dynamo(DynamoStore),
 }
 
 /// Moves pending handoffs from the outbox to the queue.
@@ -35,12 +33,12 @@ enum Outbox {
 /// sending and before the commit sends them again next round: the queue sees
 /// duplicates, every copy names the same task, and the claim makes them harmless.
 ///
-/// On DynamoDB ([`dynamodb`](Self::dynamodb)) each round queries up to
-/// `batch` pending handoff items (oldest first), finds each one's task id
-/// by its request key, sends them ten per `SendMessageBatch` and deletes the
-/// sent ones; a request with any failed entry stops the round and its ten
-/// stay pending. There is no row lock to skip: two dispatchers on one outbox
-/// may both send a handoff, a duplicate like any other.
+/// On DynamoDB ([`dynamodb`](Self::dynamodb)) the round is
+/// [`DynamoStore::dispatch_batches`]: up to `batch` pending handoff items
+/// (oldest first), ten per `SendMessageBatch`, each batch marked published
+/// once it got through; a request with any failed entry stops the round and
+/// its ten stay pending. There is no row lock to skip: two dispatchers on
+/// one table may both send a handoff, a duplicate like any other.
 ///
 /// It also re-dispatches ([`redispatch_round`](Self::redispatch_round),
 /// [`run_redispatch`](Self::run_redispatch)): tasks that are
@@ -80,16 +78,16 @@ impl Dispatcher {
         Self::on(Outbox::Postgres(store), queue, batch)
     }
 
-    /// A dispatcher from the DynamoDB `outbox` to `queue`, `batch` handoffs
-    /// per round, waiting a second after a round that found nothing.
-    pub fn dynamodb(outbox: DynamoOutbox, queue: SqsQueue, batch: usize) -> Self {
-        Self::on(Outbox::Dynamo(outbox), queue, batch)
+    /// A dispatcher from `store`'s outbox on DynamoDB to `queue`, `batch`
+    /// handoffs per round, waiting a second after a round that found nothing.
+    pub fn dynamodb(store: DynamoStore, queue: SqsQueue, batch: usize) -> Self {
+        Self::on(Outbox::Dynamo(store), queue, batch)
     }
 
     fn on(outbox: Outbox, queue: SqsQueue, batch: usize) -> Self {
         let due: Arc<dyn TaskStore> = match &outbox {
             Outbox::Postgres(store) => Arc::new(store.clone()),
-            Outbox::Dynamo(outbox) => Arc::new(outbox.store().clone()),
+            Outbox::Dynamo(store) => Arc::new(store.clone()),
         };
         Self {
             outbox,
@@ -148,67 +146,17 @@ impl Dispatcher {
         &self,
         after_send: impl Fn(&[TaskId]) -> Result<(), BoxError> + Send + Sync,
     ) -> Result<Vec<TaskId>, BoxError> {
-        let store = match &self.outbox {
-            Outbox::Postgres(store) => store,
-            Outbox::Dynamo(outbox) => return self.dynamo_round(outbox, after_send).await,
-        };
         let after_send = &after_send;
-        let round = store
-            .dispatch_batches(self.batch, MAX_BATCH, |tasks| {
-                let queue = self.queue.clone();
-                let (sent, requests) = (Arc::clone(&self.sent), Arc::clone(&self.requests));
-                async move {
-                    requests.fetch_add(1, Ordering::Relaxed);
-                    let batch = queue.publish_batch(&tasks).await?;
-                    sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
-                    if !batch.failed.is_empty() {
-                        // Partly sent: the whole batch stays pending and goes
-                        // again next round (duplicates are harmless).
-                        return Err(format!(
-                            "{} of {} messages refused: {:?}",
-                            batch.failed.len(),
-                            tasks.len(),
-                            batch.failed
-                        )
-                        .into());
-                    }
-                    after_send(&tasks)
-                }
-            })
-            .await?;
-        if let Some((task_id, error)) = round.failed {
-            // That batch stays pending; the next round sends it again.
-            tracing::debug!(%task_id, %error, "publishing a batch of handoffs failed");
-        }
-        Ok(round.published)
-    }
-
-    /// One round on the DynamoDB outbox: query, resolve, send ten at a time,
-    /// delete what was sent; stop at the first failed request.
-    async fn dynamo_round(
-        &self,
-        outbox: &DynamoOutbox,
-        after_send: impl Fn(&[TaskId]) -> Result<(), BoxError>,
-    ) -> Result<Vec<TaskId>, BoxError> {
-        let mut ready = Vec::new();
-        for handoff in outbox.pending(self.batch).await? {
-            match outbox.task_of(&handoff).await? {
-                Some(task_id) => ready.push((handoff, task_id)),
-                None => {
-                    // The task is gone (purged after its retention): nothing to publish.
-                    tracing::warn!(key = ?handoff.key, "handoff of a task that no longer exists; dropping it");
-                    outbox.remove(&[&handoff]).await?;
-                }
-            }
-        }
-        let mut published = Vec::with_capacity(ready.len());
-        for chunk in ready.chunks(MAX_BATCH) {
-            let tasks: Vec<TaskId> = chunk.iter().map(|(_, task_id)| *task_id).collect();
-            self.requests.fetch_add(1, Ordering::Relaxed);
-            let sent = async {
-                let batch = self.queue.publish_batch(&tasks).await?;
-                self.sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
+        let publish = |tasks: Vec<TaskId>| {
+            let queue = self.queue.clone();
+            let (sent, requests) = (Arc::clone(&self.sent), Arc::clone(&self.requests));
+            async move {
+                requests.fetch_add(1, Ordering::Relaxed);
+                let batch = queue.publish_batch(&tasks).await?;
+                sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
                 if !batch.failed.is_empty() {
+                    // Partly sent: the whole batch stays pending and goes
+                    // again next round (duplicates are harmless).
                     return Err(format!(
                         "{} of {} messages refused: {:?}",
                         batch.failed.len(),
@@ -218,18 +166,17 @@ impl Dispatcher {
                     .into());
                 }
                 after_send(&tasks)
-            };
-            if let Err(error) = sent.await {
-                // These handoffs stay pending; the next round sends them again.
-                tracing::debug!(task_id = %tasks[0], %error, "publishing a batch of handoffs failed");
-                break;
             }
-            // A failed delete leaves them pending: sent again next round.
-            let sent: Vec<_> = chunk.iter().map(|(handoff, _)| handoff).collect();
-            outbox.remove(&sent).await?;
-            published.extend(tasks);
+        };
+        let round = match &self.outbox {
+            Outbox::Postgres(store) => store.dispatch_batches(self.batch, MAX_BATCH, publish).await?,
+            Outbox::Dynamo(store) => store.dispatch_batches(self.batch, MAX_BATCH, publish).await?,
+        };
+        if let Some((task_id, error)) = round.failed {
+            // That batch stays pending; the next round sends it again.
+            tracing::debug!(%task_id, %error, "publishing a batch of handoffs failed");
         }
-        Ok(published)
+        Ok(round.published)
     }
 
     /// One re-dispatch round: publishes up to `batch` tasks that are

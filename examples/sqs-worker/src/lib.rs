@@ -27,7 +27,6 @@ pub mod worker;
 
 pub use config::Settings;
 pub use dispatcher::Dispatcher;
-pub use dynamo::{DynamoOutbox, Handoff};
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
 pub use queue::{BoxError, Depth, Message, SentBatch, SqsQueue};
 pub use worker::{SqsSource, SqsWorker, Stats, WorkerSettings};

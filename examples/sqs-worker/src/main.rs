@@ -22,8 +22,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
-    BoxError, Dispatcher, DynamoOutbox, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue,
-    store,
+    BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue, store,
 };
 use taskfence::intercept::Intercepted;
 use taskfence::metrics::Recorder;
@@ -113,11 +112,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             let client = aws_sdk_dynamodb::Client::new(&aws);
             dynamo::check_table(&client, table).await?;
             let store = DynamoStore::new(client, table)?;
-            let dispatcher = Dispatcher::dynamodb(
-                DynamoOutbox::new(store.clone()),
-                queue.clone(),
-                settings.dispatch_batch,
-            );
+            let dispatcher = Dispatcher::dynamodb(store.clone(), queue.clone(), settings.dispatch_batch);
             (Arc::new(store), dispatcher)
         }
     };

@@ -1,15 +1,14 @@
 //! The end-to-end scenario of `tests/e2e.rs` on the all-AWS stack: tasks in
-//! DynamoDB (`DynamoStore`), handoffs in the template's outbox in the same
-//! table (`DynamoOutbox`, written by `submit_with` in the task's
-//! transaction), SQS for the messages; moto serves both. Then the table is
-//! read back: one task item per submitted task, one attempt item per claim,
-//! no handoff left.
+//! DynamoDB (`DynamoStore`), handoffs in taskfence's outbox in the same
+//! table (written by `submit` in the task's transaction, published by
+//! `DynamoStore::dispatch_batches`), SQS for the messages; moto serves both.
+//! Then the table is read back: one task item per submitted task, one
+//! attempt item per claim, no handoff left unpublished.
 
 mod support;
 
 use std::sync::Arc;
 
-use sqs_worker::DynamoOutbox;
 use sqs_worker::sim::scenario::Backend;
 use taskfence::TaskStore;
 use taskfence::clock::SystemClock;
@@ -28,12 +27,11 @@ async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failu
         .clock(SystemClock)
         .build()
         .expect("a valid table name");
-    let outbox = DynamoOutbox::new(store.clone());
     let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
     let report = support::e2e::run_and_check(
         &moto,
         "taskfence-e2e-dynamodb",
-        Backend::Dynamo(outbox.clone()),
+        Backend::Dynamo(store.clone()),
         shared,
     )
     .await;
@@ -52,7 +50,10 @@ async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failu
     );
     assert_eq!(fixture.count("K").await, tasks, "one dedup record per task");
     assert!(
-        outbox.pending(1000).await.expect("query the outbox").is_empty(),
-        "every handoff was published and deleted"
+        sqs_worker::dynamo::unpublished(&store, &report.task_ids)
+            .await
+            .expect("read the stories")
+            == 0,
+        "every handoff was published"
     );
 }

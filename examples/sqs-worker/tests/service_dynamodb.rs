@@ -1,15 +1,14 @@
 //! The worker service binary on the all-AWS stack: `--store dynamodb
 //! --dispatch true`, configured by the standard AWS variables
 //! (`AWS_ENDPOINT_URL_DYNAMODB` for moto's DynamoDB), no PostgreSQL. The test
-//! submits tasks with their handoffs (`DynamoOutbox`), the service publishes
-//! and works them, and on SIGTERM exits 0; the table then holds one saved
-//! response per task and no handoff.
+//! submits tasks (each with its handoff, in taskfence's outbox), the service
+//! publishes and works them, and on SIGTERM exits 0; the table then holds one
+//! saved response per task and no unpublished handoff.
 
 mod support;
 
 use std::time::Duration;
 
-use sqs_worker::DynamoOutbox;
 use sqs_worker::sim::local_sqs_client;
 use sqs_worker::{SqsQueue, dynamo};
 use taskfence::clock::SystemClock;
@@ -32,7 +31,6 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
     dynamo::check_table(store.client(), fixture.table())
         .await
         .unwrap();
-    let outbox = DynamoOutbox::new(store.clone());
     let client = local_sqs_client(&moto.endpoint).await;
     let queue = SqsQueue::create(
         client,
@@ -48,12 +46,12 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
         let key = RequestKey::new("workspace-1", "chat.reply", format!("{run}-{i}"));
         let new =
             NewTask::new(key, InputHash::of([format!("message-{i}")])).payload(format!("question #{i}"));
-        ids.push(outbox.submit(new.clone()).await.unwrap().into_task().id);
+        ids.push(store.submit(new.clone()).await.unwrap().into_task().id);
         // A browser retry: the same task, no second handoff.
-        assert_eq!(outbox.submit(new).await.unwrap().into_task().id, ids[i]);
+        assert_eq!(store.submit(new).await.unwrap().into_task().id, ids[i]);
     }
     assert_eq!(
-        outbox.pending(100).await.unwrap().len(),
+        dynamo::unpublished(&store, &ids).await.unwrap(),
         ids.len(),
         "one handoff per task"
     );
@@ -89,15 +87,15 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
     );
     eventually_every(Duration::from_secs(90), Duration::from_millis(300), || {
         assert!(service.try_exit().is_none(), "the service exited early");
-        let (store, queue, outbox, ids) = (&store, &queue, &outbox, &ids);
+        let (store, queue, ids) = (&store, &queue, &ids);
         async move {
             for &id in ids {
                 if store.get(id).await.unwrap().unwrap().status != Status::Completed {
                     return None;
                 }
             }
-            let empty =
-                queue.depth().await.unwrap().total() == 0 && outbox.pending(100).await.unwrap().is_empty();
+            let empty = queue.depth().await.unwrap().total() == 0
+                && dynamo::unpublished(store, ids).await.unwrap() == 0;
             empty.then_some(())
         }
     })

@@ -14,7 +14,6 @@ use taskfence::{
 };
 
 use crate::dispatcher::Dispatcher;
-use crate::dynamo::DynamoOutbox;
 use crate::queue::{BoxError, SqsQueue};
 use crate::sim::chaos::{StallingStore, Stalls};
 use crate::sim::fleet::Fleet;
@@ -26,35 +25,35 @@ use crate::worker::{SqsWorker, Stats, WorkerSettings};
 pub enum Backend {
     /// PostgreSQL: `submit` writes the handoff row.
     Postgres(PgStore),
-    /// DynamoDB: the handoff item goes into `submit_with`'s transaction.
-    Dynamo(DynamoOutbox),
+    /// DynamoDB: `submit` writes the handoff item in the task's transaction.
+    Dynamo(DynamoStore),
 }
 
 impl Backend {
     /// The DynamoDB backend on `store`'s table.
     pub fn dynamo(store: DynamoStore) -> Self {
-        Self::Dynamo(DynamoOutbox::new(store))
+        Self::Dynamo(store)
     }
 
     /// The task store.
     pub fn store(&self) -> Arc<dyn TaskStore> {
         match self {
             Self::Postgres(pg) => Arc::new(pg.clone()),
-            Self::Dynamo(outbox) => Arc::new(outbox.store().clone()),
+            Self::Dynamo(store) => Arc::new(store.clone()),
         }
     }
 
     async fn submit(&self, task: NewTask) -> taskfence::Result<taskfence::Submitted> {
         match self {
             Self::Postgres(pg) => pg.submit(task).await,
-            Self::Dynamo(outbox) => outbox.submit(task).await,
+            Self::Dynamo(store) => store.submit(task).await,
         }
     }
 
     fn dispatcher(&self, queue: SqsQueue, batch: usize) -> Dispatcher {
         match self {
             Self::Postgres(pg) => Dispatcher::new(pg.clone(), queue, batch),
-            Self::Dynamo(outbox) => Dispatcher::dynamodb(outbox.clone(), queue, batch),
+            Self::Dynamo(store) => Dispatcher::dynamodb(store.clone(), queue, batch),
         }
     }
 }
