@@ -51,7 +51,9 @@
 //!   in a condition: each store compares leases with its own
 //!   [`Clock`](crate::clock::Clock) (injectable, [`DynamoStoreBuilder::clock`]).
 //!   Under *any* skew, at most one response is saved and a superseded
-//!   assignment never saves: versions, not clocks, decide those. *When* a
+//!   assignment never saves under `CurrentAssignment` (under
+//!   `FirstValidAnswer` an earlier attempt's answer wins, by design):
+//!   versions, not clocks, decide those. *When* a
 //!   lease counts as expired depends on bounded skew: a fast clock may take
 //!   a task over early (wasted work, never a second saved response), a slow
 //!   one may let a late worker save while no one has taken over.
