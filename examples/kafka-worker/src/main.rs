@@ -43,7 +43,15 @@ async fn main() -> Result<(), BoxError> {
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
 
+    // Start-up: every DDL the service runs, each step idempotent and under a
+    // migration lock (the library's tables, then the positions table), so
+    // workers starting at once on a fresh schema run them one after another.
+    // Nothing is consumed or published before it succeeded.
     let pg = store::connect(&settings).await?;
+    let positions = match settings.positions {
+        Positions::Group => None,
+        Positions::Postgres => Some(Arc::new(PgPositions::new(&pg, &settings.group).await?)),
+    };
     let journal: Arc<dyn Journal> = Arc::new(TracingJournal);
     let provider: Arc<dyn Provider> = match settings.provider {
         ProviderKind::Http => Arc::new(HttpProvider {
@@ -78,21 +86,20 @@ async fn main() -> Result<(), BoxError> {
         .concurrency(settings.concurrency)
         .min_retry_delay(settings.retry_delay)
         .stop_after(settings.shutdown_grace, RELEASE_DEADLINE);
-    let consumer = match settings.positions {
-        Positions::Group => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, provider, journal)?,
-        Positions::Postgres => {
-            let positions = Arc::new(PgPositions::new(&pg, &settings.group).await?);
-            ReplyConsumer::spawn_with_positions(
-                kafka,
-                config,
-                Arc::new(pg.clone()),
-                positions,
-                provider,
-                journal,
-            )?
-        }
+    let consumer = match positions {
+        None => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, provider, journal)?,
+        Some(positions) => ReplyConsumer::spawn_with_positions(
+            kafka,
+            config,
+            Arc::new(pg.clone()),
+            positions,
+            provider,
+            journal,
+        )?,
     };
     let stop = consumer.stop().clone();
+    // Last: the dispatcher starts only once start-up succeeded and the
+    // consumer runs, so a process that fails to start has published nothing.
     let dispatcher = handoffs.map(|handoffs| {
         let dispatcher = Dispatcher::new(pg, handoffs, settings.dispatch_batch);
         tokio::spawn(dispatcher.run(stop.clone(), settings.dispatch_idle))

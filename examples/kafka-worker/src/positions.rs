@@ -51,24 +51,11 @@ pub struct PgPositions {
 
 impl PgPositions {
     /// Positions of consumer group `group`, kept beside `store`'s tables (its
-    /// schema, its pool), creating the table if needed.
+    /// schema, its pool), after [`migrate`](Self::migrate) made sure the
+    /// table exists.
     pub async fn new(store: &PgStore, group: impl Into<String>) -> Result<Self> {
-        // The schema name is a validated plain identifier (see `PgStore::builder`).
-        let table = format!("{}.kafka_consumer_positions", store.schema());
-        let create = format!(
-            "CREATE TABLE IF NOT EXISTS {table} (
-                consumer_group text NOT NULL,
-                topic text NOT NULL,
-                partition integer NOT NULL,
-                next_offset bigint NOT NULL CHECK (next_offset >= 0),
-                updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-                PRIMARY KEY (consumer_group, topic, partition)
-            )"
-        );
-        sqlx::query(sqlx::AssertSqlSafe(create.as_str()))
-            .execute(store.pool())
-            .await
-            .map_err(Error::storage)?;
+        Self::migrate(store).await?;
+        let table = Self::table(store);
         Ok(Self {
             pool: store.pool().clone(),
             group: group.into(),
@@ -83,6 +70,46 @@ impl PgPositions {
                  WHERE consumer_group = $1 AND topic = $2 AND partition = ANY($3)"
             ),
         })
+    }
+
+    /// Creates the positions table in `store`'s schema unless it exists: the
+    /// template's own start-up migration, idempotent and safe with several
+    /// workers starting at once. It runs in one transaction that first takes
+    /// a transaction-level advisory lock of its own
+    /// (`kafka-worker.migrate.<schema>`, like the library's migrations take
+    /// theirs), so concurrent starts run it one after another and each later
+    /// one finds the table; a bare `CREATE TABLE IF NOT EXISTS` raced by two
+    /// sessions fails in the loser with a unique violation on `pg_type`.
+    pub async fn migrate(store: &PgStore) -> Result<()> {
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                consumer_group text NOT NULL,
+                topic text NOT NULL,
+                partition integer NOT NULL,
+                next_offset bigint NOT NULL CHECK (next_offset >= 0),
+                updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                PRIMARY KEY (consumer_group, topic, partition)
+            )",
+            Self::table(store)
+        );
+        let mut tx = store.pool().begin().await.map_err(Error::storage)?;
+        // Released at the commit (or the rollback, if this process dies).
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(format!("kafka-worker.migrate.{}", store.schema()))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::storage)?;
+        sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::storage)?;
+        tx.commit().await.map_err(Error::storage)
+    }
+
+    /// The table's qualified name. The schema name is a validated plain
+    /// identifier (see `PgStore::builder`).
+    fn table(store: &PgStore) -> String {
+        format!("{}.kafka_consumer_positions", store.schema())
     }
 
     /// Moves the position forward to `next` on the caller's transaction.
