@@ -16,7 +16,8 @@ Exit codes:
   1  operational error (store unreachable, query failed)
   2  usage or bad input (unknown flag, malformed id, key or duration)
   3  not found (no task with this id or key)
-  4  refused (e.g. reopening a completed or live task)";
+  4  refused (e.g. reopening a completed or live task)
+  5  not confirmed (a bulk change declined, or no --yes while stdin is not a terminal)";
 
 /// Inspect and repair taskfence tasks on PostgreSQL or DynamoDB.
 #[derive(Debug, Parser)]
@@ -65,16 +66,16 @@ pub(crate) struct StoreArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Create or upgrade the store (PostgreSQL: migrations; DynamoDB: create the table if missing).
-    Migrate,
+    Migrate(MigrateArgs),
     /// Count tasks by status.
     Stats(StatsArgs),
     /// List tasks, newest first, one page at a time (prints the next page's cursor).
     List(ListArgs),
     /// Show one task and everything that happened to it.
     Show(ShowArgs),
-    /// Reopen a failed or cancelled task with a fresh retry budget.
+    /// Reopen a failed or cancelled task (or every match of a filter) with a fresh retry budget.
     Reopen(ReopenArgs),
-    /// Cancel a pending or running task.
+    /// Cancel a pending or running task (or every match of a filter).
     Cancel(CancelArgs),
     /// Remove terminal tasks whose retention has passed.
     Purge(PurgeArgs),
@@ -82,6 +83,8 @@ pub(crate) enum Command {
     Stranded(StrandedArgs),
     /// Print the ids of tasks to publish again, one per line (pipe them to a publisher).
     DispatchDue(DispatchDueArgs),
+    /// Serve the web dashboard until SIGINT or SIGTERM (read-only unless TASKFENCE_WEB_TOKEN is set).
+    Web(crate::commands::web::WebArgs),
 }
 
 /// `taskfence stats`.
@@ -133,12 +136,83 @@ pub(crate) struct ShowArgs {
     pub key: Option<RequestKey>,
 }
 
-/// `taskfence reopen`.
+/// `taskfence migrate`: apply, or with one of the flags only look.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("look").args(["status", "dry_run", "print_sql"])))]
+pub(crate) struct MigrateArgs {
+    /// List every migration, applied or pending, with what each asks of you; change nothing.
+    #[arg(long, conflicts_with = "to")]
+    pub status: bool,
+    /// Say what would be applied, or why it would be refused; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the SQL of the pending migrations for review; change nothing (PostgreSQL).
+    #[arg(long)]
+    pub print_sql: bool,
+    /// Apply only up to this migration, e.g. 4 (PostgreSQL): a staged upgrade.
+    #[arg(long, value_name = "VERSION", value_parser = clap::value_parser!(i64).range(1..))]
+    pub to: Option<i64>,
+}
+
+/// Which tasks a bulk `reopen` or `cancel` changes, and how it asks first.
+#[derive(Debug, Args)]
+pub(crate) struct BulkArgs {
+    /// Bulk: only tasks of this scope.
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Bulk: only tasks of this operation.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Bulk: only tasks submitted longer ago than this (e.g. 1h).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub older_than: Option<Duration>,
+    /// Bulk: only tasks submitted within this (e.g. 10m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub newer_than: Option<Duration>,
+    /// Bulk: at most this many, oldest first (default: every match).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: Option<u64>,
+    /// Bulk: count and list the matching tasks; change nothing.
+    #[arg(long, conflicts_with = "id")]
+    pub dry_run: bool,
+    /// Bulk: change them without asking (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// The statuses a bulk `reopen` selects (default: failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReopenStatus {
+    /// Failed terminally.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// The statuses a bulk `cancel` selects (default: both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CancelStatus {
+    /// Waiting for a claim.
+    Pending,
+    /// Held by a worker.
+    Running,
+}
+
+/// `taskfence reopen`: one task by id, or every match of a filter.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).multiple(true)
+    .args(["id", "status", "scope", "operation", "older_than", "newer_than", "max"])))]
 pub(crate) struct ReopenArgs {
-    /// The task's id.
-    #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
-    pub id: TaskId,
+    /// The task's id (or select tasks with --status and the other filters).
+    #[arg(value_parser = parse_task_id, value_name = "TASK_ID",
+          conflicts_with_all = ["status", "scope", "operation", "older_than", "newer_than", "max"])]
+    pub id: Option<TaskId>,
+    /// Bulk: tasks in this status (default failed).
+    #[arg(long)]
+    pub status: Option<ReopenStatus>,
+    /// The filter and confirmation of a bulk reopen.
+    #[command(flatten)]
+    pub bulk: BulkArgs,
     /// Why (recorded with the reopening).
     #[arg(long, value_parser = parse_reason)]
     pub reason: String,
@@ -153,12 +227,21 @@ pub(crate) struct ReopenArgs {
     pub deadline: Option<Duration>,
 }
 
-/// `taskfence cancel`.
+/// `taskfence cancel`: one task by id, or every match of a filter.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).multiple(true)
+    .args(["id", "status", "scope", "operation", "older_than", "newer_than", "max"])))]
 pub(crate) struct CancelArgs {
-    /// The task's id.
-    #[arg(value_parser = parse_task_id, value_name = "TASK_ID")]
-    pub id: TaskId,
+    /// The task's id (or select tasks with --status and the other filters).
+    #[arg(value_parser = parse_task_id, value_name = "TASK_ID",
+          conflicts_with_all = ["status", "scope", "operation", "older_than", "newer_than", "max"])]
+    pub id: Option<TaskId>,
+    /// Bulk: tasks in this status (default both pending and running).
+    #[arg(long)]
+    pub status: Option<CancelStatus>,
+    /// The filter and confirmation of a bulk cancel.
+    #[command(flatten)]
+    pub bulk: BulkArgs,
     /// Why (saved as the task's last error).
     #[arg(long, value_parser = parse_reason)]
     pub reason: String,

@@ -26,16 +26,22 @@ pub(crate) enum CliError {
     /// The store refused the change (exit 4): the task is not in a state that allows it.
     #[error("{0}")]
     Refused(String),
+    /// A bulk change was not confirmed (exit 5): declined at the prompt, or
+    /// no `--yes` while stdin is not a terminal. Nothing was changed.
+    #[error("{0}")]
+    NotConfirmed(String),
 }
 
 impl CliError {
-    /// The process exit code: 1 operational, 2 usage, 3 not found, 4 refused.
+    /// The process exit code: 1 operational, 2 usage, 3 not found, 4 refused,
+    /// 5 not confirmed.
     pub(crate) fn code(&self) -> ExitCode {
         ExitCode::from(match self {
             CliError::Operational(_) => 1,
             CliError::Usage(_) => 2,
             CliError::NotFound(_) => 3,
             CliError::Refused(_) => 4,
+            CliError::NotConfirmed(_) => 5,
         })
     }
 

@@ -59,7 +59,12 @@ fn run() -> Result<(), CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::Operational(format!("cannot start the async runtime: {e}")))?;
-    let (report, now) = runtime.block_on(commands::run(cli.command, &target))?;
+    let command = match cli.command {
+        // It serves until stopped and prints no report.
+        cli::Command::Web(args) => return runtime.block_on(commands::web::run(args, &target)),
+        command => command,
+    };
+    let (report, now) = runtime.block_on(commands::run(command, &target))?;
     let text = report.render(cli.json, now);
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {

@@ -4,9 +4,13 @@
 //! Choices: times in RFC 3339 UTC to the second (JSON keeps the store's full
 //! precision), durations humanised to their two largest units (`4m 12s`),
 //! borderless tables so `awk '{print $1}'` picks the ids, long error texts
-//! cut in listings (`show` prints them whole). JSON is the library's own
-//! serde form of `Task`, `Story` and `Counts`, wrapped in an object where a
-//! command has more to say (a cursor, a count).
+//! cut in listings (`show` prints them whole), payloads and responses as text
+//! when they are UTF-8 and hex otherwise. JSON is the library's own serde
+//! form of `Task`, `Story` and `Counts`, wrapped in an object where a command
+//! has more to say (a cursor, a count), with three changes to a task so a
+//! script needs no Rust conventions: payload and response as
+//! `{"encoding": "utf-8" | "base64", "data": …}`, the policy's durations as
+//! strings the flags accept (`1s`, `5m`, `1h 30m`), and its `budget` left.
 
 use std::time::Duration;
 
@@ -14,8 +18,9 @@ use comfy_table::{Table, presets};
 use serde::Serialize;
 use serde_json::json;
 use taskfence::inspect::{Counts, Page, Story};
+use taskfence::postgres::{Migration, MigrationState, MigrationStatus};
 use taskfence::store::AttemptOutcome;
-use taskfence::{Status, Task, TaskId};
+use taskfence::{RetryPolicy, Status, Task, TaskId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -30,7 +35,24 @@ pub(crate) enum Report {
         target: String,
         /// `migrated`, `created` or `exists`.
         action: &'static str,
+        /// `--to`: the last migration applied on request.
+        to: Option<i64>,
     },
+    /// `migrate --status` on PostgreSQL: every migration and its state.
+    MigrationStatus(Box<MigrationStatus>),
+    /// `migrate --dry-run` on PostgreSQL: what `migrate` would apply.
+    WouldMigrate(Box<MigrationStatus>),
+    /// `migrate --print-sql`: the pending migrations' SQL.
+    Sql {
+        /// The schema.
+        schema: String,
+        /// The script.
+        sql: String,
+    },
+    /// `migrate --status` / `--dry-run` on DynamoDB: the table as found.
+    Table(TableStatus),
+    /// A bulk `reopen` or `cancel` (or its dry run).
+    Bulk(Bulk),
     /// `stats`.
     Stats {
         /// The scope counted, or all.
@@ -80,14 +102,22 @@ impl Report {
                 backend,
                 target,
                 action,
+                to,
             } => {
                 let what = if *backend == "postgres" { "schema" } else { "table" };
-                match *action {
-                    "exists" => format!("{what} {target} already exists: nothing to do\n"),
-                    "created" => format!("created {what} {target}\n"),
+                match (*action, to) {
+                    ("exists", _) => format!("{what} {target} already exists: nothing to do\n"),
+                    ("created", _) => format!("created {what} {target}\n"),
+                    ("would_create", _) => format!("would create {what} {target} (nothing changed)\n"),
+                    (_, Some(to)) => format!("{what} {target} is migrated up to {to:04}\n"),
                     _ => format!("{what} {target} is up to date\n"),
                 }
             }
+            Report::MigrationStatus(status) => migration_status(status),
+            Report::WouldMigrate(status) => would_migrate(status),
+            Report::Sql { sql, .. } => sql.clone(),
+            Report::Table(table) => table.render(),
+            Report::Bulk(bulk) => bulk.render(),
             Report::Stats { scope, counts } => stats(scope.as_deref(), counts),
             Report::List(page) => {
                 let mut out = tasks(&page.tasks, now);
@@ -139,9 +169,28 @@ impl Report {
                 backend,
                 target,
                 action,
+                to,
             } => {
-                json!({ "backend": backend, "target": target, "action": action })
+                json!({ "backend": backend, "target": target, "action": action, "to": to })
             }
+            Report::MigrationStatus(status) => json!({
+                "backend": "postgres",
+                "target": status.schema,
+                "up_to_date": status.is_up_to_date(),
+                "old_history": status.old_history,
+                "unknown": status.unknown,
+                "migrations": status.migrations.iter().map(migration_json).collect::<Vec<_>>(),
+            }),
+            Report::WouldMigrate(status) => json!({
+                "backend": "postgres",
+                "target": status.schema,
+                "dry_run": true,
+                "old_history": status.old_history,
+                "would_apply": status.pending().map(migration_json).collect::<Vec<_>>(),
+            }),
+            Report::Sql { schema, sql } => json!({ "backend": "postgres", "target": schema, "sql": sql }),
+            Report::Table(table) => table.json(),
+            Report::Bulk(bulk) => bulk.json(),
             Report::Stats { scope, counts } => {
                 let mut v = value(counts);
                 v["total"] = json!(counts.total());
@@ -149,16 +198,20 @@ impl Report {
                 v
             }
             Report::List(page) => json!({
-                "tasks": value(&page.tasks),
+                "tasks": tasks_json(&page.tasks),
                 "next": page.next.map(|c| c.to_string()),
             }),
-            Report::Story(story) => value(story.as_ref()),
-            Report::Reopened(task) | Report::Cancelled(task) => value(task.as_ref()),
+            Report::Story(story) => {
+                let mut v = value(story.as_ref());
+                v["task"] = task_json(&story.task);
+                v
+            }
+            Report::Reopened(task) | Report::Cancelled(task) => task_json(task),
             Report::Purged(n) => json!({ "purged": n }),
             Report::Stranded {
                 tasks, redispatched, ..
             } => json!({
-                "tasks": value(tasks),
+                "tasks": tasks_json(tasks),
                 "redispatched": redispatched,
             }),
             Report::Due { due, stranded } => json!({ "due": due, "stranded": stranded }),
@@ -169,6 +222,400 @@ impl Report {
 /// The serde form of one of the library's values (they all serialize).
 fn value<T: Serialize + ?Sized>(v: &T) -> serde_json::Value {
     serde_json::to_value(v).unwrap_or_default()
+}
+
+/// A task for scripts: the library's serde form with its bytes named by
+/// encoding, the policy's durations as text, and the budget left.
+pub(crate) fn task_json(task: &Task) -> serde_json::Value {
+    let mut v = value(task);
+    v["payload"] = bytes_json(&task.payload);
+    v["response"] = task
+        .response
+        .as_ref()
+        .map_or(serde_json::Value::Null, |r| bytes_json(r.as_bytes()));
+    v["policy"] = policy_json(&task.policy);
+    v["budget"] = json!({
+        "attempts_left": task.attempts_left(),
+        "deadline_at": task.deadline_at().map(|d| d.format(&Rfc3339).unwrap_or_default()),
+    });
+    v
+}
+
+fn tasks_json(tasks: &[Task]) -> serde_json::Value {
+    serde_json::Value::Array(tasks.iter().map(task_json).collect())
+}
+
+/// `{"encoding": "utf-8", "data": text}` when the bytes are UTF-8,
+/// `{"encoding": "base64", "data": …}` otherwise.
+fn bytes_json(bytes: &[u8]) -> serde_json::Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => json!({ "encoding": "utf-8", "data": text }),
+        Err(_) => json!({ "encoding": "base64", "data": base64(bytes) }),
+    }
+}
+
+/// The policy with its durations as the flags take them (`1s`, `5m`).
+fn policy_json(policy: &RetryPolicy) -> serde_json::Value {
+    let mut v = value(policy);
+    let text = |d: Duration| humantime::format_duration(d).to_string();
+    v["initial_backoff"] = json!(text(policy.initial_backoff));
+    v["max_backoff"] = json!(text(policy.max_backoff));
+    v["deadline"] = json!(policy.deadline.map(text));
+    v
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Bytes for people: the text when it is UTF-8 without control characters
+/// other than newlines and tabs, else hex; cut at `max` characters, saying so.
+fn readable(bytes: &[u8], max: usize) -> String {
+    if bytes.is_empty() {
+        return "empty".into();
+    }
+    let len = bytes.len();
+    let tail = |shown: usize| {
+        if shown < len {
+            format!("… (first {shown} of {len} bytes; --json has them all)")
+        } else {
+            String::new()
+        }
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => {
+            let (shown, cut_at) = match text.char_indices().nth(max) {
+                Some((i, _)) => (&text[..i], i),
+                None => (text, len),
+            };
+            format!("{len} bytes of text: {shown}{}", tail(cut_at))
+        }
+        _ => {
+            let shown = &bytes[..len.min(max / 2)];
+            let hex: String = shown.iter().map(|b| format!("{b:02x}")).collect();
+            format!("{len} bytes, hex: {hex}{}", tail(shown.len()))
+        }
+    }
+}
+
+/// What is left of the task's retry budget: attempts, and time until its deadline.
+fn budget_left(task: &Task, now: OffsetDateTime) -> String {
+    let left = task.attempts_left();
+    let attempts = match left {
+        0 => "no attempts".to_string(),
+        1 => "1 attempt".to_string(),
+        n => format!("{n} attempts"),
+    };
+    match task.deadline_at() {
+        None => format!("{attempts}, no deadline"),
+        Some(d) if d > now => format!("{attempts}, deadline in {}", human(since(now, d))),
+        Some(d) => format!("{attempts}, deadline passed {} ago", human(since(d, now))),
+    }
+}
+
+/// `migrate --status`: one line per migration, its notes in a column, then
+/// the whole advice for each pending migration that has any.
+fn migration_status(status: &MigrationStatus) -> String {
+    let applied = status.applied().count();
+    let pending = status.pending().count();
+    let mut out = format!(
+        "schema {}: {applied} of {} migrations applied, {pending} pending\n",
+        status.schema,
+        status.migrations.len()
+    );
+    let mut t = table(&["VERSION", "STATE", "APPLIED", "DESCRIPTION", "NOTES"]);
+    for m in &status.migrations {
+        let (state, when) = match m.state {
+            MigrationState::Applied { at: when } => ("applied", at(when)),
+            MigrationState::Pending => ("pending", "-".into()),
+            MigrationState::Changed { at: when } => ("CHANGED", at(when)),
+            MigrationState::Failed { at: when } => ("FAILED", at(when)),
+            _ => ("unknown", "-".into()),
+        };
+        t.add_row([
+            format!("{:04}", m.version),
+            state.to_string(),
+            when,
+            m.description.to_string(),
+            notes_summary(m),
+        ]);
+    }
+    for version in &status.unknown {
+        t.add_row([
+            format!("{version:04}"),
+            "UNKNOWN".into(),
+            "-".into(),
+            "not in this version of taskfence: a newer one migrated this schema".into(),
+            "-".into(),
+        ]);
+    }
+    out.push_str(&finish(t));
+    if status.old_history {
+        out.push_str(
+            "the history is in the format of taskfence before sqlx 0.9: `migrate` converts it first\n",
+        );
+    }
+    out.push_str(&advice(status.pending()));
+    if let Err(e) = status.check() {
+        out.push_str(&format!("migrate would refuse: {e}\n"));
+    } else if pending > 0 {
+        out.push_str("apply with `taskfence migrate` (review first: --dry-run, --print-sql)\n");
+    }
+    out
+}
+
+/// `migrate --dry-run`: the pending migrations and their advice.
+fn would_migrate(status: &MigrationStatus) -> String {
+    let pending: Vec<&Migration> = status.pending().collect();
+    if pending.is_empty() {
+        return format!("schema {} is up to date: nothing to apply\n", status.schema);
+    }
+    let mut out = format!(
+        "would apply {} migration(s) to schema {} (nothing changed):\n",
+        pending.len(),
+        status.schema
+    );
+    let mut t = table(&["VERSION", "DESCRIPTION", "NOTES"]);
+    for m in &pending {
+        t.add_row([
+            format!("{:04}", m.version),
+            m.description.to_string(),
+            notes_summary(m),
+        ]);
+    }
+    out.push_str(&finish(t));
+    out.push_str(&advice(pending.into_iter()));
+    out
+}
+
+fn notes_summary(m: &Migration) -> String {
+    if m.notes.is_empty() {
+        return "-".into();
+    }
+    m.notes.iter().map(|n| n.summary()).collect::<Vec<_>>().join("; ")
+}
+
+/// The whole advice of each migration that has notes, with its statements.
+fn advice<'a>(migrations: impl Iterator<Item = &'a Migration>) -> String {
+    let mut out = String::new();
+    for m in migrations {
+        for note in m.notes {
+            out.push_str(&format!("before {:04}: {note}\n", m.version));
+            for statement in note.statements() {
+                out.push_str(&format!("    {statement}\n"));
+            }
+        }
+    }
+    out
+}
+
+fn migration_json(m: &Migration) -> serde_json::Value {
+    let (state, when) = match m.state {
+        MigrationState::Applied { at } => ("applied", Some(at)),
+        MigrationState::Pending => ("pending", None),
+        MigrationState::Changed { at } => ("changed", Some(at)),
+        MigrationState::Failed { at } => ("failed", Some(at)),
+        _ => ("unknown", None),
+    };
+    json!({
+        "version": m.version,
+        "description": m.description,
+        "state": state,
+        "applied_at": when.map(|t| t.format(&Rfc3339).unwrap_or_default()),
+        "notes": m.notes.iter().map(|n| json!({
+            "kind": n.label(),
+            "summary": n.summary(),
+            "advice": n.to_string(),
+            "statements": n.statements(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// A DynamoDB table as `migrate --status` finds it.
+#[derive(Debug)]
+pub(crate) struct TableStatus {
+    /// The table.
+    pub table: String,
+    /// `DescribeTable`'s status (`ACTIVE`…), `None` when the table is missing.
+    pub state: Option<String>,
+    /// Each index the store needs, and whether the table has it.
+    pub indexes: Vec<(&'static str, bool)>,
+    /// Whether TTL is on for the store's attribute (`None`: unknown).
+    pub ttl: Option<bool>,
+    /// `--dry-run`: say what `migrate` would do rather than list.
+    pub dry_run: bool,
+}
+
+impl TableStatus {
+    fn render(&self) -> String {
+        let Some(state) = &self.state else {
+            return if self.dry_run {
+                format!("would create table {} (nothing changed)\n", self.table)
+            } else {
+                format!(
+                    "table {} does not exist: `taskfence migrate` creates it\n",
+                    self.table
+                )
+            };
+        };
+        let missing: Vec<&str> = self
+            .indexes
+            .iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut out = if self.dry_run {
+            format!(
+                "table {} already exists: migrate would change nothing\n",
+                self.table
+            )
+        } else {
+            format!("table {} exists ({state})\n", self.table)
+        };
+        if !self.dry_run {
+            let mut t = table(&["INDEX", "PRESENT"]);
+            for (name, ok) in &self.indexes {
+                t.add_row([name.to_string(), if *ok { "yes" } else { "MISSING" }.to_string()]);
+            }
+            out.push_str(&finish(t));
+            out.push_str(match self.ttl {
+                Some(true) => "ttl: on\n",
+                Some(false) => "ttl: OFF (expired tasks are never removed by DynamoDB)\n",
+                None => "ttl: unknown\n",
+            });
+        }
+        if !missing.is_empty() {
+            out.push_str(&format!(
+                "missing index(es) {}: `migrate` leaves an existing table alone; add them with UpdateTable (docs/DYNAMODB.md has the definitions)\n",
+                missing.join(", ")
+            ));
+        }
+        out
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "backend": "dynamodb",
+            "target": self.table,
+            "dry_run": self.dry_run,
+            "exists": self.state.is_some(),
+            "state": self.state,
+            "indexes": self.indexes.iter().map(|(name, present)| json!({ "name": name, "present": present })).collect::<Vec<_>>(),
+            "ttl": self.ttl,
+        })
+    }
+}
+
+/// What a bulk `reopen` or `cancel` matched and did.
+#[derive(Debug)]
+pub(crate) struct Bulk {
+    /// `reopen` or `cancel`.
+    pub action: &'static str,
+    /// `--dry-run`: counted and listed, nothing changed.
+    pub dry_run: bool,
+    /// The tasks matched (and, unless a dry run, confirmed).
+    pub matched: Vec<Match>,
+    /// Changed.
+    pub done: Vec<TaskId>,
+    /// Refused by the store: each changed since it was counted.
+    pub skipped: Vec<(TaskId, String)>,
+}
+
+/// One task a bulk command matched.
+#[derive(Debug, Clone)]
+pub(crate) struct Match {
+    /// Its id.
+    pub id: TaskId,
+    /// Its status when counted.
+    pub status: Status,
+    /// `scope/operation/key`.
+    pub key: String,
+    /// Its stored policy (a bulk reopen's `--max-attempts` starts from it).
+    pub policy: RetryPolicy,
+}
+
+impl Match {
+    /// The parts of `task` a bulk command needs.
+    pub(crate) fn of(task: &Task) -> Self {
+        Self {
+            id: task.id,
+            status: task.status,
+            key: task.key_text(),
+            policy: task.policy,
+        }
+    }
+}
+
+/// Rows a dry run lists before "… and N more".
+const LISTED: usize = 20;
+
+impl Bulk {
+    fn verb(&self) -> &'static str {
+        if self.action == "reopen" {
+            "reopened"
+        } else {
+            "cancelled"
+        }
+    }
+
+    fn render(&self) -> String {
+        let n = self.matched.len();
+        if n == 0 {
+            return format!("no task matches: nothing to {}\n", self.action);
+        }
+        if self.dry_run {
+            let mut out = format!("would {} {n} task(s) (nothing changed):\n", self.action);
+            let mut t = table(&["ID", "STATUS", "KEY"]);
+            for m in self.matched.iter().take(LISTED) {
+                t.add_row([m.id.to_string(), m.status.to_string(), m.key.clone()]);
+            }
+            out.push_str(&finish(t));
+            if n > LISTED {
+                out.push_str(&format!("… and {} more (--json lists them all)\n", n - LISTED));
+            }
+            return out;
+        }
+        let mut out = format!("{} {} of {n} matching task(s)\n", self.verb(), self.done.len());
+        if !self.skipped.is_empty() {
+            out.push_str(&format!(
+                "skipped {} that changed since they were counted:\n",
+                self.skipped.len()
+            ));
+            for (id, reason) in &self.skipped {
+                out.push_str(&format!("{id}  {reason}\n"));
+            }
+        }
+        out
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "action": self.action,
+            "dry_run": self.dry_run,
+            "matched": self.matched.len(),
+            "tasks": self.matched.iter().map(|m| json!({
+                "id": m.id, "status": m.status, "key": m.key,
+            })).collect::<Vec<_>>(),
+            "done": self.done,
+            "skipped": self.skipped.iter().map(|(id, reason)| json!({ "id": id, "reason": reason })).collect::<Vec<_>>(),
+        })
+    }
 }
 
 /// `scope/operation/key`, as `show --key` takes it.
@@ -239,6 +686,9 @@ fn tasks(tasks: &[Task], now: OffsetDateTime) -> String {
     finish(t)
 }
 
+/// Characters of a payload or response `show` prints before cutting.
+const SHOWN: usize = 2000;
+
 fn show(story: &Story, now: OffsetDateTime) -> String {
     let task = &story.task;
     let mut t = table(&["TASK", &task.id.to_string()]);
@@ -275,13 +725,14 @@ fn show(story: &Story, now: OffsetDateTime) -> String {
     if let Some(error) = &task.last_error {
         row("last error", error.replace('\n', " "));
     }
+    row("budget left", budget_left(task, now));
     row(
         "response",
         task.response
             .as_ref()
-            .map_or("-".into(), |r| format!("{} bytes", r.len())),
+            .map_or("-".into(), |r| readable(r.as_bytes(), SHOWN)),
     );
-    row("payload", format!("{} bytes", task.payload.len()));
+    row("payload", readable(&task.payload, SHOWN));
     let mut out = finish(t);
     out.push('\n');
     out.push_str(&timeline(story));
@@ -442,6 +893,32 @@ mod tests {
     fn times_are_utc_to_the_second() {
         let t = time::macros::datetime!(2026-01-02 03:04:05.678 +02:00);
         assert_eq!(at(t), "2026-01-02T01:04:05Z");
+    }
+
+    #[test]
+    fn bytes_read_as_text_else_hex() {
+        assert_eq!(readable(b"", 10), "empty");
+        assert_eq!(readable(b"{\"a\":1}", 10), "7 bytes of text: {\"a\":1}");
+        assert_eq!(readable(&[0, 0xff, 0x10], 10), "3 bytes, hex: 00ff10");
+        assert_eq!(readable(b"a\x01b", 10), "3 bytes, hex: 610162");
+        assert_eq!(
+            readable(b"abcdef", 3),
+            "6 bytes of text: abc… (first 3 of 6 bytes; --json has them all)"
+        );
+    }
+
+    #[test]
+    fn base64_is_rfc_4648() {
+        for (raw, encoded) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"\xff\x00\xfe", "/wD+"),
+        ] {
+            assert_eq!(base64(raw), encoded);
+        }
     }
 
     #[test]

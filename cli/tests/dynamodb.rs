@@ -51,10 +51,9 @@ async fn stats_list_show_and_reopen_on_dynamodb() {
     );
     let by_key = dynamo(&table, &["--json", "show", "--key", "tenant-a/chat.reply/k2"]).json();
     assert_eq!(by_key["task"]["id"], done.id.to_string());
-    assert!(
-        by_key["handoffs"].as_array().unwrap().is_empty(),
-        "no outbox in the store"
-    );
+    let handoffs = by_key["handoffs"].as_array().unwrap();
+    assert_eq!(handoffs.len(), 1, "the submission's handoff, from the outbox: {handoffs:?}");
+    assert!(handoffs[0]["published_at"].is_null(), "no dispatcher ran");
 
     let reopened = dynamo(
         &table,
@@ -118,6 +117,60 @@ async fn migrate_creates_a_missing_table_once() {
         format!("table {table} already exists: nothing to do\n")
     );
     assert_eq!(dynamo(&table, &["--json", "stats"]).json()["total"], 0);
+
+    taskfence_test_support::dynamo::client()
+        .delete_table()
+        .table_name(&table)
+        .send()
+        .await
+        .expect("delete the table");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_status_and_dry_run_describe_the_table() {
+    let table = format!("taskfence_test_cli_{}", uuid_suffix());
+    assert_eq!(
+        dynamo(&table, &["migrate", "--status"]).ok(),
+        format!("table {table} does not exist: `taskfence migrate` creates it\n")
+    );
+    assert_eq!(
+        dynamo(&table, &["migrate", "--dry-run"]).ok(),
+        format!("would create table {table} (nothing changed)\n")
+    );
+    let missing = dynamo(&table, &["--json", "migrate", "--status"]).json();
+    assert_eq!(missing["exists"], false, "still missing: looking creates nothing");
+    // PostgreSQL-only flags: usage errors, before anything connects.
+    for args in [&["migrate", "--print-sql"][..], &["migrate", "--to", "3"]] {
+        assert!(dynamo(&table, args).failed(2).contains("PostgreSQL"));
+    }
+
+    dynamo(&table, &["migrate"]).ok();
+    let status = dynamo(&table, &["migrate", "--status"]);
+    let text = status.ok();
+    assert!(
+        text.starts_with(&format!("table {table} exists (ACTIVE)\n")),
+        "{text}"
+    );
+    for index in ["due", "purge", "status", "unclaimed"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(index) && l.ends_with("yes")),
+            "{index} in\n{text}"
+        );
+    }
+    let json = dynamo(&table, &["--json", "migrate", "--status"]).json();
+    assert_eq!(json["exists"], true);
+    assert_eq!(json["ttl"], true);
+    assert!(
+        json["indexes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["present"] == true)
+    );
+    assert_eq!(
+        dynamo(&table, &["migrate", "--dry-run"]).ok(),
+        format!("table {table} already exists: migrate would change nothing\n")
+    );
 
     taskfence_test_support::dynamo::client()
         .delete_table()

@@ -15,24 +15,34 @@
 //! Before sqlx 0.9 the crate had a runner of its own whose history table had
 //! the same name and another shape; [`run`] converts such a table once (under
 //! a lock, checking every recorded file is unchanged) before the migrator reads it.
+//!
+//! Each file carries its [`UpgradeNote`]s here, beside it: what applying it
+//! asks of an operator (stop the old workers first, build an index
+//! concurrently first, expect a lock). [`PgStore::migration_status`] reports
+//! them with each pending migration, and the CHANGELOG's "Upgrading" section
+//! is checked against them by this module's tests, so the two never disagree.
 
 use std::borrow::Cow;
 
 use sha2::{Digest, Sha256};
-use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
+use sqlx::migrate::{MigrateError, Migration as SqlxMigration, MigrationType, Migrator};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgPool, Row, SqlStr};
+use time::OffsetDateTime;
 
+use super::PgStore;
 use super::db;
 use super::schema::{DEFAULT_SCHEMA, Schema};
-use crate::error::Error;
 use crate::error::Result;
+use crate::error::{Error, InvalidInput};
 
 /// One embedded migration file.
 struct File {
     version: i64,
     description: &'static str,
     sql: &'static str,
+    /// What applying it asks of an operator; empty when nothing.
+    notes: &'static [UpgradeNote],
 }
 
 /// Every migration of this crate version, oldest first.
@@ -41,36 +51,58 @@ const FILES: &[File] = &[
         version: 1,
         description: "tasks, attempts, handoffs, store_clock",
         sql: include_str!("../../migrations/0001_tasks.sql"),
+        notes: &[],
     },
     File {
         version: 2,
         description: "acceptance rule",
         sql: include_str!("../../migrations/0002_acceptance_rule.sql"),
+        notes: &[UpgradeNote::LocksTables {
+            tables: &["tasks", "attempts"],
+            why: "checks its new CHECK constraints against every row (a scan, no rewrite)",
+        }],
     },
     File {
         version: 3,
         description: "retry budgets, reopenings, operator query indexes",
         sql: include_str!("../../migrations/0003_operations.sql"),
+        notes: &[UpgradeNote::BuildIndexesConcurrently {
+            table: "tasks",
+            statements: &[
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_status_id ON tasks (status, id);",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_scope_id ON tasks (scope, id) INCLUDE (status);",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_unclaimed ON tasks (created_at, id) WHERE status = 'pending' AND version = 0;",
+            ],
+        }],
     },
     File {
         version: 4,
         description: "no foreign keys to tasks",
         sql: include_str!("../../migrations/0004_lifecycle.sql"),
+        notes: &[],
     },
     File {
         version: 5,
         description: "the latest attempt in its task row",
         sql: include_str!("../../migrations/0005_latest_attempt.sql"),
+        notes: &[UpgradeNote::StopOldWorkers {
+            why: "it moves running attempts into their task rows; a worker of an older release keeps writing them to `attempts`, and its library still accepts the schema",
+        }],
     },
     File {
         version: 6,
         description: "handoffs keyed by their task",
         sql: include_str!("../../migrations/0006_handoffs_by_task.sql"),
+        notes: &[UpgradeNote::LocksTables {
+            tables: &["handoffs"],
+            why: "rebuilds its primary key as (task_id, id), so submits wait",
+        }],
     },
     File {
         version: 7,
         description: "tasks without a handoff",
         sql: include_str!("../../migrations/0007_optional_handoff.sql"),
+        notes: &[],
     },
 ];
 
@@ -98,7 +130,7 @@ fn migrator(schema: &Schema) -> Migrator {
         FILES
             .iter()
             .map(|f| {
-                Migration::new(
+                SqlxMigration::new(
                     f.version,
                     Cow::Borrowed(f.description),
                     MigrationType::Simple,
@@ -119,6 +151,11 @@ fn migrator(schema: &Schema) -> Migrator {
 /// so the two never interleave) and applies each file once, in its own
 /// transaction: replicas starting at once are safe.
 pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
+    apply(pool, schema, None).await
+}
+
+/// [`run`], up to and including `target` when given.
+async fn apply(pool: &PgPool, schema: &Schema, target: Option<i64>) -> Result<()> {
     // A connection of its own, whose search_path is the schema from its
     // start-up on; closed after the run, so no pooled connection of the
     // application's ever has that setting.
@@ -132,10 +169,12 @@ pub(crate) async fn run(pool: &PgPool, schema: &Schema) -> Result<()> {
         .map_err(db)?;
     let result = async {
         adopt_old_history(&mut *own.acquire().await.map_err(db)?, schema).await?;
-        migrator(schema)
-            .run(&own)
-            .await
-            .map_err(|e| migration_error(e, schema))
+        let migrator = migrator(schema);
+        match target {
+            Some(target) => migrator.run_to(target, &own).await,
+            None => migrator.run(&own).await,
+        }
+        .map_err(|e| migration_error(e, schema))
     }
     .await;
     own.close().await;
@@ -250,4 +289,546 @@ async fn adopt_old_history(conn: &mut PgConnection, schema: &Schema) -> Result<(
 /// ```
 pub async fn migrate(pool: &PgPool) -> Result<()> {
     run(pool, &Schema::new(DEFAULT_SCHEMA)?).await
+}
+
+/// What applying one migration asks of an operator, beyond running it.
+///
+/// Each embedded migration lists its notes; [`PgStore::migration_status`]
+/// returns them with it, `taskfence migrate --status` prints them on its
+/// line, and the CHANGELOG's "Upgrading" section repeats them (checked by a
+/// test). `Display` is the whole advice, [`summary`](Self::summary) the few
+/// words of a status line.
+///
+/// ```no_run
+/// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+/// use taskfence::postgres::UpgradeNote;
+/// for migration in store.migration_status().await?.pending() {
+///     for note in migration.notes {
+///         if matches!(note, UpgradeNote::StopOldWorkers { .. }) {
+///             println!("stop the workers first: {note}");
+///         }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpgradeNote {
+    /// Stop every process of the previous release (workers, API replicas)
+    /// before applying it, and start the new release after: the old code
+    /// would keep writing the layout the migration replaces.
+    StopOldWorkers {
+        /// What would go wrong otherwise.
+        why: &'static str,
+    },
+    /// It builds indexes on `table` inside its transaction, which blocks
+    /// writes to the table while they build. On a large table, run
+    /// `statements` first (`CREATE INDEX CONCURRENTLY`, the same names and
+    /// definitions): the migration then finds the indexes and does nothing.
+    BuildIndexesConcurrently {
+        /// The table the indexes are on.
+        table: &'static str,
+        /// What to run first, unqualified (with `search_path` set to the
+        /// store's schema), each statement on its own (not in a transaction).
+        statements: &'static [&'static str],
+    },
+    /// It holds an exclusive lock on `tables` for time that grows with their
+    /// size, and nothing can be prepared ahead: apply it in a quiet window.
+    LocksTables {
+        /// The tables locked.
+        tables: &'static [&'static str],
+        /// What it does under the lock.
+        why: &'static str,
+    },
+}
+
+impl UpgradeNote {
+    /// A stable name for scripts: `stop_old_workers`,
+    /// `build_indexes_concurrently` or `locks_tables`.
+    ///
+    /// ```
+    /// use taskfence::postgres::UpgradeNote;
+    /// let note = UpgradeNote::StopOldWorkers { why: "…" };
+    /// assert_eq!(note.label(), "stop_old_workers");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::StopOldWorkers { .. } => "stop_old_workers",
+            Self::BuildIndexesConcurrently { .. } => "build_indexes_concurrently",
+            Self::LocksTables { .. } => "locks_tables",
+        }
+    }
+
+    /// The few words of a status line: `stop the old workers first`.
+    ///
+    /// ```
+    /// use taskfence::postgres::UpgradeNote;
+    /// let note = UpgradeNote::LocksTables { tables: &["handoffs"], why: "…" };
+    /// assert_eq!(note.summary(), "locks handoffs while it runs");
+    /// ```
+    pub fn summary(&self) -> String {
+        match self {
+            Self::StopOldWorkers { .. } => "stop the old workers first".into(),
+            Self::BuildIndexesConcurrently { table, .. } => {
+                format!("large {table} table: build its indexes concurrently first")
+            }
+            Self::LocksTables { tables, .. } => {
+                format!("locks {} while it runs", tables.join(" and "))
+            }
+        }
+    }
+
+    /// The statements to run before the migration, one at a time, outside a
+    /// transaction, with `search_path` set to the store's schema (empty unless
+    /// [`BuildIndexesConcurrently`](Self::BuildIndexesConcurrently)).
+    ///
+    /// ```
+    /// use taskfence::postgres::UpgradeNote;
+    /// assert!(UpgradeNote::StopOldWorkers { why: "…" }.statements().is_empty());
+    /// ```
+    pub fn statements(&self) -> &'static [&'static str] {
+        match self {
+            Self::BuildIndexesConcurrently { statements, .. } => statements,
+            _ => &[],
+        }
+    }
+}
+
+impl std::fmt::Display for UpgradeNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::StopOldWorkers { why } => write!(
+                f,
+                "stop the workers of the previous release before applying it: {why}"
+            ),
+            Self::BuildIndexesConcurrently { table, .. } => write!(
+                f,
+                "builds indexes on {table} inside its transaction, blocking writes to it while they build; \
+                 on a large table, build them first with the CREATE INDEX CONCURRENTLY statements of this note \
+                 (search_path set to the schema), one at a time; one that fails leaves an invalid index: \
+                 DROP INDEX CONCURRENTLY it and build it again"
+            ),
+            Self::LocksTables { tables, why } => write!(
+                f,
+                "holds an exclusive lock on {} while it {why}; apply it in a quiet window",
+                tables.join(" and ")
+            ),
+        }
+    }
+}
+
+/// Where one migration stands in a schema.
+///
+/// ```no_run
+/// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+/// use taskfence::postgres::MigrationState;
+/// let status = store.migration_status().await?;
+/// let applied = status.migrations.iter().filter(|m| matches!(m.state, MigrationState::Applied { .. }));
+/// println!("{} applied", applied.count());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MigrationState {
+    /// Applied, as shipped.
+    Applied {
+        /// When.
+        at: OffsetDateTime,
+    },
+    /// Not yet applied: the next `migrate` applies it.
+    Pending,
+    /// Applied with other contents than this library's file: `migrate`
+    /// refuses ([`Error::Migration`]) rather than guess.
+    Changed {
+        /// When.
+        at: OffsetDateTime,
+    },
+    /// Recorded as failed part-way (sqlx's `success = false`): `migrate`
+    /// refuses until someone repairs the schema and its history row.
+    Failed {
+        /// When it was attempted.
+        at: OffsetDateTime,
+    },
+}
+
+/// One of this library's migrations and where it stands in a schema.
+///
+/// ```no_run
+/// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+/// for m in store.migration_status().await?.pending() {
+///     println!("{:04} {} ({} notes)", m.version, m.description, m.notes.len());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Migration {
+    /// Its number: `migrations/0007_….sql` is 7.
+    pub version: i64,
+    /// What it does, in a few words.
+    pub description: &'static str,
+    /// Applied, pending, changed or failed.
+    pub state: MigrationState,
+    /// What applying it asks of an operator; empty when nothing.
+    pub notes: &'static [UpgradeNote],
+    /// Its SQL, as shipped (unqualified names: run with `search_path` set).
+    pub sql: &'static str,
+}
+
+/// Which of this library's migrations a schema has and which are pending,
+/// read without changing anything (no lock, nothing created).
+///
+/// ```no_run
+/// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+/// let status = store.migration_status().await?;
+/// status.check()?; // what `migrate` would refuse, refused now
+/// if !status.is_up_to_date() {
+///     print!("{}", status.pending_sql()); // for review
+///     store.migrate().await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MigrationStatus {
+    /// The schema read.
+    pub schema: String,
+    /// Every migration of this library, oldest first.
+    pub migrations: Vec<Migration>,
+    /// Versions in the schema's history that this library does not know:
+    /// a newer taskfence migrated it, and `migrate` refuses.
+    pub unknown: Vec<i64>,
+    /// The history is in the format of taskfence before sqlx 0.9: the next
+    /// `migrate` converts it first (in place, under a lock).
+    pub old_history: bool,
+}
+
+impl MigrationStatus {
+    /// The migrations `migrate` would apply, oldest first.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let pending: Vec<i64> = store.migration_status().await?.pending().map(|m| m.version).collect();
+    /// # Ok(()) }
+    /// ```
+    pub fn pending(&self) -> impl Iterator<Item = &Migration> + '_ {
+        self.migrations
+            .iter()
+            .filter(|m| m.state == MigrationState::Pending)
+    }
+
+    /// The migrations applied as shipped, oldest first.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let applied = store.migration_status().await?.applied().count();
+    /// # Ok(()) }
+    /// ```
+    pub fn applied(&self) -> impl Iterator<Item = &Migration> + '_ {
+        self.migrations
+            .iter()
+            .filter(|m| matches!(m.state, MigrationState::Applied { .. }))
+    }
+
+    /// Every migration applied as shipped and nothing else in the history:
+    /// this library can use the schema.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// if !store.migration_status().await?.is_up_to_date() {
+    ///     store.migrate().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_up_to_date(&self) -> bool {
+        self.unknown.is_empty()
+            && self
+                .migrations
+                .iter()
+                .all(|m| matches!(m.state, MigrationState::Applied { .. }))
+    }
+
+    /// What `migrate` would refuse, as the [`Error::Migration`] it would
+    /// return: a migration applied with other contents or failed part-way,
+    /// or a version this library does not know. `Ok` when applying the
+    /// pending ones can proceed.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// store.migration_status().await?.check()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        let schema = self.schema.clone();
+        if let Some(&version) = self.unknown.first() {
+            return Err(Error::migration(UnknownMigration { version, schema }));
+        }
+        for m in &self.migrations {
+            match m.state {
+                MigrationState::Changed { .. } => {
+                    return Err(Error::migration(ChangedMigration {
+                        version: m.version,
+                        schema,
+                    }));
+                }
+                MigrationState::Failed { .. } => {
+                    return Err(Error::migration(FailedMigration {
+                        version: m.version,
+                        schema,
+                    }));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The SQL `migrate` would run, for review: `SET search_path` to the
+    /// schema, then each pending file as shipped, its notes as comments.
+    /// Running it by hand records nothing in the history (`migrate` does);
+    /// a comment says so. With nothing pending, a one-line comment.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// std::fs::write("taskfence-upgrade.sql", store.migration_status().await?.pending_sql()).ok();
+    /// # Ok(()) }
+    /// ```
+    pub fn pending_sql(&self) -> String {
+        use std::fmt::Write as _;
+        let pending: Vec<&Migration> = self.pending().collect();
+        if pending.is_empty() {
+            return format!(
+                "-- schema {} is up to date: no pending taskfence migration\n",
+                self.schema
+            );
+        }
+        let versions: Vec<String> = pending.iter().map(|m| format!("{:04}", m.version)).collect();
+        let mut out = format!(
+            "-- taskfence migrations pending in schema {}: {}\n\
+             -- For review. `taskfence migrate` (or `PgStore::migrate`) applies them, each in its own\n\
+             -- transaction, and records them in {}.{HISTORY_TABLE}; running this file does not.\n\
+             SET search_path TO \"{}\";\n",
+            self.schema,
+            versions.join(", "),
+            self.schema,
+            self.schema
+        );
+        for m in pending {
+            let _ = write!(out, "\n-- ==== {:04}: {} ====\n", m.version, m.description);
+            for note in m.notes {
+                let _ = writeln!(out, "-- NOTE: {note}");
+                for statement in note.statements() {
+                    let _ = writeln!(out, "--   {statement}");
+                }
+            }
+            out.push_str(m.sql);
+            if !m.sql.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// A history row this library has no file for.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "schema {schema} has taskfence migration {version}, which this library does not know: a newer taskfence migrated it"
+)]
+struct UnknownMigration {
+    version: i64,
+    schema: String,
+}
+
+/// A history row recorded as failed part-way.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "taskfence migration {version} in schema {schema} failed part-way (its history row says so): repair the schema and that row by hand"
+)]
+struct FailedMigration {
+    version: i64,
+    schema: String,
+}
+
+/// Reads the schema's history, in either format, without a lock or any write.
+async fn status(pool: &PgPool, schema: &Schema) -> Result<MigrationStatus> {
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT column_name::text FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+    )
+    .bind(schema.name())
+    .bind(HISTORY_TABLE)
+    .fetch_all(pool)
+    .await
+    .map_err(db)?;
+    let old_history = columns.iter().any(|c| c == "applied_at");
+    let rows: Vec<(i64, OffsetDateTime, bool, Vec<u8>)> = if columns.is_empty() {
+        Vec::new()
+    } else {
+        let (at, success) = if old_history {
+            ("applied_at", "true")
+        } else {
+            ("installed_on", "success")
+        };
+        sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT version, {at}, {success}, checksum FROM {}.{HISTORY_TABLE} ORDER BY version",
+            schema.quoted()
+        )))
+        .fetch_all(pool)
+        .await
+        .map_err(db)?
+    };
+    let migrator = migrator(schema);
+    let migrations = FILES
+        .iter()
+        .map(|f| {
+            let state = match rows.iter().find(|r| r.0 == f.version) {
+                None => MigrationState::Pending,
+                Some(&(_, at, false, _)) => MigrationState::Failed { at },
+                Some((_, at, true, checksum)) => {
+                    let shipped: Cow<'_, [u8]> = if old_history {
+                        Cow::Owned(Sha256::digest(f.sql.as_bytes()).to_vec())
+                    } else {
+                        migrator
+                            .iter()
+                            .find(|m| m.version == f.version)
+                            .map_or(Cow::Borrowed(&[][..]), |m| Cow::Borrowed(m.checksum.as_ref()))
+                    };
+                    if shipped[..] == checksum[..] {
+                        MigrationState::Applied { at: *at }
+                    } else {
+                        MigrationState::Changed { at: *at }
+                    }
+                }
+            };
+            Migration {
+                version: f.version,
+                description: f.description,
+                state,
+                notes: f.notes,
+                sql: f.sql,
+            }
+        })
+        .collect();
+    let unknown = rows
+        .iter()
+        .map(|r| r.0)
+        .filter(|v| !FILES.iter().any(|f| f.version == *v))
+        .collect();
+    Ok(MigrationStatus {
+        schema: schema.name().to_owned(),
+        migrations,
+        unknown,
+        old_history,
+    })
+}
+
+/// Migration status and staged upgrades (the rest of `PgStore` is in `store.rs`).
+impl PgStore {
+    /// Which of this library's migrations the store's schema has applied and
+    /// which are pending, each with its [`UpgradeNote`]s: what `migrate`
+    /// would do, read without changing anything. A schema that does not
+    /// exist yet has every migration pending.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// let status = store.migration_status().await?;
+    /// for m in status.pending() {
+    ///     let notes: Vec<String> = m.notes.iter().map(|n| n.summary()).collect();
+    ///     println!("pending {:04} {} {}", m.version, m.description, notes.join("; "));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn migration_status(&self) -> Result<MigrationStatus> {
+        status(&self.pool, &self.schema).await
+    }
+
+    /// Applies the pending migrations up to and including `version`, never
+    /// past it and never back: a staged upgrade (apply what old workers can
+    /// run beside, stop them, apply the rest with [`migrate`](Self::migrate)).
+    /// A version this library does not have is
+    /// [`InvalidInput::OutOfRange`] and applies nothing.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
+    /// store.migrate_to(4).await?; // old workers keep running
+    /// // … stop them (0005 asks for it) …
+    /// store.migrate().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn migrate_to(&self, version: i64) -> Result<()> {
+        if !FILES.iter().any(|f| f.version == version) {
+            return Err(InvalidInput::OutOfRange {
+                field: "migration version",
+                value: version.to_string(),
+                min: FILES[0].version.to_string(),
+                max: LATEST.to_string(),
+            }
+            .into());
+        }
+        apply(&self.pool, &self.schema, Some(version)).await
+    }
+}
+
+/// The CHANGELOG's list of the migrations that ask something of an
+/// operator, as it must read (`tests::the_changelog_lists_every_note`).
+#[cfg(test)]
+fn changelog_notes() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in FILES.iter().filter(|f| !f.notes.is_empty()) {
+        for note in f.notes {
+            let _ = writeln!(out, "- **{:04}** ({}): {note}.", f.version, f.description);
+            if !note.statements().is_empty() {
+                out.push_str("\n  ```sql\n");
+                for statement in note.statements() {
+                    let _ = writeln!(out, "  {statement}");
+                }
+                out.push_str("  ```\n\n");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_changelog_lists_every_note() {
+        let changelog = include_str!("../../CHANGELOG.md");
+        let expected = changelog_notes();
+        assert!(
+            changelog.contains(&expected),
+            "CHANGELOG.md's Upgrading section must list the migrations' notes exactly as:\n{expected}"
+        );
+    }
+
+    #[test]
+    fn concurrent_index_statements_match_their_migration() {
+        for f in FILES {
+            for statement in f.notes.iter().flat_map(UpgradeNote::statements) {
+                let plain = statement.replace("CONCURRENTLY ", "");
+                assert!(
+                    f.sql.contains(&plain),
+                    "{:04} does not contain {plain:?}: the note would build another index",
+                    f.version
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn versions_are_increasing_and_match_the_files() {
+        for pair in FILES.windows(2) {
+            assert!(pair[0].version < pair[1].version);
+        }
+        for f in FILES {
+            assert!(
+                f.sql.starts_with(&format!("-- taskfence {:04}", f.version)),
+                "{:04}",
+                f.version
+            );
+        }
+    }
 }

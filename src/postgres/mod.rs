@@ -63,7 +63,7 @@
 //! | `schema` | [`DEFAULT_SCHEMA`], validated schema names |
 //! | `sql` | the statements, rendered per schema ([`PgStore::statements`]) |
 //! | `row` | rows to domain values: the only place that knows column types |
-//! | `migrate` | [`migrate`], the embedded migrations on sqlx's migrator |
+//! | `migrate` | [`migrate`], the embedded migrations on sqlx's migrator, their [`MigrationStatus`] and [`UpgradeNote`]s |
 //! | `fixture` | [`PgFixture`](crate::testing::PgFixture), [`TempSchema`](crate::testing::TempSchema) (feature `testing`) |
 
 use crate::error::Error;
@@ -80,7 +80,7 @@ mod sql;
 mod store;
 
 pub use conn::OnConnection;
-pub use migrate::migrate;
+pub use migrate::{Migration, MigrationState, MigrationStatus, UpgradeNote, migrate};
 pub use schema::DEFAULT_SCHEMA;
 pub use store::{PgStore, PgStoreBuilder};
 

@@ -520,3 +520,71 @@ async fn handoffs_from_before_the_task_key_carry_on() {
         .unwrap();
     assert!(again.published.is_empty(), "marked published: {again:?}");
 }
+
+/// `migration_status` on a schema one migration behind (`migrate_to`): the
+/// last one pending with the rest applied, read without writing; a version
+/// the library does not have is refused and applies nothing; then
+/// `migrate` brings it up to date.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_status_on_a_schema_one_migration_behind() {
+    use taskfence::postgres::MigrationState;
+    let db = TempDatabase::create().await;
+    let pool = db.pool(2).await;
+    let store = PgStore::builder(pool.clone()).schema("staged").build().unwrap();
+    let all = embedded_versions();
+    let (last, behind) = (all[all.len() - 1], all[all.len() - 2]);
+
+    let fresh = store.migration_status().await.unwrap();
+    assert_eq!(
+        fresh.pending().count(),
+        all.len(),
+        "a missing schema: all pending"
+    );
+    assert!(!fresh.is_up_to_date());
+
+    let err = store.migrate_to(last + 1).await.expect_err("no such migration");
+    assert!(matches!(err, taskfence::Error::InvalidInput(_)), "{err:?}");
+    store.migrate_to(behind).await.unwrap();
+    assert_eq!(
+        versions(&pool, "staged.taskfence_migrations").await,
+        all[..all.len() - 1]
+    );
+
+    let status = store.migration_status().await.unwrap();
+    assert_eq!(status.schema, "staged");
+    assert_eq!(status.pending().map(|m| m.version).collect::<Vec<_>>(), [last]);
+    assert_eq!(status.applied().count(), all.len() - 1);
+    assert!(status.check().is_ok() && !status.is_up_to_date() && !status.old_history);
+    assert!(
+        status
+            .pending_sql()
+            .contains(status.migrations.last().unwrap().sql)
+    );
+    let notes = |v: i64| status.migrations.iter().find(|m| m.version == v).unwrap().notes;
+    assert!(matches!(
+        notes(5)[0],
+        taskfence::postgres::UpgradeNote::StopOldWorkers { .. }
+    ));
+    assert!(!notes(3)[0].statements().is_empty());
+    assert!(matches!(
+        status.migrations[0].state,
+        MigrationState::Applied { .. }
+    ));
+    assert_eq!(
+        versions(&pool, "staged.taskfence_migrations").await,
+        all[..all.len() - 1],
+        "reading the status writes nothing"
+    );
+
+    // A store of this library refuses the schema until it is migrated.
+    let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]));
+    assert!(matches!(
+        store.submit(new).await,
+        Err(taskfence::Error::NotMigrated { .. })
+    ));
+    store.migrate().await.unwrap();
+    let done = store.migration_status().await.unwrap();
+    assert!(done.is_up_to_date() && done.pending().next().is_none());
+    assert!(done.pending_sql().contains("up to date"));
+    pool.close().await;
+}

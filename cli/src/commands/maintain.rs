@@ -6,24 +6,74 @@ use indicatif::{ProgressBar, ProgressStyle};
 use taskfence::TaskId;
 use taskfence::limits::MAX_PAGE;
 
-use crate::backend::{Backend, Store, table_exists};
-use crate::cli::{DispatchDueArgs, PurgeArgs, StrandedArgs};
-use crate::error::CliError;
-use crate::output::Report;
+use crate::backend::{Backend, Store, Target, table_exists};
+use crate::cli::{DispatchDueArgs, MigrateArgs, PurgeArgs, StrandedArgs};
+use crate::error::{CliError, chain};
+use crate::output::{Report, TableStatus};
 
-/// PostgreSQL: applies the embedded migrations (idempotent). DynamoDB:
-/// creates the table when it is missing and leaves an existing one alone.
-pub(super) async fn migrate(store: &Store) -> Result<Report, CliError> {
+/// What `migrate` checks before connecting: the PostgreSQL-only flags.
+pub(super) fn check_migrate(args: &MigrateArgs, target: &Target) -> Result<(), CliError> {
+    if matches!(target, Target::DynamoDb { .. }) {
+        let flag = if args.print_sql {
+            "--print-sql"
+        } else if args.to.is_some() {
+            "--to"
+        } else {
+            return Ok(());
+        };
+        return Err(CliError::Usage(format!(
+            "{flag} is for PostgreSQL: a DynamoDB table has no migrations (`migrate --status` shows the table and its indexes)"
+        )));
+    }
+    Ok(())
+}
+
+/// PostgreSQL: applies the embedded migrations (idempotent), all or up to
+/// `--to`; with `--status`, `--dry-run` or `--print-sql`, only reads
+/// (`PgStore::migration_status`). DynamoDB: creates the table when it is
+/// missing and leaves an existing one alone; `--status` and `--dry-run`
+/// describe it.
+pub(super) async fn migrate(store: &Store, args: MigrateArgs) -> Result<Report, CliError> {
     match &store.backend {
         Backend::Postgres(pg) => {
-            pg.migrate().await?;
+            if args.status {
+                return Ok(Report::MigrationStatus(Box::new(pg.migration_status().await?)));
+            }
+            if args.dry_run || args.print_sql {
+                let mut status = pg.migration_status().await?;
+                if let Some(to) = args.to {
+                    if !status.migrations.iter().any(|m| m.version == to) {
+                        let last = status.migrations.last().map_or(0, |m| m.version);
+                        return Err(CliError::Usage(format!(
+                            "--to {to}: this taskfence has migrations 1 to {last}"
+                        )));
+                    }
+                    status.migrations.retain(|m| m.version <= to);
+                }
+                if args.print_sql {
+                    return Ok(Report::Sql {
+                        schema: status.schema.clone(),
+                        sql: status.pending_sql(),
+                    });
+                }
+                status.check()?;
+                return Ok(Report::WouldMigrate(Box::new(status)));
+            }
+            match args.to {
+                Some(to) => pg.migrate_to(to).await?,
+                None => pg.migrate().await?,
+            }
             Ok(Report::Migrated {
                 backend: "postgres",
                 target: pg.schema().to_owned(),
                 action: "migrated",
+                to: args.to,
             })
         }
         Backend::DynamoDb(dynamo) => {
+            if args.status || args.dry_run {
+                return Ok(Report::Table(table_status(dynamo, args.dry_run).await?));
+            }
             let table = dynamo.table().to_owned();
             let action = if table_exists(dynamo.client(), &table).await? {
                 "exists"
@@ -35,9 +85,74 @@ pub(super) async fn migrate(store: &Store) -> Result<Report, CliError> {
                 backend: "dynamodb",
                 target: table,
                 action,
+                to: None,
             })
         }
     }
+}
+
+/// The table as DynamoDB describes it: there or not, its status, the
+/// store's four indexes, TTL on the store's attribute.
+async fn table_status(dynamo: &taskfence::DynamoStore, dry_run: bool) -> Result<TableStatus, CliError> {
+    use taskfence::dynamodb::{DUE_INDEX, PURGE_INDEX, STATUS_INDEX, TTL, UNCLAIMED_INDEX};
+    let (client, table) = (dynamo.client(), dynamo.table());
+    let needed = [DUE_INDEX, PURGE_INDEX, STATUS_INDEX, UNCLAIMED_INDEX];
+    let described = match client.describe_table().table_name(table).send().await {
+        Ok(out) => out.table,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_resource_not_found_exception()) =>
+        {
+            None
+        }
+        Err(e) => {
+            return Err(CliError::Operational(format!(
+                "DynamoDB table {table}: {}",
+                chain(&e)
+            )));
+        }
+    };
+    let Some(described) = described else {
+        return Ok(TableStatus {
+            table: table.to_owned(),
+            state: None,
+            indexes: needed.iter().map(|n| (*n, false)).collect(),
+            ttl: None,
+            dry_run,
+        });
+    };
+    let present: Vec<&str> = described
+        .global_secondary_indexes()
+        .iter()
+        .filter_map(|i| i.index_name())
+        .collect();
+    let ttl = client
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .ok()
+        .and_then(|out| out.time_to_live_description)
+        .map(|d| {
+            use aws_sdk_dynamodb::types::TimeToLiveStatus;
+            d.attribute_name() == Some(TTL)
+                && matches!(
+                    d.time_to_live_status(),
+                    Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+                )
+        });
+    Ok(TableStatus {
+        table: table.to_owned(),
+        state: Some(
+            described
+                .table_status()
+                .map_or("unknown status", |s| s.as_str())
+                .to_owned(),
+        ),
+        indexes: needed.iter().map(|n| (*n, present.contains(n))).collect(),
+        ttl,
+        dry_run,
+    })
 }
 
 /// Calls `purge_expired` batch after batch until a batch comes back short

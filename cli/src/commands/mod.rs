@@ -4,7 +4,7 @@
 //! | module | commands |
 //! | --- | --- |
 //! | `read` | `stats`, `list`, `show`: reading only |
-//! | `repair` | `reopen`, `cancel`: one task, one fenced change |
+//! | `repair` | `reopen`, `cancel`: one task, one fenced change; or by filter, counted and confirmed |
 //! | `maintain` | `migrate`, `purge`, `stranded`, `dispatch-due`: the store as a whole |
 
 use time::OffsetDateTime;
@@ -17,14 +17,22 @@ use crate::output::Report;
 mod maintain;
 mod read;
 mod repair;
+pub(crate) mod web;
 
 /// Connects to `target` and runs `command` on it: its report, and the
 /// store's clock when it ran (what ages are measured against).
 pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, OffsetDateTime), CliError> {
-    let migrating = matches!(command, Command::Migrate);
+    // What can be checked without the store is, before connecting.
+    match &command {
+        Command::Migrate(args) => maintain::check_migrate(args, target)?,
+        Command::Reopen(args) if args.id.is_none() => repair::check_bulk("reopen", &args.bulk)?,
+        Command::Cancel(args) if args.id.is_none() => repair::check_bulk("cancel", &args.bulk)?,
+        _ => {}
+    }
+    let migrating = matches!(command, Command::Migrate(_));
     let store = Store::connect(target, migrating).await?;
     let report = match command {
-        Command::Migrate => maintain::migrate(&store).await,
+        Command::Migrate(args) => maintain::migrate(&store, args).await,
         Command::Stats(args) => read::stats(&store, args).await,
         Command::List(args) => read::list(&store, args).await,
         Command::Show(args) => read::show(&store, args).await,
@@ -33,8 +41,15 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Purge(args) => maintain::purge(&store, args).await,
         Command::Stranded(args) => maintain::stranded(&store, args).await,
         Command::DispatchDue(args) => maintain::dispatch_due(&store, args).await,
+        // `main` runs it (it serves, with no report): never here.
+        Command::Web(_) => Err(CliError::Usage("`web` is run by itself".into())),
     }?;
-    // After `migrate`: before it, the schema may have no clock to read.
-    let now = store.now().await?;
+    // `migrate` reports no ages, and its schema may have no clock to read
+    // (`--status` before the first migration).
+    let now = if migrating {
+        OffsetDateTime::now_utc()
+    } else {
+        store.now().await?
+    };
     Ok((report, now))
 }

@@ -1,0 +1,244 @@
+//! [`Dashboard`]: what the pages read from and may change, and the
+//! [`Router`] that serves them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use taskfence::inspect::Inspect;
+
+use crate::auth::Auth;
+use crate::redispatch::Redispatch;
+use crate::{assets, pages, request};
+
+/// The shortest action token accepted: long enough that guessing it over
+/// HTTP is hopeless.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The dashboard of one store: its settings, then [`router`](Self::router).
+///
+/// Read-only unless given an [action token](Self::action_token): without
+/// one, reopen, cancel and redispatch are refused (403) whoever asks. The
+/// router has no authentication of its own beyond that token: mount it
+/// behind the application's (a `tower` layer, a reverse proxy).
+///
+/// ```
+/// use std::sync::Arc;
+/// use taskfence::MemoryStore;
+/// use taskfence_web::Dashboard;
+///
+/// # fn main() -> Result<(), taskfence_web::ConfigError> {
+/// let dashboard = Dashboard::new(Arc::new(MemoryStore::new()))
+///     .action_token("a long random secret from the environment")?
+///     .stranded_after(std::time::Duration::from_secs(600));
+/// // Under `/ops` of the application's own router; links follow the prefix.
+/// let app: axum::Router = axum::Router::new().nest("/ops", dashboard.router());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Dashboard {
+    store: Arc<dyn Inspect>,
+    redispatch: Option<Arc<dyn Redispatch>>,
+    token: Option<String>,
+    stranded_after: Duration,
+    refresh: Duration,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("redispatch", &self.redispatch.is_some())
+            .field("actions", &self.token.is_some())
+            .field("stranded_after", &self.stranded_after)
+            .field("refresh", &self.refresh)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dashboard {
+    /// A read-only dashboard of `store`: stranded means unclaimed for 15
+    /// minutes, the overview refreshes every 10 seconds, no redispatch.
+    ///
+    /// ```
+    /// let dashboard = taskfence_web::Dashboard::new(std::sync::Arc::new(taskfence::MemoryStore::new()));
+    /// ```
+    pub fn new(store: Arc<dyn Inspect>) -> Self {
+        Self {
+            store,
+            redispatch: None,
+            token: None,
+            stranded_after: Duration::from_secs(15 * 60),
+            refresh: Duration::from_secs(10),
+        }
+    }
+
+    /// Enables the actions for whoever signs in with `token` (and passes the
+    /// CSRF check every action form carries). At least [`MIN_TOKEN_LEN`]
+    /// characters; read it from the environment or a secret store, never
+    /// from source code.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// let store = Arc::new(taskfence::MemoryStore::new());
+    /// assert!(taskfence_web::Dashboard::new(store.clone()).action_token("short").is_err());
+    /// assert!(taskfence_web::Dashboard::new(store).action_token("0123456789abcdef").is_ok());
+    /// ```
+    pub fn action_token(mut self, token: impl Into<String>) -> Result<Self, ConfigError> {
+        let token = token.into();
+        check_action_token(&token)?;
+        self.token = Some(token);
+        Ok(self)
+    }
+
+    /// How the redispatch action hands tasks off again (PostgreSQL: the
+    /// [`PgStore`](taskfence::PgStore) itself). Without it the stranded page
+    /// lists the ids to publish and offers no action.
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// use std::sync::Arc;
+    /// let store = Arc::new(taskfence::PgStore::new(pool));
+    /// let dashboard = taskfence_web::Dashboard::new(store.clone()).redispatch(store);
+    /// # Ok(()) }
+    /// ```
+    pub fn redispatch(mut self, redispatch: Arc<dyn Redispatch>) -> Self {
+        self.redispatch = Some(redispatch);
+        self
+    }
+
+    /// How long a pending task may wait unclaimed after its handoff before
+    /// the overview counts it as stranded (default 15 minutes; at least a second).
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).stranded_after(std::time::Duration::from_secs(300));
+    /// ```
+    pub fn stranded_after(mut self, after: Duration) -> Self {
+        self.stranded_after = after.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How often the overview reloads itself (default 10 seconds; at least a second).
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).refresh_every(std::time::Duration::from_secs(30));
+    /// ```
+    pub fn refresh_every(mut self, every: Duration) -> Self {
+        self.refresh = every.max(Duration::from_secs(1));
+        self
+    }
+
+    /// The pages, the actions, `/health` and the embedded assets, for any
+    /// application state `S` (mount it with `Router::nest` or `merge`).
+    ///
+    /// | route | what |
+    /// | --- | --- |
+    /// | `GET /` | overview: counts by status and scope, oldest pending, stranded, recent failures |
+    /// | `GET /tasks` | task list: status, scope, operation, age, order, keyset pages |
+    /// | `GET /find?q=` | a task by id or by `scope/operation/key` |
+    /// | `GET /tasks/{id}` | one task: its timeline, saved response, payload, budget |
+    /// | `GET /stranded` | tasks whose queue message was likely lost |
+    /// | `GET`/`POST /tasks/{id}/reopen`, `/tasks/{id}/cancel`, `/redispatch` | the actions: confirm, then do |
+    /// | `GET`/`POST /login`, `POST /logout` | signing in with the action token |
+    /// | `GET /health` | `200 ok`, or `503` when the store does not answer |
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// #[derive(Clone)]
+    /// struct AppState;
+    /// let app: axum::Router<AppState> = axum::Router::new()
+    ///     .nest("/ops", taskfence_web::Dashboard::new(store).router());
+    /// ```
+    pub fn router<S>(self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let shared = Arc::new(Shared {
+            store: self.store,
+            redispatch: self.redispatch,
+            auth: self.token.as_deref().map(Auth::new),
+            stranded_after: self.stranded_after,
+            refresh: self.refresh,
+        });
+        Router::new()
+            .route("/", get(pages::overview::show))
+            .route("/tasks", get(pages::list::show))
+            .route("/find", get(pages::list::find))
+            .route("/tasks/{id}", get(pages::task::show))
+            .route(
+                "/tasks/{id}/reopen",
+                get(pages::actions::confirm_reopen).post(pages::actions::reopen),
+            )
+            .route(
+                "/tasks/{id}/cancel",
+                get(pages::actions::confirm_cancel).post(pages::actions::cancel),
+            )
+            .route(
+                "/redispatch",
+                get(pages::actions::confirm_redispatch).post(pages::actions::redispatch),
+            )
+            .route("/stranded", get(pages::stranded::show))
+            .route("/login", get(pages::login::show).post(pages::login::sign_in))
+            .route("/logout", post(pages::login::sign_out))
+            .route("/health", get(pages::health))
+            .route("/assets/{name}", get(assets::serve))
+            .fallback(pages::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                request::context,
+            ))
+            .with_state(shared)
+    }
+}
+
+/// Whether [`Dashboard::action_token`] would take `token`: a tool can check
+/// its configuration before it connects to a store.
+///
+/// ```
+/// use taskfence_web::dashboard::check_action_token;
+/// assert!(check_action_token("0123456789abcdef").is_ok());
+/// assert!(check_action_token("0123456789abcdef\n").is_err());
+/// ```
+pub fn check_action_token(token: &str) -> Result<(), ConfigError> {
+    if token.chars().count() < MIN_TOKEN_LEN {
+        return Err(ConfigError::TokenTooShort { min: MIN_TOKEN_LEN });
+    }
+    if token.chars().any(char::is_control) {
+        return Err(ConfigError::TokenNotPrintable);
+    }
+    Ok(())
+}
+
+/// What every handler reads: the store, the optional redispatcher and
+/// action token, the settings.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Inspect>,
+    pub(crate) redispatch: Option<Arc<dyn Redispatch>>,
+    pub(crate) auth: Option<Auth>,
+    pub(crate) stranded_after: Duration,
+    pub(crate) refresh: Duration,
+}
+
+/// A setting the dashboard refuses.
+///
+/// ```
+/// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+/// let err = taskfence_web::Dashboard::new(store).action_token("1234").unwrap_err();
+/// assert!(matches!(err, taskfence_web::ConfigError::TokenTooShort { min: 16 }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The action token is shorter than `min` characters: too easy to guess.
+    #[error("the action token must be at least {min} characters long")]
+    TokenTooShort {
+        /// The minimum length ([`MIN_TOKEN_LEN`]).
+        min: usize,
+    },
+    /// The action token contains control characters (a newline from a file, say).
+    #[error("the action token must not contain control characters (a trailing newline?)")]
+    TokenNotPrintable,
+}
