@@ -52,7 +52,11 @@ async fn stats_list_show_and_reopen_on_dynamodb() {
     let by_key = dynamo(&table, &["--json", "show", "--key", "tenant-a/chat.reply/k2"]).json();
     assert_eq!(by_key["task"]["id"], done.id.to_string());
     let handoffs = by_key["handoffs"].as_array().unwrap();
-    assert_eq!(handoffs.len(), 1, "the submission's handoff, from the outbox: {handoffs:?}");
+    assert_eq!(
+        handoffs.len(),
+        1,
+        "the submission's handoff, from the outbox: {handoffs:?}"
+    );
     assert!(handoffs[0]["published_at"].is_null(), "no dispatcher ran");
 
     let reopened = dynamo(

@@ -51,7 +51,9 @@ pub(crate) async fn run(args: WebArgs, target: &Target) -> Result<(), CliError> 
         .refresh_every(args.refresh);
     dashboard = match &store.backend {
         Backend::Postgres(pg) => dashboard.redispatch(Arc::clone(pg) as Arc<dyn taskfence_web::Redispatch>),
-        Backend::DynamoDb(dynamo) => dashboard.redispatch(Arc::clone(dynamo) as Arc<dyn taskfence_web::Redispatch>),
+        Backend::DynamoDb(dynamo) => {
+            dashboard.redispatch(Arc::clone(dynamo) as Arc<dyn taskfence_web::Redispatch>)
+        }
     };
     let actions = args.action_token.is_some();
     if let Some(token) = args.action_token {
