@@ -39,6 +39,7 @@ pub mod offsets;
 pub mod policy;
 pub mod store;
 pub mod task;
+pub mod trace;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]

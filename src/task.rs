@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::error::InvalidInput;
 use crate::limits;
 use crate::policy::{AcceptanceRule, RetryPolicy};
+use crate::trace::TraceContext;
 
 macro_rules! uuid_id {
     ($(#[$doc:meta])* $name:ident) => {
@@ -355,6 +356,10 @@ pub struct NewTask {
     /// take ([`claim_next`](crate::TaskStore::claim_next)): one row to write.
     /// Stores without an outbox ignore it.
     pub handoff: bool,
+    /// The submitter's W3C trace context, stored with the task so the
+    /// worker's span joins the request's trace (see [`crate::trace`]). With
+    /// the feature `opentelemetry`, `None` means "the current span's".
+    pub trace_context: Option<TraceContext>,
 }
 
 impl NewTask {
@@ -371,7 +376,24 @@ impl NewTask {
             retention: Self::DEFAULT_RETENTION,
             acceptance: AcceptanceRule::default(),
             handoff: true,
+            trace_context: None,
         }
+    }
+
+    /// Stores `cx` with the task: the trace its worker's `process` span joins.
+    /// (With the feature `opentelemetry` the current span's context is
+    /// stored without this.)
+    ///
+    /// ```
+    /// use taskfence::{InputHash, NewTask, RequestKey, trace::TraceContext};
+    /// let cx = TraceContext::new("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "")?;
+    /// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])).trace_context(cx.clone());
+    /// assert_eq!(new.trace_context, Some(cx));
+    /// # Ok::<(), taskfence::error::InvalidInput>(())
+    /// ```
+    pub fn trace_context(mut self, cx: TraceContext) -> Self {
+        self.trace_context = Some(cx);
+        self
     }
 
     /// Sets the payload.
@@ -491,6 +513,9 @@ pub struct Task {
     /// After this instant the dedup record may be purged and a replay is new work.
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub expires_at: OffsetDateTime,
+    /// The submitter's trace context, if it was in one (see [`crate::trace`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub trace_context: Option<TraceContext>,
 }
 
 impl Task {
@@ -521,6 +546,7 @@ impl Task {
             created_at,
             finished_at: None,
             expires_at,
+            trace_context: new.trace_context,
         }
     }
 

@@ -142,3 +142,26 @@ fn malformed_values_are_refused() {
         "bytes are 0-255"
     );
 }
+
+#[test]
+fn a_trace_context_round_trips_in_its_header_form_and_a_malformed_one_is_refused() {
+    use taskfence::trace::TraceContext;
+    let cx = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "congo=t61rcWkgMzE",
+    )
+    .unwrap();
+    let json = round_trip(&cx);
+    assert_eq!(
+        json,
+        serde_json::json!("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01;congo=t61rcWkgMzE")
+    );
+    for bad in [
+        "\"00-00000000000000000000000000000000-00f067aa0ba902b7-01\"",
+        "\"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"",
+        "\"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01\"",
+        "\"traceparent\"",
+    ] {
+        assert!(serde_json::from_str::<TraceContext>(bad).is_err(), "{bad}");
+    }
+}

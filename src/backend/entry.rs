@@ -47,8 +47,15 @@ pub(crate) fn lease_span(op: &'static str, lease: &Lease) -> Span {
     span
 }
 
-pub(crate) fn submit(task: &NewTask) -> Checked {
+/// Validates a submission and, with the feature `opentelemetry`, gives it
+/// the caller's trace context when it carries none (read here, before the
+/// store's own span is entered).
+pub(crate) fn submit(task: &mut NewTask) -> Checked {
     task.validate()?;
+    #[cfg(feature = "opentelemetry")]
+    if task.trace_context.is_none() {
+        task.trace_context = crate::trace::current();
+    }
     Ok(span("submit", None))
 }
 

@@ -145,8 +145,8 @@ pub trait InspectBackend: Backend {
 
 #[async_trait]
 impl<B: Backend + ?Sized> TaskStore for B {
-    async fn submit(&self, task: NewTask) -> Result<Submitted> {
-        let span = entry::submit(&task)?;
+    async fn submit(&self, mut task: NewTask) -> Result<Submitted> {
+        let span = entry::submit(&mut task)?;
         Backend::submit(self, task).instrument(span).await
     }
 

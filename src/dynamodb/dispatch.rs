@@ -19,13 +19,13 @@ use std::future::Future;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{KeysAndAttributes, Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use time::OffsetDateTime;
 use tracing::Instrument;
 
 use crate::backend::entry;
 use crate::dispatch::Dispatched;
-use crate::error::{Error, InvalidInput, Result};
+use crate::error::{InvalidInput, Result};
 use crate::limits;
 use crate::task::{Status, TaskId};
 
@@ -34,7 +34,7 @@ use super::item::{self, Item, at, s};
 use super::read::{BATCH_GET, sort_key, task_id_of};
 use super::store::DynamoStore;
 use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY};
-use super::tx::{CONFLICT_RETRIES, Layout, Raced, Tx, pause, sdk};
+use super::tx::{CONFLICT_RETRIES, Layout, Tx, pause, sdk};
 
 impl DynamoStore {
     /// Publishes up to `limit` pending handoffs (the transactional outbox),
@@ -246,43 +246,6 @@ impl DynamoStore {
             }
         }
         Ok(pending)
-    }
-
-    /// Consistent `BatchGetItem` of up to 100 keys; keys DynamoDB leaves
-    /// unprocessed are asked again.
-    async fn batch_get_keys(&self, mut keys: Vec<Item>) -> Result<Vec<Item>> {
-        let mut out = Vec::with_capacity(keys.len());
-        let mut tries = 0;
-        while !keys.is_empty() {
-            if tries > 0 {
-                if tries > CONFLICT_RETRIES {
-                    return Err(Error::storage(Raced("dispatch")));
-                }
-                tokio::time::sleep(pause(tries)).await;
-            }
-            tries += 1;
-            let wanted = KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .build()
-                .expect("keys are set");
-            let page = self
-                .client
-                .batch_get_item()
-                .request_items(&*self.table, wanted)
-                .send()
-                .await
-                .map_err(sdk)?;
-            if let Some(items) = page.responses().and_then(|r| r.get(&*self.table)) {
-                out.extend(items.iter().cloned());
-            }
-            keys = page
-                .unprocessed_keys()
-                .and_then(|u| u.get(&*self.table))
-                .map(|k| k.keys().to_vec())
-                .unwrap_or_default();
-        }
-        Ok(out)
     }
 
     /// Marks published handoffs: one `UpdateItem` each (concurrent) that

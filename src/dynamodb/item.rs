@@ -75,6 +75,8 @@ pub(crate) const BUDGET_STARTED_AT: &str = "budget_started_at";
 /// Set on a task item by the purge that is removing it (its instant): a
 /// reopening refuses such a task, so a purge never deletes history under it.
 pub(crate) const PURGING: &str = "purging";
+/// The submitter's W3C trace context (`traceparent[;tracestate]`), when it was in a trace.
+pub(crate) const TRACE_CONTEXT: &str = "trace_context";
 /// How many times the task was reopened: numbers the next reopening item.
 pub(crate) const REOPENINGS: &str = "reopenings";
 pub(crate) const AT: &str = "at";
@@ -210,6 +212,9 @@ pub(crate) fn new_items(task: &Task) -> (Item, Item) {
             .into_iter()
             .filter_map(|(name, value)| Some((name.to_owned(), value?))),
     );
+    if let Some(cx) = &task.trace_context {
+        item.insert(TRACE_CONTEXT.into(), s(cx.to_string()));
+    }
     (key, item)
 }
 
@@ -399,6 +404,10 @@ pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
         created_at: r.at(CREATED_AT)?,
         finished_at: r.opt_at(FINISHED_AT)?,
         expires_at: r.at(EXPIRES_AT)?,
+        trace_context: r
+            .opt_s(TRACE_CONTEXT)
+            .map(|cx| cx.parse().map_err(|e| BadItem(format!("trace_context: {e}"))))
+            .transpose()?,
     })
 }
 
@@ -494,6 +503,11 @@ mod tests {
             created_at: now,
             finished_at: None,
             expires_at: now + Duration::from_secs(60),
+            trace_context: Some(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01;a=1"
+                    .parse()
+                    .unwrap(),
+            ),
         };
         let (key, item) = new_items(&task);
         assert_eq!(self::task(&item).unwrap(), task);

@@ -189,7 +189,13 @@ impl DynamoStore {
         let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
         let read = Self::concurrently(chunks.len(), |i| {
             let (store, chunk) = (self.clone(), chunks[i].clone());
-            async move { store.batch_get_chunk(&chunk).await }
+            async move {
+                let keys = chunk
+                    .iter()
+                    .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
+                    .collect();
+                store.batch_get_keys(keys).await
+            }
         })
         .await?;
         let mut found = HashMap::with_capacity(ids.len());
@@ -201,11 +207,10 @@ impl DynamoStore {
         Ok(found)
     }
 
-    pub(super) async fn batch_get_chunk(&self, ids: &[TaskId]) -> Result<Vec<Item>> {
-        let mut keys: Vec<Item> = ids
-            .iter()
-            .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
-            .collect();
+    /// One consistent `BatchGetItem` of at most 100 `keys` (any items of the
+    /// table: tasks, handoffs); keys DynamoDB leaves unprocessed (throttled,
+    /// or past 16 MB) are asked again after a pause.
+    pub(super) async fn batch_get_keys(&self, mut keys: Vec<Item>) -> Result<Vec<Item>> {
         let mut out = Vec::with_capacity(keys.len());
         let mut tries = 0;
         while !keys.is_empty() {
@@ -213,7 +218,6 @@ impl DynamoStore {
                 if tries > CONFLICT_RETRIES {
                     return Err(Error::storage(Raced("batch read")));
                 }
-                // Throttled or over 16 MB: the rest comes in the next request.
                 tokio::time::sleep(pause(tries)).await;
             }
             tries += 1;

@@ -547,6 +547,43 @@ impl DynamoStore {
         Err(Error::storage(Raced("reopen")))
     }
 
+    /// The lease's fence as a `ConditionCheck` on the task item, at this
+    /// store's clock now: for an application that sends its own
+    /// `TransactWriteItems` and wants its items written only under a
+    /// current lease. A cancellation whose reason for this item is
+    /// `ConditionalCheckFailed` means the lease is no longer current (read
+    /// the task to know why); [`with(items).write(&lease)`](WithItems::write)
+    /// sends such a transaction and answers with the reason.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::DynamoStore, lease: taskfence::Lease, mut items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>) -> Result<(), Box<dyn std::error::Error>> {
+    /// items.push(store.fence_item(&lease));
+    /// store.client().transact_write_items().set_transact_items(Some(items)).send().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fence_item(&self, lease: &Lease) -> TransactWriteItem {
+        fence(Expr::default(), lease.version(), self.now()).check(
+            &self.table,
+            item::key_of(item::task_pk(lease.task_id()), item::TASK_SK),
+        )
+    }
+
+    /// [`WithItems::write`]: the application's items after the fence check.
+    pub(super) async fn fenced_items(
+        &self,
+        lease: &Lease,
+        extra: Vec<TransactWriteItem>,
+    ) -> Result<Fenced<()>> {
+        let key = item::key_of(item::task_pk(lease.task_id()), item::TASK_SK);
+        self.fenced_tx("fence", rules::fence, lease, Layout::extra_from(1), |now| {
+            let mut items =
+                vec![fence(Expr::default(), lease.version(), now).check(&self.table, key.clone())];
+            items.extend(extra.iter().cloned());
+            (items, ())
+        })
+        .await
+    }
+
     /// Sets the dedup record's TTL as its task turns terminal, so DynamoDB
     /// expires it even if nobody runs `purge_expired`; never while the task is live.
     fn dedup_ttl(&self, task: &Task) -> TransactWriteItem {
@@ -676,7 +713,7 @@ impl Backend for DynamoStore {
 
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
         let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("fail", rules::fence, &lease, |now| {
+        self.fenced_tx("fail", rules::fence, &lease, Layout::OWN, |now| {
             // The fence pins the item to the lease's own state, so the
             // decision is made on the lease's snapshot.
             let mut task = lease.task().clone();
@@ -722,7 +759,7 @@ impl Backend for DynamoStore {
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("release", rules::fence, &lease, |now| {
+        self.fenced_tx("release", rules::fence, &lease, Layout::OWN, |now| {
             // Due again from now on: in the due index, so `due` and
             // `claim_next` find it.
             let task = fence(Expr::default(), lease.version(), now)
@@ -783,7 +820,7 @@ impl Backend for DynamoStore {
 
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
         let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("record_operation", rules::fence, lease, |now| {
+        self.fenced_tx("record_operation", rules::fence, lease, Layout::OWN, |now| {
             let items = vec![
                 fence(Expr::default(), lease.version(), now)
                     .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),

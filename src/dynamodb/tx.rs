@@ -173,7 +173,8 @@ impl DynamoStore {
     }
 
     /// Runs a fenced write of `lease`: `items` builds the transaction for the
-    /// writer's instant (its first item the guarded task update). A refusal
+    /// writer's instant (its first item the guarded task update, or check;
+    /// the application's items, if any, where `layout` says). A refusal
     /// is classified from the `ALL_OLD` image by `check`; should the check
     /// pass on it (the item changed in between), the write is tried again.
     pub(super) async fn fenced_tx<T>(
@@ -181,12 +182,13 @@ impl DynamoStore {
         op: &'static str,
         check: LeaseCheck,
         lease: &Lease,
+        layout: Layout,
         items: impl Fn(OffsetDateTime) -> (Vec<TransactWriteItem>, T),
     ) -> Result<Fenced<T>> {
         for _ in 0..RACE_RETRIES {
             let now = self.now();
             let (items, value) = items(now);
-            match self.transact(op, items, Layout::OWN).await? {
+            match self.transact(op, items, layout).await? {
                 Tx::Written => return Ok(Fenced::Accepted(value)),
                 Tx::Refused(None) => return Err(Error::NotFound(lease.task_id())),
                 Tx::Refused(Some(old)) => {

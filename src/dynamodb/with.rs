@@ -69,11 +69,33 @@ impl<'s> WithItems<'s> {
     /// let task = store.with(items).submit(new).await?.into_task();
     /// # Ok(()) }
     /// ```
-    pub async fn submit(self, task: NewTask) -> Result<Submitted> {
-        let span = entry::submit(&task)?;
+    pub async fn submit(self, mut task: NewTask) -> Result<Submitted> {
+        let span = entry::submit(&mut task)?;
         check_payload(&task)?;
         check_extra(self.items.len())?;
         self.store.submit_items(task, self.items).instrument(span).await
+    }
+
+    /// Writes the items under `lease`: one transaction with a condition
+    /// check that the lease is current (its assignment, still running,
+    /// unexpired on this store's clock), so the application's own writes made
+    /// while working (partial results, index entries) land only while its
+    /// lease is current. A superseded, expired or ended lease is
+    /// [`Fenced::Rejected`] with the reason, and nothing is written.
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::DynamoStore, lease: taskfence::Lease, items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>) -> taskfence::Result<()> {
+    /// if store.with(items).write(&lease).await?.is_accepted() {
+    ///     // the progress items are written, under a current lease
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn write(self, lease: &Lease) -> Result<Fenced<()>> {
+        check_extra(self.items.len())?;
+        self.store
+            .fenced_items(lease, self.items)
+            .instrument(entry::lease_span("fence", lease))
+            .await
     }
 
     /// [`TaskStore::complete`](crate::TaskStore::complete) with the items: a

@@ -68,8 +68,8 @@ impl<'c> OnConnection<'c> {
     /// tx.commit().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn submit(&mut self, task: NewTask) -> Result<Submitted> {
-        let span = entry::submit(&task)?;
+    pub async fn submit(&mut self, mut task: NewTask) -> Result<Submitted> {
+        let span = entry::submit(&mut task)?;
         let store = self.store;
         async { ops::submit(&store.sql, self.conn().await?, task).await }
             .instrument(span)
@@ -227,6 +227,37 @@ impl<'c> OnConnection<'c> {
         let store = self.store;
         async { ops::record_operation(&store.sql, self.conn().await?, lease, operation_id).await }
             .instrument(span)
+            .await
+    }
+
+    /// Fences the caller's own writes: checks that `lease` is current —
+    /// its assignment, still running, unexpired on the store's clock — and
+    /// holds the task row (a share lock) until the transaction ends, so no
+    /// takeover, cancellation or other save can happen before it commits.
+    /// Call it first in the transaction that writes what the work produced
+    /// (index entries, partial progress): `Accepted`, write and commit;
+    /// `Rejected` (superseded, expired, cancelled…), roll back and stop.
+    /// One statement, one round trip.
+    ///
+    /// The lock makes a takeover wait for the transaction, however long it
+    /// runs: keep these transactions short (the lease is not renewed by them).
+    ///
+    /// ```no_run
+    /// # async fn f(store: taskfence::PgStore, lease: taskfence::Lease) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = store.pool().begin().await?;
+    /// if store.on(&mut tx).fence(&lease).await?.is_accepted() {
+    ///     sqlx::query("INSERT INTO progress (task_id, step) VALUES ($1, 3)")
+    ///         .bind(lease.task_id().as_uuid())
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     tx.commit().await?; // only under a current lease
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fence(&mut self, lease: &Lease) -> Result<Fenced<()>> {
+        let store = self.store;
+        async { ops::fence(&store.sql, self.conn().await?, lease).await }
+            .instrument(entry::lease_span("fence", lease))
             .await
     }
 

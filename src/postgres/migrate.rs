@@ -104,6 +104,12 @@ const FILES: &[File] = &[
         sql: include_str!("../../migrations/0007_optional_handoff.sql"),
         notes: &[],
     },
+    File {
+        version: 8,
+        description: "the submitter's trace context",
+        sql: include_str!("../../migrations/0008_trace_context.sql"),
+        notes: &[],
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

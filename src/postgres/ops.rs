@@ -75,6 +75,7 @@ pub(super) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             .bind(interval(new.retention))
             .bind(new.acceptance.as_str())
             .bind(new.handoff)
+            .bind(new.trace_context.as_ref().map(ToString::to_string))
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;
@@ -484,6 +485,16 @@ pub(super) async fn record_operation(
             .bind(operation_id)
     };
     fenced_write(sql, conn, "record_operation", lease, query, |_| Ok(())).await
+}
+
+pub(super) async fn fence(sql: &Statements, conn: &mut PgConnection, lease: &Lease) -> Result<Fenced<()>> {
+    let query = || {
+        sql.fence
+            .query()
+            .bind(lease.task_id().as_uuid())
+            .bind(version(lease))
+    };
+    fenced_write(sql, conn, "fence", lease, query, |_| Ok(())).await
 }
 
 pub(super) async fn attempts(sql: &Statements, conn: &mut PgConnection, id: TaskId) -> Result<Vec<Attempt>> {

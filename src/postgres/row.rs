@@ -107,6 +107,11 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         created_at,
         finished_at: row.try_get("finished_at")?,
         expires_at: row.try_get("expires_at")?,
+        // NULL on rows written before migration 0008, and for tasks submitted outside a trace.
+        trace_context: row
+            .try_get::<Option<String>, _>("trace_context")?
+            .map(|cx| cx.parse().map_err(|e| corrupt("trace_context", e)))
+            .transpose()?,
     })
 }
 

@@ -16,7 +16,7 @@ use crate::store::Lease;
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
      acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at, \
-     budget_base, budget_started_at";
+     budget_base, budget_started_at, trace_context";
 
 /// The latest attempt's columns in the task row, in the journal's order
 /// (`attempts`: id, worker, started_at, finished_at, outcome, operation_id, error).
@@ -72,6 +72,7 @@ pub(crate) struct Statements {
     pub(crate) release: Sql,
     pub(crate) cancel: Sql,
     pub(crate) record_operation: Sql,
+    pub(crate) fence: Sql,
     pub(crate) attempts: Sql,
     pub(crate) due: Sql,
     pub(crate) purge_expired: Sql,
@@ -192,6 +193,7 @@ impl Statements {
             ("release", self.release.as_str()),
             ("cancel", self.cancel.as_str()),
             ("record_operation", self.record_operation.as_str()),
+            ("fence", self.fence.as_str()),
             ("attempts", self.attempts.as_str()),
             ("due", self.due.as_str()),
             ("purge_expired", self.purge_expired.as_str()),
@@ -544,7 +546,7 @@ impl Statements {
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule,
-            // $17 whether a handoff goes with it.
+            // $17 whether a handoff goes with it, $18 the submitter's trace context (or NULL).
             // ON CONFLICT DO NOTHING never raises a unique violation. A new
             // task returns only what the server chose (its clock's instants;
             // the caller has every other value), the rest of its row NULL; a
@@ -556,9 +558,9 @@ impl Statements {
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
                         deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
-                        budget_started_at, handoff)
+                        budget_started_at, handoff, trace_context)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
-                           c.now + $14, c.now, c.now + $15, $16, c.now, $17
+                           c.now + $14, c.now, c.now + $15, $16, c.now, $17, $18
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
                     RETURNING created_at, expires_at
@@ -643,6 +645,16 @@ impl Statements {
             )),
             // $1 id, $2 version, $3 operation id. The running attempt is the
             // row's latest, so this is a fenced write of the row, as renew.
+            // $1 id, $2 version. The guard of every fenced write, as a read
+            // that keeps a share lock on the row until the caller's
+            // transaction ends: a claim (a takeover), a cancel or another
+            // worker's save waits for it, so the caller's own writes in that
+            // transaction commit only under this lease.
+            fence: Sql::from(format!(
+                "WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR SHARE)
+                 SELECT version FROM {s}.tasks
+                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()"
+            )),
             record_operation: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET attempt_operation_id = $3

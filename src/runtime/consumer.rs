@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::commit::Committer;
 use super::held::{Held, renew_loop};
@@ -755,12 +756,14 @@ async fn run<S, F, Fut>(
         }
     };
     shared.running.fetch_add(1, Ordering::AcqRel);
+    // The work and its outcome in the task's `process` span (see `crate::trace`).
+    let span = crate::trace::process_span(&lease);
     let ctx = WorkContext {
         store: Arc::clone(&shared.store),
         lease: lease.clone(),
         lost: lost.clone(),
     };
-    let mut work = tokio::spawn((shared.work)(ctx));
+    let mut work = tokio::spawn((shared.work)(ctx).instrument(span.clone()));
     // A run dropped with its consumer takes its work function with it.
     let _work_ends_with_the_run = AbortOnDrop(work.abort_handle());
     let ended = tokio::select! {
@@ -778,14 +781,41 @@ async fn run<S, F, Fut>(
     // The work is over: its slots go to the next tasks while the outcome is
     // saved (the lease stays held, and renewed, until then).
     drop((slot, held_slot));
-    let disposition = match ended {
+    let disposition = outcome(&shared, lease, ended, &span)
+        .instrument(span.clone())
+        .await;
+    let Some(disposition) = disposition else { return };
+    let Some(receipt) = shared.held.remove(id) else {
+        return;
+    };
+    shared.settle(receipt, disposition).await;
+}
+
+/// What became of a task's work: the store told (the response saved, the
+/// failure reported) and `span` marked; `None` when the run gave the task
+/// back (a stop) and the source is told nothing more.
+async fn outcome<S, F, Fut>(
+    shared: &Arc<Shared<S, F>>,
+    lease: Lease,
+    ended: Ended,
+    span: &tracing::Span,
+) -> Option<Disposition>
+where
+    S: Source,
+    S::Receipt: Clone,
+    F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<Response, Failure>> + Send + 'static,
+{
+    let id = lease.task_id();
+    Some(match ended {
         Ended::Stopping => {
-            let Some(receipt) = shared.held.remove(id) else {
-                return;
-            };
-            return give_back(&shared, lease, receipt).await;
+            crate::trace::record_error(span, "stopped");
+            let receipt = shared.held.remove(id)?;
+            give_back(shared, lease, receipt).await;
+            return None;
         }
         Ended::Lost => {
+            crate::trace::record_error(span, "lease_lost");
             shared.counts.lost.fetch_add(1, Ordering::Relaxed);
             match shared.held.lost(id).flatten() {
                 Some(rejection) => terminal_ack(&rejection)
@@ -794,27 +824,34 @@ async fn run<S, F, Fut>(
             }
         }
         Ended::Returned(Ok(Ok(response))) => match shared.committer.complete(lease, response).await {
-            Ok(Fenced::Accepted(_)) => Disposition::Ack(AckReason::Completed),
-            Ok(Fenced::Rejected(rejection)) => rejected(rejection),
+            Ok(Fenced::Accepted(_)) => {
+                crate::trace::record_ok(span);
+                Disposition::Ack(AckReason::Completed)
+            }
+            Ok(Fenced::Rejected(rejection)) => {
+                crate::trace::record_error(span, "refused");
+                rejected(rejection)
+            }
             Err(error) => {
+                crate::trace::record_error(span, "store_error");
                 tracing::warn!(task_id = %id, %error, "saving the response failed; the next delivery decides");
                 Disposition::Leave(LeaveReason::StoreFailed)
             }
         },
-        Ended::Returned(Ok(Err(failure))) => report(&shared, lease, failure).await,
+        Ended::Returned(Ok(Err(failure))) => {
+            crate::trace::record_error(span, failure.kind.as_str());
+            report(shared, lease, failure).await
+        }
         Ended::Returned(Err(join)) => {
+            crate::trace::record_error(span, "panic");
             let failure = Failure::retryable(fit(&format!(
                 "the work function panicked: {}",
                 panic_message(join)
             )));
             tracing::error!(task_id = %id, message = %failure.message, "work function panicked");
-            report(&shared, lease, failure).await
+            report(shared, lease, failure).await
         }
-    };
-    let Some(receipt) = shared.held.remove(id) else {
-        return;
-    };
-    shared.settle(receipt, disposition).await;
+    })
 }
 
 /// Aborts a spawned task when dropped.

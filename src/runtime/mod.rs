@@ -84,6 +84,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::InvalidInput;
@@ -538,7 +539,31 @@ impl Worker {
 
     /// The protocol once the task is acquired: keep the lease alive while
     /// `work` runs, then complete or fail.
-    async fn work_on<H, F, Fut>(&self, mut lease: Lease, hooks: &H, work: F) -> Result<Disposition>
+    async fn work_on<H, F, Fut>(&self, lease: Lease, hooks: &H, work: F) -> Result<Disposition>
+    where
+        H: LeaseHooks + ?Sized,
+        F: FnOnce(WorkContext) -> Fut,
+        Fut: Future<Output = std::result::Result<Response, Failure>>,
+    {
+        let span = crate::trace::process_span(&lease);
+        let answer = self
+            .work_in_span(lease, hooks, work, &span)
+            .instrument(span.clone())
+            .await;
+        if answer.is_err() {
+            crate::trace::record_error(&span, "store_error");
+        }
+        answer
+    }
+
+    /// [`work_on`](Self::work_on) inside the task's `process` span, which it marks with the outcome.
+    async fn work_in_span<H, F, Fut>(
+        &self,
+        mut lease: Lease,
+        hooks: &H,
+        work: F,
+        span: &tracing::Span,
+    ) -> Result<Disposition>
     where
         H: LeaseHooks + ?Sized,
         F: FnOnce(WorkContext) -> Fut,
@@ -565,6 +590,7 @@ impl Worker {
             Ok(result) => result,
             Err(loss) => {
                 tracing::info!(%task_id, version = lease.version(), ?loss, "lease lost while working");
+                crate::trace::record_error(span, "lease_lost");
                 let _ = lost_tx.send(true);
                 if tokio::time::timeout(self.config.stop_grace, &mut work)
                     .await
@@ -580,10 +606,19 @@ impl Worker {
             }
         };
 
+        if let Err(failure) = &result {
+            crate::trace::record_error(span, failure.kind.as_str());
+        }
         match result {
             Ok(response) => Ok(match self.store.complete(lease, response).await? {
-                Fenced::Accepted(_) => Disposition::Ack(AckReason::Completed),
-                Fenced::Rejected(rejection) => rejected(rejection),
+                Fenced::Accepted(_) => {
+                    crate::trace::record_ok(span);
+                    Disposition::Ack(AckReason::Completed)
+                }
+                Fenced::Rejected(rejection) => {
+                    crate::trace::record_error(span, "refused");
+                    rejected(rejection)
+                }
             }),
             Err(failure) => Ok(match self.store.fail(lease, failure).await? {
                 Fenced::Accepted(Retry::Scheduled {

@@ -164,6 +164,7 @@ macro_rules! __conformance_suite {
             purge_removes_only_expired_records,
             unknown_task_is_not_found,
             strings_are_stored_verbatim,
+            trace_context_is_stored_with_the_task,
             scopes_are_isolated,
             bad_input_is_rejected_and_writes_nothing,
             acceptance_rule_is_stored_with_the_task,

@@ -195,3 +195,73 @@ async fn a_completion_commits_with_the_applications_items_or_not_at_all() {
     assert_eq!(app.body("reply-3").await, None);
     app.delete().await;
 }
+
+/// `with(items).write(&lease)`: the application's own items written while
+/// working land only under a current lease; after a takeover they are refused
+/// with the reason, and nothing is written. `fence_item` puts the same check
+/// into a transaction the application sends itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_writes_land_only_under_a_current_lease() {
+    let f = dynamo::fixture().await;
+    let app = AppTable::new(&f).await;
+    let store = f.dynamo_store();
+    let task = store.submit(new_task("send-1")).await.unwrap().into_task();
+    let paused = acquire(store, task.id, "paused").await;
+
+    let written = store
+        .with(vec![app.put_new("progress-1", "step 1")])
+        .write(&paused)
+        .await
+        .unwrap();
+    assert!(written.is_accepted());
+    assert_eq!(app.body("progress-1").await.as_deref(), Some("step 1"));
+    let refused = store
+        .with(vec![app.put_new("progress-1", "again")])
+        .write(&paused)
+        .await;
+    assert_eq!(
+        extra_refused(&refused),
+        Some(0),
+        "the application's own condition, typed"
+    );
+
+    // Paused past its lease; another worker takes over.
+    f.advance(std::time::Duration::from_secs(31)).await;
+    let fresh = acquire(store, task.id, "fresh").await;
+    let late = store
+        .with(vec![app.put_new("progress-2", "stale")])
+        .write(&paused)
+        .await
+        .unwrap();
+    assert_eq!(
+        late.rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+    assert_eq!(
+        app.body("progress-2").await,
+        None,
+        "nothing of the paused worker's was written"
+    );
+
+    // The same check inside a transaction the application sends itself.
+    let own = |lease| {
+        let items = vec![app.put_new("progress-3", "own"), store.fence_item(lease)];
+        app.client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+    };
+    assert!(own(&paused).await.is_err(), "the superseded lease cancels it");
+    assert_eq!(app.body("progress-3").await, None);
+    own(&fresh).await.expect("the current lease lets it through");
+    assert_eq!(app.body("progress-3").await.as_deref(), Some("own"));
+
+    assert!(
+        store
+            .complete(fresh, Response::from("done"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    app.delete().await;
+}

@@ -357,3 +357,93 @@ async fn first_claim_waiting_behind_a_lock_only_holder_counts_the_wait_against_i
         (1, 1)
     );
 }
+
+/// `PgStore::on(&mut tx).fence(&lease)`: the caller's own rows, written in
+/// the fenced transaction, commit under a current lease; once the lease is
+/// superseded the fence refuses and the worker's writes are rolled back; and
+/// while the fenced transaction is open, a takeover waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_own_writes_commit_only_under_a_current_lease() {
+    let f = common::fixture().await;
+    let pg = f.pg_store().clone();
+    let progress = format!("\"{}\".progress", f.schema());
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {progress} (task_id uuid NOT NULL, worker text NOT NULL, step int NOT NULL)"
+    )))
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let rows = || {
+        let (pool, progress) = (pg.pool().clone(), progress.clone());
+        async move {
+            sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
+                "SELECT worker || ':' || step FROM {progress} ORDER BY worker, step"
+            )))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let task = pg.submit(new_task("k")).await.unwrap().into_task();
+    let paused = acquire(&pg, task.id, "paused", LEASE).await;
+
+    // A current lease: the write commits.
+    let mut tx = pg.pool().begin().await.unwrap();
+    assert!(pg.on(&mut tx).fence(&paused).await.unwrap().is_accepted());
+    write(&mut tx, &progress, "paused", 1, task.id).await;
+    tx.commit().await.unwrap();
+
+    // Held: with the fence taken, a takeover (the lease has run out meanwhile) waits for the commit.
+    let mut tx = pg.pool().begin().await.unwrap();
+    assert!(pg.on(&mut tx).fence(&paused).await.unwrap().is_accepted());
+    f.advance(LEASE + Duration::from_secs(1)).await;
+    let taker = {
+        let pg = pg.clone();
+        tokio::spawn(async move { acquire(&pg, task.id, "fresh", LEASE).await })
+    };
+    common::wait_until_blocked(&f, "FOR NO KEY UPDATE").await;
+    write(&mut tx, &progress, "paused", 2, task.id).await;
+    tx.commit().await.unwrap();
+    let fresh = taker.await.unwrap();
+    assert_eq!(fresh.version(), 2, "the takeover went ahead after the commit");
+
+    // Superseded: the paused worker's next write is refused and rolled back.
+    let mut tx = pg.pool().begin().await.unwrap();
+    write(&mut tx, &progress, "paused", 3, task.id).await; // written before it checked …
+    assert_eq!(
+        pg.on(&mut tx).fence(&paused).await.unwrap().rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+    tx.rollback().await.unwrap(); // … and gone with the transaction
+    let mut tx = pg.pool().begin().await.unwrap();
+    assert!(pg.on(&mut tx).fence(&fresh).await.unwrap().is_accepted());
+    write(&mut tx, &progress, "fresh", 1, task.id).await;
+    tx.commit().await.unwrap();
+    assert_eq!(rows().await, ["fresh:1", "paused:1", "paused:2"]);
+
+    // Expired with nobody taking over, and after the save: refused as well.
+    assert!(
+        pg.complete(fresh.clone(), Response::from("done"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let mut tx = pg.pool().begin().await.unwrap();
+    assert!(matches!(
+        pg.on(&mut tx).fence(&fresh).await.unwrap().rejection(),
+        Some(Rejection::AlreadyCompleted(_))
+    ));
+}
+
+/// One row of the application's own, written in the caller's transaction.
+async fn write(tx: &mut sqlx::PgConnection, progress: &str, worker: &str, step: i32, id: TaskId) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {progress} (task_id, worker, step) VALUES ($1, $2, $3)"
+    )))
+    .bind(id.as_uuid())
+    .bind(worker)
+    .bind(step)
+    .execute(tx)
+    .await
+    .unwrap();
+}

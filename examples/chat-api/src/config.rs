@@ -245,6 +245,12 @@ pub struct Settings {
     /// Tasks removed per purge statement; a sweep repeats it until fewer are left.
     #[arg(long, env = "CHAT_API_PURGE_BATCH", default_value_t = 1000)]
     pub purge_batch: usize,
+
+    /// An OTLP/HTTP collector (`http://127.0.0.1:4318`): the traces go there,
+    /// one per request, from the handler through the reply task's worker.
+    /// Unset: no traces are exported (logs only).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Bearer token → user id, as parsed from `token=user,token=user`.

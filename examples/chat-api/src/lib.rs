@@ -25,6 +25,7 @@ pub mod purge;
 pub mod replies;
 pub mod service;
 pub mod sim;
+pub mod telemetry;
 pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};

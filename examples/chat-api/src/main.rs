@@ -4,34 +4,39 @@
 //! `DATABASE_URL` (required), `CHAT_API_TOKENS` as `token=user,token=user`
 //! (required unless `--mode worker`), `TASKFENCE_LISTEN`, `CHAT_API_MODE`,
 //! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, … Logs go to stderr, filtered by
-//! `RUST_LOG` (default `info`). Stops gracefully on SIGTERM or Ctrl-C; a
+//! `RUST_LOG` (default `info`); traces go to `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! when it is set (see `telemetry`). Stops gracefully on SIGTERM or Ctrl-C; a
 //! second one releases the replies still in flight at once.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chat_api::{Service, Settings};
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        // Colours for a terminal only: a log collector gets plain text.
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    match run(settings).await {
+    let telemetry = match chat_api::telemetry::init(settings.otlp_endpoint.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(message) => {
+            eprintln!("chat-api: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match run(settings).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             tracing::error!("{message}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The exporter sends from its own thread: off the runtime's.
+    tokio::task::spawn_blocking(move || telemetry.shutdown())
+        .await
+        .ok();
+    code
 }
 
 async fn run(settings: Settings) -> Result<(), String> {

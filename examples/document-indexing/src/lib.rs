@@ -553,7 +553,13 @@ impl Indexer {
     }
 
     /// The job's writes and the completion, on the caller's transaction.
+    /// Fenced first ([`PgStore::on`]`(tx).fence(&lease)`): the entries are
+    /// written only under a current lease, which the row lock then holds
+    /// until the commit; a worker that lost its task writes nothing at all.
     async fn commit_in(&self, tx: &mut PgConnection, job: Job) -> Result<Indexed> {
+        if let Fenced::Rejected(rejection) = self.store.on(tx).fence(&job.lease).await? {
+            return Ok(Indexed::Rejected(rejection));
+        }
         let entries_written = self.write_entries(tx, &job).await?;
         let became_current = self.advance_current(tx, &job).await?;
         let summary = format!(

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use clap::Parser;
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
@@ -74,7 +74,16 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     };
     if let Some(addr) = settings.metrics_addr {
         // The process-wide recorder; the store below records into it.
+        // Latency as a histogram with buckets, which sum across replicas
+        // (a summary's quantiles do not).
         PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(taskfence::metrics::OPERATION_DURATION_SECONDS.to_owned()),
+                &[
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ],
+            )
+            .map_err(|e| format!("metrics buckets: {e}"))?
             .with_http_listener(addr)
             .install()
             .map_err(|e| format!("metrics endpoint on {addr}: {e}"))?;

@@ -199,6 +199,19 @@ async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_redispat
         &[r#"operation="complete_many""#],
     );
     assert!((1.0..=6.0).contains(&commits), "{text}");
+    // A histogram with buckets (aggregatable across replicas), not a summary.
+    assert!(
+        text.contains("# TYPE taskfence_operation_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        sum(
+            &text,
+            "taskfence_operation_duration_seconds_bucket",
+            &[r#"operation="complete_many""#, r#"le="+Inf""#],
+        ) == commits,
+        "every sample in the +Inf bucket: {text}"
+    );
     println!(
         "{}",
         text.lines()

@@ -159,3 +159,27 @@ pub async fn strings_are_stored_verbatim(f: &dyn Fixture) {
         (nasty, Some(nasty))
     );
 }
+
+/// The submitter's trace context is stored with the task and read back
+/// everywhere the task is: the submission's answer, `get`, a lease.
+pub async fn trace_context_is_stored_with_the_task(f: &dyn Fixture) {
+    use crate::trace::TraceContext;
+    let store = f.store();
+    let cx = TraceContext::new(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+    )
+    .expect("a valid context");
+    let traced = submit(&*store, new_task("traced").trace_context(cx.clone())).await;
+    assert_eq!(traced.trace_context.as_ref(), Some(&cx));
+    assert_eq!(task(&*store, traced.id).await.trace_context.as_ref(), Some(&cx));
+    let lease = acquire(&*store, traced.id, "w").await;
+    assert_eq!(
+        lease.task().trace_context.as_ref(),
+        Some(&cx),
+        "the worker gets it"
+    );
+
+    let untraced = submit(&*store, new_task("untraced")).await;
+    assert_eq!(task(&*store, untraced.id).await.trace_context, None);
+}
