@@ -74,11 +74,8 @@ pub(crate) enum Report {
     Stranded {
         /// The stranded tasks, oldest first.
         tasks: Vec<Task>,
-        /// With `--redispatch` on PostgreSQL: the handoffs written.
+        /// With `--redispatch`: the handoffs written.
         redispatched: Option<u64>,
-        /// Print only the ids, one per line (`--redispatch` on DynamoDB:
-        /// for the application's publisher).
-        ids_only: bool,
     },
     /// `dispatch-due --print`.
     Due {
@@ -140,13 +137,7 @@ impl Report {
             Report::Purged(n) => format!("purged {n} task(s) past their retention\n"),
             Report::Stranded {
                 tasks: found,
-                ids_only: true,
-                ..
-            } => found.iter().map(|t| format!("{}\n", t.id)).collect(),
-            Report::Stranded {
-                tasks: found,
                 redispatched,
-                ..
             } => {
                 if found.is_empty() {
                     return "no stranded tasks\n".into();

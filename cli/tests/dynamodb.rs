@@ -87,21 +87,26 @@ async fn stats_list_show_and_reopen_on_dynamodb() {
         Status::Completed
     );
 
-    // --redispatch on DynamoDB: the ids for the application's publisher.
+    // --redispatch on DynamoDB: a fresh handoff in the store's outbox.
     // A task submitted an hour ago (on the writer's clock) nobody claimed.
     f.clock()
         .set(time::OffsetDateTime::now_utc() - std::time::Duration::from_secs(3600));
     let lost = common::submit(&*store, "tenant-a", "op", "k3", taskfence::RetryPolicy::default()).await;
     let stranded = dynamo(&table, &["stranded", "--older-than", "15m", "--redispatch"]);
     assert_eq!(stranded.code, 0, "{stranded:#?}");
+    assert!(stranded.stdout.contains(&lost.id.to_string()), "{stranded:#?}");
     assert!(
-        stranded.stderr.contains("re-dispatch is the application's"),
+        stranded.stdout.contains("re-dispatched 1 task(s)"),
         "{stranded:#?}"
     );
+    let story = taskfence::inspect::Inspect::story(f.dynamo_store(), lost.id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
-        stranded.stdout,
-        format!("{}\n", lost.id),
-        "ids only, for a publisher"
+        story.handoffs.len(),
+        2,
+        "the submission's handoff and the re-dispatch's"
     );
 }
 

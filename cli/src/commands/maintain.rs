@@ -206,31 +206,19 @@ pub(super) async fn purge(store: &Store, args: PurgeArgs) -> Result<Report, CliE
 }
 
 /// Pending tasks nobody claimed, oldest first; with `--redispatch`, hands
-/// them off again (PostgreSQL) or says how to (DynamoDB).
+/// them off again through the store's outbox (a fresh handoff each, which the
+/// running dispatcher publishes).
 pub(super) async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report, CliError> {
     let limit = usize::try_from(args.limit).unwrap_or(MAX_PAGE);
     let tasks = store.inspect.stranded(args.older_than, limit).await?;
-    let ids_only = args.redispatch && matches!(store.backend, Backend::DynamoDb(_));
+    let ids: Vec<TaskId> = tasks.iter().map(|t| t.id).collect();
     let redispatched = match (&store.backend, args.redispatch) {
         (_, false) => None,
         (_, true) if tasks.is_empty() => Some(0),
-        (Backend::Postgres(pg), true) => {
-            let ids: Vec<TaskId> = tasks.iter().map(|t| t.id).collect();
-            Some(pg.redispatch(&ids).await?)
-        }
-        (Backend::DynamoDb(_), true) => {
-            eprintln!(
-                "taskfence: note: DynamoDB has no outbox in the store: re-dispatch is the application's \
-                 (its outbox or publisher): publish these ids again"
-            );
-            None
-        }
+        (Backend::Postgres(pg), true) => Some(pg.redispatch(&ids).await?),
+        (Backend::DynamoDb(dynamo), true) => Some(dynamo.redispatch(&ids).await?),
     };
-    Ok(Report::Stranded {
-        tasks,
-        redispatched,
-        ids_only,
-    })
+    Ok(Report::Stranded { tasks, redispatched })
 }
 
 /// The ids to publish again: due tasks (a backoff passed, a lease expired)
