@@ -27,6 +27,22 @@ fn faulty(f: &DynamoFixture, faults: &Faults) -> DynamoStore {
         .expect("the fixture's table name is valid")
 }
 
+/// `n` fresh tasks (`send-0`, `send-1`, …), their ids in order.
+async fn submit_many(store: &DynamoStore, n: usize) -> Vec<TaskId> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.push(
+            store
+                .submit(new_task(&format!("send-{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    ids
+}
+
 fn id(task: TaskId) -> String {
     task.to_string()
 }
@@ -113,17 +129,7 @@ async fn unprocessed_keys_and_items_are_asked_again() {
     let f = dynamo::fixture().await;
     let faults = Faults::new();
     let store = faulty(&f, &faults);
-    let mut ids = Vec::new();
-    for i in 0..3 {
-        ids.push(
-            store
-                .submit(new_task(&format!("send-{i}")))
-                .await
-                .unwrap()
-                .into_task()
-                .id,
-        );
-    }
+    let ids = submit_many(&store, 3).await;
     let reads = faults.on("BatchGetItem", &[], 2, Action::Unprocessed);
     let claims = store
         .claim_many(&ids, ClaimRequest::new("w", LEASE))
@@ -200,17 +206,7 @@ async fn a_claim_many_that_fails_part_way_gives_back_the_leases_it_took() {
     let f = dynamo::fixture().await;
     let faults = Faults::new();
     let store = faulty(&f, &faults);
-    let mut ids = Vec::new();
-    for i in 0..4 {
-        ids.push(
-            store
-                .submit(new_task(&format!("send-{i}")))
-                .await
-                .unwrap()
-                .into_task()
-                .id,
-        );
-    }
+    let ids = submit_many(&store, 4).await;
     // The third task's claim is throttled past every retry.
     faults.on(
         "TransactWriteItems",

@@ -42,39 +42,52 @@ impl Logs {
     }
 }
 
+/// The binary, started on `db` from environment variables only (plus
+/// `extra`), logging at `info` into a pipe the test reads.
+struct Running;
+
+impl Running {
+    /// The running binary (killed on drop), its log, and a client on the
+    /// address it printed once started.
+    fn start(db: &TestDb, extra: &[(&str, &str)]) -> (ChildProcess, Logs, Api) {
+        let (stderr, stderr_writer) = std::io::pipe().expect("a pipe for the binary's stderr");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_chat-api"));
+        command
+            .env_clear()
+            .env("DATABASE_URL", db.fixture.url())
+            .env("TASKFENCE_LISTEN", "127.0.0.1:0")
+            .env("TASKFENCE_SCHEMA", db.fixture.schema())
+            .env("CHAT_API_SCHEMA", db.app_schema.name())
+            .env("CHAT_API_TOKENS", format!("{ALICE}=alice"))
+            .env("CHAT_API_POLL_EVERY", "100ms")
+            .env("RUST_LOG", "info")
+            .envs(extra.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(stderr_writer);
+        // Killed on drop, so a failed assertion does not leave the binary running.
+        let child = ChildProcess::spawn("chat-api", &mut command);
+        // The command holds the pipe's write end: the reader sees EOF only once it is gone.
+        drop(command);
+        let logs = Logs::follow(stderr);
+        // `RUST_LOG=info` shows the start-up line, with the port the OS chose.
+        let started = logs.wait_for("chat-api started", Duration::from_secs(60));
+        let addr = started
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("addr="))
+            .unwrap_or_else(|| panic!("no addr in {started:?}"))
+            .to_owned();
+        let api = Api {
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+        };
+        (child, logs, api)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_from_environment_variables_and_stops_on_sigterm() {
     let db = TestDb::new().await;
-    let (stderr, stderr_writer) = std::io::pipe().expect("a pipe for the binary's stderr");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_chat-api"));
-    command
-        .env_clear()
-        .env("DATABASE_URL", db.fixture.url())
-        .env("TASKFENCE_LISTEN", "127.0.0.1:0")
-        .env("TASKFENCE_SCHEMA", db.fixture.schema())
-        .env("CHAT_API_SCHEMA", db.app_schema.name())
-        .env("CHAT_API_TOKENS", format!("{ALICE}=alice"))
-        .env("CHAT_API_POLL_EVERY", "100ms")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(stderr_writer);
-    // Killed on drop, so a failed assertion does not leave the binary running.
-    let mut child = ChildProcess::spawn("chat-api", &mut command);
-    // The command holds the pipe's write end: the reader sees EOF only once it is gone.
-    drop(command);
-    let logs = Logs::follow(stderr);
-
-    // `RUST_LOG=info` shows the start-up line, with the port the OS chose.
-    let started = logs.wait_for("chat-api started", Duration::from_secs(60));
-    let addr = started
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("addr="))
-        .unwrap_or_else(|| panic!("no addr in {started:?}"))
-        .to_owned();
-    let api = Api {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::new(),
-    };
+    let (mut child, logs, api) = Running::start(&db, &[]);
 
     // The readiness probe needs no token.
     let health = support::read(api.client.get(format!("{}/healthz", api.base))).await;
@@ -157,33 +170,7 @@ async fn the_binary_exports_one_trace_per_request_to_an_otlp_collector() {
     let collector = Collector::default();
     let endpoint = collector.start().await;
     let db = TestDb::new().await;
-    let (stderr, stderr_writer) = std::io::pipe().expect("a pipe for the binary's stderr");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_chat-api"));
-    command
-        .env_clear()
-        .env("DATABASE_URL", db.fixture.url())
-        .env("TASKFENCE_LISTEN", "127.0.0.1:0")
-        .env("TASKFENCE_SCHEMA", db.fixture.schema())
-        .env("CHAT_API_SCHEMA", db.app_schema.name())
-        .env("CHAT_API_TOKENS", format!("{ALICE}=alice"))
-        .env("CHAT_API_POLL_EVERY", "100ms")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(stderr_writer);
-    let mut child = ChildProcess::spawn("chat-api", &mut command);
-    drop(command);
-    let logs = Logs::follow(stderr);
-    let started = logs.wait_for("chat-api started", Duration::from_secs(60));
-    let addr = started
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("addr="))
-        .unwrap_or_else(|| panic!("no addr in {started:?}"))
-        .to_owned();
-    let api = Api {
-        base: format!("http://{addr}"),
-        client: reqwest::Client::new(),
-    };
+    let (mut child, _logs, api) = Running::start(&db, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
     let sent = api.send(ALICE, "conv-1", Some("send-1"), "Hello?").await;
     assert_eq!(sent.status, 201, "{}", String::from_utf8_lossy(&sent.body));
     let (task_id, _) = ids(&sent);
