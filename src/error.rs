@@ -181,6 +181,22 @@ pub enum InvalidInput {
         /// The repeated task.
         task: TaskId,
     },
+    /// A character outside the field's allowed set.
+    #[error("{field} may contain only {allowed}")]
+    NotAllowed {
+        /// The field.
+        field: &'static str,
+        /// The characters it allows.
+        allowed: &'static str,
+    },
+    /// An effect's outcome recorded by an assignment that did not begin it
+    /// ([`finish_effect`](crate::TaskStore::finish_effect) without
+    /// [`begin_effect`](crate::TaskStore::begin_effect) under the same lease).
+    #[error("effect {effect} was not begun by this assignment")]
+    EffectNotBegun {
+        /// The effect's name.
+        effect: String,
+    },
     /// Not a plain lowercase SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
     /// e.g. a PostgreSQL schema name: it is written into SQL, so it must need no quoting.
     #[error("{field} must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")]

@@ -31,6 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::effect::Effect;
 use crate::error::InvalidInput;
 use crate::error::Result;
 use crate::limits;
@@ -427,11 +428,14 @@ pub struct Story {
     /// ([`MemoryStore`](crate::MemoryStore)) and for a task submitted
     /// [`without_handoff`](crate::NewTask::without_handoff).
     pub handoffs: Vec<Handoff>,
+    /// Its [effect journal](crate::effect), by effect name.
+    pub effects: Vec<Effect>,
 }
 
 impl Story {
     /// The story of `task` (a backend's answer): its attempts, reopenings and
-    /// handoffs, each oldest first.
+    /// handoffs, each oldest first, and no effects (add them with
+    /// [`with_effects`](Self::with_effects)).
     ///
     /// ```
     /// # fn f(task: taskfence::Task) {
@@ -449,6 +453,20 @@ impl Story {
             attempts,
             reopenings,
             handoffs,
+            effects: Vec::new(),
         }
+    }
+
+    /// The story with the task's effect journal, by name.
+    ///
+    /// ```
+    /// # fn f(task: taskfence::Task) {
+    /// let story = taskfence::inspect::Story::new(task, Vec::new(), Vec::new(), Vec::new()).with_effects(Vec::new());
+    /// assert!(story.effects.is_empty());
+    /// # }
+    /// ```
+    pub fn with_effects(mut self, effects: Vec<Effect>) -> Self {
+        self.effects = effects;
+        self
     }
 }

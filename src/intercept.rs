@@ -66,6 +66,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
@@ -173,6 +174,24 @@ pub trait Intercept: Send + Sync {
     /// [`TaskStore::attempts`]; forwards to `inner` unless overridden.
     async fn attempts(&self, inner: &dyn TaskStore, id: TaskId) -> Result<Vec<Attempt>> {
         inner.attempts(id).await
+    }
+    /// [`TaskStore::begin_effect`]; forwards to `inner` unless overridden.
+    async fn begin_effect(&self, inner: &dyn TaskStore, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        inner.begin_effect(lease, name).await
+    }
+    /// [`TaskStore::finish_effect`]; forwards to `inner` unless overridden.
+    async fn finish_effect(
+        &self,
+        inner: &dyn TaskStore,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
+        inner.finish_effect(lease, name, outcome).await
+    }
+    /// [`TaskStore::effects`]; forwards to `inner` unless overridden.
+    async fn effects(&self, inner: &dyn TaskStore, id: TaskId) -> Result<Vec<Effect>> {
+        inner.effects(id).await
     }
     /// [`TaskStore::reopen`]; forwards to `inner` unless overridden.
     async fn reopen(
@@ -478,6 +497,30 @@ impl Outcome for Fenced<Retry> {
         if let Fenced::Accepted(Retry::Exhausted(task)) = self {
             each(task);
         }
+    }
+}
+
+impl Outcome for Fenced<EffectStart> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Fenced::Accepted(EffectStart::Call { ambiguous: None, .. }) => ("accepted", Some("call")),
+            Fenced::Accepted(EffectStart::Call { ambiguous: Some(_), .. }) => ("accepted", Some("call_ambiguous")),
+            Fenced::Accepted(EffectStart::Done(_)) => ("accepted", Some("done")),
+            Fenced::Accepted(EffectStart::Stop(_)) => ("accepted", Some("stop")),
+            Fenced::Rejected(r) => ("rejected", Some(r.label())),
+        }
+    }
+}
+
+impl Outcome for Fenced<Effect> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        fenced_summary(self)
+    }
+}
+
+impl Outcome for Vec<Effect> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
     }
 }
 
@@ -788,6 +831,25 @@ impl<S: Inner + ?Sized, I: Intercept> TaskStore for Intercepted<S, I> {
         let hooks = &self.interceptor;
         let run = hooks.attempts(self.inner.store(), id);
         hooks.around(Call::new("attempts").task(id), Box::pin(run)).await
+    }
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        let hooks = &self.interceptor;
+        let run = hooks.begin_effect(self.inner.store(), lease, name);
+        hooks
+            .around(Call::new("begin_effect").lease(lease), Box::pin(run))
+            .await
+    }
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        let hooks = &self.interceptor;
+        let run = hooks.finish_effect(self.inner.store(), lease, name, outcome);
+        hooks
+            .around(Call::new("finish_effect").lease(lease), Box::pin(run))
+            .await
+    }
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
+        let hooks = &self.interceptor;
+        let run = hooks.effects(self.inner.store(), id);
+        hooks.around(Call::new("effects").task(id), Box::pin(run)).await
     }
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
         let hooks = &self.interceptor;

@@ -14,6 +14,7 @@
 //! | [`inspect`] | [`Inspect`](inspect::Inspect): list, count and trace tasks; find stranded ones |
 //! | [`intercept`] | wrap a store: forward every call except the ones you change, observe them all |
 //! | [`dispatch`] | re-publish the tasks that need a worker again, on any store |
+//! | [`effect`] | the effect journal: an idempotency key per external effect, its intent and outcome fenced by the lease |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | `postgres` | [`PgStore`], its transaction handle, migrations, the handoff dispatcher (feature `postgres`) |
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
@@ -30,6 +31,7 @@
 pub mod backend;
 pub mod clock;
 pub mod dispatch;
+pub mod effect;
 pub mod error;
 pub mod inspect;
 pub mod intercept;

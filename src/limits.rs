@@ -41,6 +41,8 @@ pub const MAX_DEADLINE: Duration = Duration::from_secs(366 * 24 * 3600);
 pub const MAX_RETENTION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 /// Most attempts a policy may allow.
 pub const MAX_ATTEMPTS: u32 = 1000;
+/// Longest effect name (`notify-user`), in bytes.
+pub const MAX_EFFECT_NAME_LEN: usize = 64;
 
 /// Checks an identifier-like string: not blank, at most `max` bytes, no control
 /// characters (NUL included: PostgreSQL rejects it in text, and it would make
@@ -94,6 +96,30 @@ pub fn check_response(response: &Response) -> Result<(), InvalidInput> {
 /// Checks a provider operation id.
 pub fn check_operation_id(id: &str) -> Result<(), InvalidInput> {
     check_text("operation_id", id, MAX_OPERATION_ID_LEN)
+}
+
+/// Checks an effect name: not blank, at most [`MAX_EFFECT_NAME_LEN`] bytes,
+/// only ASCII letters, digits, `-`, `_` and `.` — it becomes part of the
+/// [`EffectKey`](crate::effect::EffectKey), which providers take in headers
+/// and restricted fields.
+///
+/// ```
+/// use taskfence::limits::check_effect_name;
+/// assert!(check_effect_name("notify-user").is_ok());
+/// assert!(check_effect_name("notify user").is_err());
+/// ```
+pub fn check_effect_name(name: &str) -> Result<(), InvalidInput> {
+    if name.is_empty() {
+        return Err(InvalidInput::Blank { field: "effect" });
+    }
+    check_len("effect", name.len(), MAX_EFFECT_NAME_LEN)?;
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+        return Err(InvalidInput::NotAllowed {
+            field: "effect",
+            allowed: "ASCII letters, digits, '-', '_' and '.'",
+        });
+    }
+    Ok(())
 }
 
 /// Checks a cancellation reason (may be empty).

@@ -1,16 +1,17 @@
 //! [`MemoryStore`]: the embedded backend, with the same semantics as every
 //! other. The demo and users' unit tests run on it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule};
+use crate::backend::rules::{self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule};
 use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
 use crate::policy::Failure;
@@ -60,6 +61,8 @@ struct State {
     keys: HashMap<RequestKey, TaskId>,
     attempts: HashMap<TaskId, Vec<Attempt>>,
     reopenings: HashMap<TaskId, Vec<Reopening>>,
+    /// Each task's effect journal, by effect name.
+    effects: HashMap<TaskId, BTreeMap<String, Effect>>,
 }
 
 impl Default for MemoryStore {
@@ -400,6 +403,45 @@ impl Backend for MemoryStore {
         Ok(self.lock().attempts.get(&id).cloned().unwrap_or_default())
     }
 
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        self.fenced(lease, |state, now| {
+            let journal = state.effects.entry(lease.task_id()).or_default();
+            match rules::begin_effect(journal.get(name), lease, name, now) {
+                BeginEffectRule::Write { effect, start } => {
+                    journal.insert(name.to_owned(), effect);
+                    start
+                }
+                BeginEffectRule::Answer(start) => start,
+            }
+        })
+    }
+
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        let settled = self.fenced(lease, |state, now| {
+            let journal = state.effects.entry(lease.task_id()).or_default();
+            match rules::finish_effect(journal.get(name), lease, name, &outcome, now)? {
+                FinishEffectRule::Write(effect) => {
+                    journal.insert(name.to_owned(), effect.clone());
+                    Ok(effect)
+                }
+                FinishEffectRule::Answer(effect) => Ok(effect),
+            }
+        })?;
+        match settled {
+            Fenced::Accepted(effect) => effect.map(Fenced::Accepted),
+            Fenced::Rejected(rejection) => Ok(Fenced::Rejected(rejection)),
+        }
+    }
+
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
+        Ok(self
+            .lock()
+            .effects
+            .get(&id)
+            .map(|journal| journal.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
         let mut state = self.lock();
         let now = self.now();
@@ -457,6 +499,7 @@ impl Backend for MemoryStore {
             state.tasks.remove(id);
             state.attempts.remove(id);
             state.reopenings.remove(id);
+            state.effects.remove(id);
         }
         Ok(expired.len() as u64)
     }
@@ -496,6 +539,11 @@ impl InspectBackend for MemoryStore {
             attempts: state.attempts.get(&id).cloned().unwrap_or_default(),
             reopenings: state.reopenings.get(&id).cloned().unwrap_or_default(),
             handoffs: Vec::new(),
+            effects: state
+                .effects
+                .get(&id)
+                .map(|journal| journal.values().cloned().collect())
+                .unwrap_or_default(),
         }))
     }
 

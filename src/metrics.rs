@@ -57,7 +57,7 @@
 //! `operation` is the [`TaskStore`] or [`Inspect`](crate::inspect::Inspect) method's name (`submit`,
 //! `get`, `find`, `claim`, `claim_many`, `claim_next`, `renew`, `renew_many`, `complete`,
 //! `complete_many`, `fail`, `release`, `cancel`, `record_operation`,
-//! `attempts`, `reopen`, `due`, `purge_expired`, `list`, `counts`, `story`,
+//! `begin_effect`, `finish_effect`, `effects`, `attempts`, `reopen`, `due`, `purge_expired`, `list`, `counts`, `story`,
 //! `stranded`). `outcome` and `reason` are the [`Outcome`] of the answer:
 //!
 //! | operation | outcome | reason |
@@ -66,10 +66,11 @@
 //! | `get`, `find`, `story` | `found`, `absent` | — |
 //! | `claim`, each task of `claim_many` | `acquired`, `completed`, `busy`, `backoff`, `failed`, `cancelled`, `not_found` | — |
 //! | each task `claim_next` handed out | `acquired` | — |
-//! | `renew`, each lease of `renew_many`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `reopen` | `accepted` | — |
+//! | `renew`, each lease of `renew_many`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `finish_effect`, `reopen` | `accepted` | — |
+//! | `begin_effect` | `accepted` | `call` (first call), `call_ambiguous` (calling again after an intent with no outcome), `done` (skip: done before), `stop` (ambiguous, the policy stops) |
 //! | `fail` | `accepted` | `scheduled` (a retry is planned), `exhausted` (terminally failed) |
 //! | any fenced write (the row above, and `fail`) | `rejected` | the [`Rejection::label`](crate::Rejection::label): `already_completed`, `superseded`, `lease_expired`, `not_running`, `not_terminal`, `key_reused` |
-//! | `attempts`, `due`, `purge_expired`, `list`, `counts`, `stranded` | `ok` | — |
+//! | `attempts`, `effects`, `due`, `purge_expired`, `list`, `counts`, `stranded` | `ok` | — |
 //! | any | `error` | the [`Error::label`](crate::Error::label): `not_found`, `invalid_input`, `key_conflict`, `not_migrated`, `migration`, `item_refused`, `storage` |
 //!
 //! A batch refused as a whole (bad input, a backend error) counts one
@@ -309,7 +310,7 @@ macro_rules! op_span {
 fn call_span(call: &Call) -> Span {
     let span = op_span!(call.operation;
         "submit", "get", "find", "claim", "renew", "complete", "fail", "release", "cancel",
-        "record_operation", "attempts", "reopen", "due", "purge_expired", "claim_many",
+        "record_operation", "begin_effect", "finish_effect", "effects", "attempts", "reopen", "due", "purge_expired", "claim_many",
         "complete_many", "claim_next", "renew_many", "list", "counts", "story", "stranded",
     );
     if let Some(id) = call.task_id {

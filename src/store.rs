@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{InvalidInput, Result};
 use crate::limits;
 use crate::policy::{Failure, FailureKind, RetryPolicy};
@@ -87,6 +88,45 @@ pub trait TaskStore: Send + Sync {
 
     /// Every attempt of the task, oldest first.
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+
+    /// Records the intent to cause external effect `name` (a notification,
+    /// a charge) under this lease, and says what to do: call the provider
+    /// with the effect's [`EffectKey`](crate::effect::EffectKey) — the same
+    /// on every attempt, for the provider's idempotency key — or skip the
+    /// call because an earlier attempt did it, or stop because an earlier
+    /// attempt's call has no known outcome and the task's policy says stop.
+    /// Fenced like [`renew`](Self::renew): a lease that is not current writes
+    /// nothing. See [`effect`](crate::effect) for the whole contract.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// # use std::time::Duration;
+    /// use taskfence::effect::{EffectOutcome, EffectStart};
+    /// # use taskfence::*;
+    /// # let store = MemoryStore::new();
+    /// # let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+    /// # let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { unreachable!() };
+    /// if let Fenced::Accepted(EffectStart::Call { key, .. }) = store.begin_effect(&lease, "charge-card").await? {
+    ///     // charge with idempotency key `key`, then:
+    ///     store.finish_effect(&lease, "charge-card", EffectOutcome::done("ch_1")).await?;
+    /// }
+    /// let effects = store.effects(task.id).await?;
+    /// assert_eq!(effects[0].reference.as_deref(), Some("ch_1"));
+    /// # Ok(()) }
+    /// ```
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>>;
+
+    /// Records the outcome of effect `name`, begun under this same lease:
+    /// done (with the provider's reference) or failed for certain. An
+    /// unknown outcome (a timeout) is recorded by recording nothing: the
+    /// next attempt finds the intent and treats it as ambiguous. Fenced: a
+    /// superseded or expired lease records nothing. Settling an effect this
+    /// assignment did not begin is [`InvalidInput::EffectNotBegun`]; settling
+    /// it twice answers the first outcome.
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>>;
+
+    /// The task's effects, by name.
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>>;
 
     /// Reopens a terminally failed or cancelled task with a fresh retry
     /// budget: an operator's decision after fixing what made it fail.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tracing::Span;
 use tracing::field::{Empty, display};
 
+use crate::effect::EffectOutcome;
 use crate::error::InvalidInput;
 use crate::inspect::TaskQuery;
 use crate::limits;
@@ -104,6 +105,21 @@ pub(crate) fn record_operation(lease: &Lease, operation_id: &str) -> Checked {
 
 pub(crate) fn attempts(id: TaskId) -> Span {
     span("attempts", Some(id))
+}
+
+pub(crate) fn begin_effect(lease: &Lease, name: &str) -> Checked {
+    limits::check_effect_name(name)?;
+    Ok(lease_span("begin_effect", lease))
+}
+
+pub(crate) fn finish_effect(lease: &Lease, name: &str, outcome: &EffectOutcome) -> Checked {
+    limits::check_effect_name(name)?;
+    outcome.validate()?;
+    Ok(lease_span("finish_effect", lease))
+}
+
+pub(crate) fn effects(id: TaskId) -> Span {
+    span("effects", Some(id))
 }
 
 pub(crate) fn reopen(id: TaskId, request: &ReopenRequest) -> Checked {

@@ -43,6 +43,7 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use tracing::Instrument;
 
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::{Failure, StopReason};
@@ -91,6 +92,14 @@ pub trait Backend: Send + Sync {
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>>;
     /// [`TaskStore::attempts`], on validated input.
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>>;
+    /// [`TaskStore::begin_effect`], on validated input: decide with
+    /// [`rules::begin_effect`] under the fence.
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>>;
+    /// [`TaskStore::finish_effect`], on validated input: decide with
+    /// [`rules::finish_effect`] under the fence.
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>>;
+    /// [`TaskStore::effects`], on validated input.
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>>;
     /// [`TaskStore::reopen`], on validated input.
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>>;
     /// [`TaskStore::due`], on validated input.
@@ -198,6 +207,20 @@ impl<B: Backend + ?Sized> TaskStore for B {
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
         Backend::attempts(self, id).instrument(entry::attempts(id)).await
+    }
+
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        let span = entry::begin_effect(lease, name)?;
+        Backend::begin_effect(self, lease, name).instrument(span).await
+    }
+
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        let span = entry::finish_effect(lease, name, &outcome)?;
+        Backend::finish_effect(self, lease, name, outcome).instrument(span).await
+    }
+
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
+        Backend::effects(self, id).instrument(entry::effects(id)).await
     }
 
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {

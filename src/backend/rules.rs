@@ -10,8 +10,10 @@
 use time::OffsetDateTime;
 
 use super::{Plan, jitter_unit};
-use crate::policy::{AcceptanceRule, Failure, RetryPolicy, StopReason};
-use crate::store::{Claim, ClaimNext, Fenced, Rejection};
+use crate::effect::{Effect, EffectOutcome, EffectStart, EffectState};
+use crate::error::InvalidInput;
+use crate::policy::{AcceptanceRule, Failure, OnAmbiguous, RetryPolicy, StopReason};
+use crate::store::{Claim, ClaimNext, Fenced, Lease, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
 /// What a claim of `task` at `now` must do.
@@ -356,4 +358,115 @@ pub fn reopened(task: &mut Task, now: OffsetDateTime, policy: RetryPolicy) {
     task.budget_started_at = now;
     task.expires_at = now + retention;
     task.policy = policy;
+}
+
+/// What a [`begin_effect`](crate::TaskStore::begin_effect) of `lease` must do,
+/// once the fence passed.
+///
+/// ```
+/// use taskfence::backend::rules::{begin_effect, BeginEffectRule};
+/// # fn f(lease: &taskfence::Lease, recorded: Option<&taskfence::effect::Effect>) {
+/// match begin_effect(recorded, lease, "notify-user", time::OffsetDateTime::now_utc()) {
+///     BeginEffectRule::Write { effect, start } => { /* store `effect` if the record is still `recorded`, answer `start` */ }
+///     BeginEffectRule::Answer(start) => { /* write nothing */ }
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub enum BeginEffectRule {
+    /// Store `effect` in place of the record read (only if that record is
+    /// unchanged: same state and version, or still absent), then answer `start`.
+    Write {
+        /// The record to store.
+        effect: Effect,
+        /// The answer once it is stored.
+        start: EffectStart,
+    },
+    /// Write nothing and answer this.
+    Answer(EffectStart),
+}
+
+/// Decides a [`begin_effect`](crate::TaskStore::begin_effect) from the
+/// effect's record (`None`: never begun): nothing recorded or a certain
+/// failure → record the intent, call; done → skip; this assignment's own
+/// intent → call again (the worker knows what its call did); an earlier
+/// assignment's intent with no outcome → ambiguous, by the task's
+/// [`OnAmbiguous`] policy: record a new intent and call with the same key
+/// (counted in [`Effect::ambiguous`]), or stop, writing nothing.
+pub fn begin_effect(recorded: Option<&Effect>, lease: &Lease, name: &str, now: OffsetDateTime) -> BeginEffectRule {
+    let version = lease.version();
+    let intend = |ambiguous: Option<Box<Effect>>| {
+        let mut effect = Effect::intended(lease.task_id(), name, version, lease.attempt(), now);
+        if let Some(earlier) = recorded {
+            effect.created_at = earlier.created_at;
+            effect.ambiguous = earlier.ambiguous + u32::from(ambiguous.is_some());
+        }
+        let start = EffectStart::Call {
+            key: effect.key.clone(),
+            ambiguous,
+        };
+        BeginEffectRule::Write { effect, start }
+    };
+    let Some(earlier) = recorded else {
+        return intend(None);
+    };
+    match earlier.state {
+        EffectState::Done => BeginEffectRule::Answer(EffectStart::Done(Box::new(earlier.clone()))),
+        EffectState::Failed => intend(None),
+        EffectState::Intended if earlier.version >= version => BeginEffectRule::Answer(EffectStart::Call {
+            key: earlier.key.clone(),
+            ambiguous: None,
+        }),
+        EffectState::Intended => match lease.task().policy.on_ambiguous {
+            OnAmbiguous::Retry => intend(Some(Box::new(earlier.clone()))),
+            OnAmbiguous::Stop => BeginEffectRule::Answer(EffectStart::Stop(Box::new(earlier.clone()))),
+        },
+    }
+}
+
+/// What a [`finish_effect`](crate::TaskStore::finish_effect) of `lease` must
+/// do, once the fence passed.
+#[derive(Debug)]
+pub enum FinishEffectRule {
+    /// Store this settled record in place of the intent read (only if that
+    /// intent is unchanged), and answer it.
+    Write(Effect),
+    /// Write nothing and answer this record: the same assignment settled it
+    /// already (a repeated call, e.g. after a lost answer), and the first
+    /// outcome stands.
+    Answer(Effect),
+}
+
+/// Decides a [`finish_effect`](crate::TaskStore::finish_effect): only the
+/// assignment that recorded the intent settles it, once.
+///
+/// ```
+/// use taskfence::backend::rules::finish_effect;
+/// use taskfence::effect::EffectOutcome;
+/// use taskfence::error::InvalidInput;
+/// # fn f(lease: &taskfence::Lease) {
+/// let never_begun = finish_effect(None, lease, "notify-user", &EffectOutcome::done("m-1"), time::OffsetDateTime::now_utc());
+/// assert!(matches!(never_begun, Err(InvalidInput::EffectNotBegun { .. })));
+/// # }
+/// ```
+pub fn finish_effect(
+    recorded: Option<&Effect>,
+    lease: &Lease,
+    name: &str,
+    outcome: &EffectOutcome,
+    now: OffsetDateTime,
+) -> Result<FinishEffectRule, InvalidInput> {
+    match recorded {
+        Some(effect) if effect.version == lease.version() => {
+            if effect.state != EffectState::Intended {
+                return Ok(FinishEffectRule::Answer(effect.clone()));
+            }
+            let mut settled = effect.clone();
+            outcome.apply(&mut settled, now);
+            Ok(FinishEffectRule::Write(settled))
+        }
+        _ => Err(InvalidInput::EffectNotBegun {
+            effect: name.to_owned(),
+        }),
+    }
 }

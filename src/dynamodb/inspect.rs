@@ -217,6 +217,7 @@ impl InspectBackend for DynamoStore {
             attempts: Vec::new(),
             reopenings: Vec::new(),
             handoffs: Vec::new(),
+            effects: Vec::new(),
         };
         for found in &items {
             let sk = sort_key(found);

@@ -18,6 +18,7 @@ use tracing::Instrument;
 use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule};
 use crate::backend::{Backend, entry, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, InvalidInput, Result};
 use crate::limits;
 use crate::policy::{AcceptanceRule, Failure};
@@ -838,6 +839,21 @@ impl Backend for DynamoStore {
 
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
         self.reopen_task(id, request).await
+    }
+
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        let _ = (lease, name);
+        todo!("dynamodb effects")
+    }
+
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        let _ = (lease, name, outcome);
+        todo!("dynamodb effects")
+    }
+
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
+        let _ = id;
+        todo!("dynamodb effects")
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {

@@ -110,6 +110,12 @@ const FILES: &[File] = &[
         sql: include_str!("../../migrations/0008_trace_context.sql"),
         notes: &[],
     },
+    File {
+        version: 9,
+        description: "the effect journal",
+        sql: include_str!("../../migrations/0009_effects.sql"),
+        notes: &[],
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

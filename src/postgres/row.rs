@@ -7,6 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::postgres::types::PgInterval;
 use time::OffsetDateTime;
 
+use crate::effect::{Effect, EffectState};
 use crate::inspect::{Handoff, Story};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
@@ -198,10 +199,92 @@ pub(crate) fn story(row: &PgRow) -> Result<Story, sqlx::Error> {
             published_at,
         })
         .collect();
+    let e_name: Vec<String> = array(row, "e_name")?;
+    let e_state: Vec<String> = array(row, "e_state")?;
+    let e_version: Vec<i64> = array(row, "e_version")?;
+    let e_attempt: Vec<i32> = array(row, "e_attempt")?;
+    let e_reference: Vec<Option<String>> = array(row, "e_reference")?;
+    let e_error: Vec<Option<String>> = array(row, "e_error")?;
+    let e_ambiguous: Vec<i32> = array(row, "e_ambiguous")?;
+    let e_created_at: Vec<time::OffsetDateTime> = array(row, "e_created_at")?;
+    let e_intended_at: Vec<time::OffsetDateTime> = array(row, "e_intended_at")?;
+    let e_settled_at: Vec<Option<time::OffsetDateTime>> = array(row, "e_settled_at")?;
+    let mut effects = Vec::with_capacity(e_name.len());
+    for i in 0..e_name.len() {
+        effects.push(effect_of(EffectColumns {
+            task_id: task.id,
+            name: &e_name[i],
+            state: &e_state[i],
+            version: e_version[i],
+            attempt: e_attempt[i],
+            reference: e_reference[i].clone(),
+            error: e_error[i].clone(),
+            ambiguous: e_ambiguous[i],
+            created_at: e_created_at[i],
+            intended_at: e_intended_at[i],
+            settled_at: e_settled_at[i],
+        })?);
+    }
     Ok(Story {
         task,
         attempts,
         reopenings,
         handoffs,
+        effects,
     })
+}
+
+/// One `effects` row's columns, as read.
+struct EffectColumns<'a> {
+    task_id: TaskId,
+    name: &'a str,
+    state: &'a str,
+    version: i64,
+    attempt: i32,
+    reference: Option<String>,
+    error: Option<String>,
+    ambiguous: i32,
+    created_at: time::OffsetDateTime,
+    intended_at: time::OffsetDateTime,
+    settled_at: Option<time::OffsetDateTime>,
+}
+
+fn effect_of(c: EffectColumns<'_>) -> Result<Effect, sqlx::Error> {
+    let mut effect = Effect::intended(
+        c.task_id,
+        c.name,
+        u64::try_from(c.version).map_err(|_| corrupt("effects.version", c.version))?,
+        u32::try_from(c.attempt).map_err(|_| corrupt("effects.attempt", c.attempt))?,
+        c.intended_at,
+    );
+    effect.state = EffectState::parse(c.state).ok_or_else(|| corrupt("effects.state", c.state))?;
+    effect.reference = c.reference;
+    effect.error = c.error;
+    effect.ambiguous = u32::try_from(c.ambiguous).map_err(|_| corrupt("effects.ambiguous", c.ambiguous))?;
+    effect.created_at = c.created_at;
+    effect.settled_at = c.settled_at;
+    Ok(effect)
+}
+
+/// An `effects` row (`SELECT *`), or `None` when its columns are null (the
+/// outer join of `effect_read` found no record).
+pub(crate) fn effect(row: &PgRow) -> Result<Option<Effect>, sqlx::Error> {
+    let Some(task_id) = row.try_get::<Option<uuid::Uuid>, _>("task_id")? else {
+        return Ok(None);
+    };
+    let (name, state): (String, String) = (row.try_get("name")?, row.try_get("state")?);
+    effect_of(EffectColumns {
+        task_id: TaskId::from_uuid(task_id),
+        name: &name,
+        state: &state,
+        version: row.try_get("version")?,
+        attempt: row.try_get("attempt")?,
+        reference: row.try_get("reference")?,
+        error: row.try_get("error")?,
+        ambiguous: row.try_get("ambiguous")?,
+        created_at: row.try_get("created_at")?,
+        intended_at: row.try_get("intended_at")?,
+        settled_at: row.try_get("settled_at")?,
+    })
+    .map(Some)
 }

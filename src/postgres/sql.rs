@@ -73,6 +73,9 @@ pub(crate) struct Statements {
     pub(crate) cancel: Sql,
     pub(crate) record_operation: Sql,
     pub(crate) fence: Sql,
+    pub(crate) effect_read: Sql,
+    pub(crate) effect_write: Sql,
+    pub(crate) effects: Sql,
     pub(crate) attempts: Sql,
     pub(crate) due: Sql,
     pub(crate) purge_expired: Sql,
@@ -194,6 +197,9 @@ impl Statements {
             ("cancel", self.cancel.as_str()),
             ("record_operation", self.record_operation.as_str()),
             ("fence", self.fence.as_str()),
+            ("effect_read", self.effect_read.as_str()),
+            ("effect_write", self.effect_write.as_str()),
+            ("effects", self.effects.as_str()),
             ("attempts", self.attempts.as_str()),
             ("due", self.due.as_str()),
             ("purge_expired", self.purge_expired.as_str()),
@@ -649,12 +655,48 @@ impl Statements {
             // that keeps a share lock on the row until the caller's
             // transaction ends: a claim (a takeover), a cancel or another
             // worker's save waits for it, so the caller's own writes in that
-            // transaction commit only under this lease.
+            // transaction commit only under this lease. The guard is the
+            // locking read's own condition: should a claim be writing the
+            // row, the read waits for it and checks the row it wrote, not
+            // the statement's older snapshot.
             fence: Sql::from(format!(
-                "WITH locked AS MATERIALIZED (SELECT id FROM {s}.tasks WHERE id = $1 FOR SHARE)
-                 SELECT version FROM {s}.tasks
-                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()"
+                "SELECT version FROM {s}.tasks
+                 WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 FOR SHARE"
             )),
+            // $1 id, $2 version, $3 effect name. The effect's record (all
+            // nulls when there is none) and the store clock, if the lease
+            // passes the fence; no row otherwise. Not locking: the write
+            // that follows is fenced itself and conditional on this record.
+            effect_read: Sql::from(format!(
+                "SELECT {s}.store_clock() AS store_now, e.*
+                 FROM {s}.tasks AS t LEFT JOIN {s}.effects AS e ON e.task_id = t.id AND e.name = $3
+                 WHERE t.id = $1 AND t.version = $2 AND t.status = 'running' AND t.lease_until > {s}.store_clock()"
+            )),
+            // $1 id, $2 version, $3 name, $4 state, $5 attempt, $6 reference,
+            // $7 error, $8 ambiguous, $9 created_at, $10 intended_at,
+            // $11 settled_at; $12/$13 the state and version of the record
+            // the decision read (null: none). Fenced as `fence` (the share
+            // lock lasts until the statement commits, so a takeover waits
+            // for it) and conditional on the record being the one read: no
+            // row when either changed, and the caller reads again.
+            effect_write: Sql::from(format!(
+                "WITH fence AS MATERIALIZED (
+                     SELECT id FROM {s}.tasks
+                     WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                     FOR SHARE)
+                 INSERT INTO {s}.effects AS e
+                     (task_id, name, state, version, attempt, reference, error, ambiguous, created_at, intended_at, settled_at)
+                 SELECT id, $3, $4, $2, $5, $6, $7, $8, $9, $10, $11 FROM fence
+                 ON CONFLICT (task_id, name) DO UPDATE
+                 SET (state, version, attempt, reference, error, ambiguous, created_at, intended_at, settled_at) =
+                     (EXCLUDED.state, EXCLUDED.version, EXCLUDED.attempt, EXCLUDED.reference, EXCLUDED.error,
+                      EXCLUDED.ambiguous, EXCLUDED.created_at, EXCLUDED.intended_at, EXCLUDED.settled_at)
+                 WHERE e.state = $12 AND e.version = $13
+                 RETURNING e.task_id"
+            )),
+            // $1 id: the task's effect journal, by name (the primary key's order).
+            effects: Sql::from(format!("SELECT * FROM {s}.effects WHERE task_id = $1 ORDER BY name")),
             record_operation: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET attempt_operation_id = $3
@@ -695,7 +737,9 @@ impl Statements {
                  purged_attempts AS (
                      DELETE FROM {s}.attempts WHERE task_id = ANY (ARRAY(SELECT id FROM expired))),
                  purged_handoffs AS (
-                     DELETE FROM {s}.handoffs WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
+                     DELETE FROM {s}.handoffs WHERE task_id = ANY (ARRAY(SELECT id FROM expired))),
+                 purged_effects AS (
+                     DELETE FROM {s}.effects WHERE task_id = ANY (ARRAY(SELECT id FROM expired)))
                  DELETE FROM {s}.tasks
                  WHERE id = ANY (ARRAY(SELECT id FROM expired))"
             )),
@@ -862,10 +906,10 @@ impl Statements {
             )),
             // $1 scope: an index-only scan of that scope in `tasks_scope_id`.
             counts_scope: Sql::from(format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status")),
-            // $1 id. The task and its attempts, reopenings and handoffs in one
+            // $1 id. The task and its attempts, reopenings, handoffs and effects in one
             // row (one snapshot): each child table as arrays, oldest first.
             story: Sql::from(format!(
-                "SELECT {cols}, a.*, r.*, h.*
+                "SELECT {cols}, a.*, r.*, h.*, e.*
                  FROM {s}.tasks AS t
                  CROSS JOIN LATERAL (
                      SELECT array_agg(x.id ORDER BY x.number) AS a_id,
@@ -889,6 +933,18 @@ impl Statements {
                      SELECT array_agg(x.created_at ORDER BY x.id) AS h_created_at,
                             array_agg(x.published_at ORDER BY x.id) AS h_published_at
                      FROM {s}.handoffs AS x WHERE x.task_id = t.id) AS h
+                 CROSS JOIN LATERAL (
+                     SELECT array_agg(x.name ORDER BY x.name) AS e_name,
+                            array_agg(x.state ORDER BY x.name) AS e_state,
+                            array_agg(x.version ORDER BY x.name) AS e_version,
+                            array_agg(x.attempt ORDER BY x.name) AS e_attempt,
+                            array_agg(x.reference ORDER BY x.name) AS e_reference,
+                            array_agg(x.error ORDER BY x.name) AS e_error,
+                            array_agg(x.ambiguous ORDER BY x.name) AS e_ambiguous,
+                            array_agg(x.created_at ORDER BY x.name) AS e_created_at,
+                            array_agg(x.intended_at ORDER BY x.name) AS e_intended_at,
+                            array_agg(x.settled_at ORDER BY x.name) AS e_settled_at
+                     FROM {s}.effects AS x WHERE x.task_id = t.id) AS e
                  WHERE t.id = $1",
                 journal("t.id")
             )),

@@ -13,6 +13,7 @@ use sqlx::postgres::{PgConnection, PgPool};
 use tracing::Instrument;
 
 use crate::backend::{Backend, InspectBackend, entry};
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Page, Story, TaskQuery};
 use crate::limits;
@@ -375,6 +376,18 @@ impl Backend for PgStore {
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
         ops::attempts(&self.sql, &mut *self.acquire().await?, id).await
+    }
+
+    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+        ops::begin_effect(&self.sql, &mut *self.acquire().await?, lease, name).await
+    }
+
+    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        ops::finish_effect(&self.sql, &mut *self.acquire().await?, lease, name, &outcome).await
+    }
+
+    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
+        ops::effects(&self.sql, &mut *self.acquire().await?, id).await
     }
 
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {

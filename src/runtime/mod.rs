@@ -86,6 +86,7 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::clock::{Clock, SystemClock};
 use crate::error::InvalidInput;
 use crate::error::Result;
@@ -811,5 +812,42 @@ impl WorkContext {
     /// ```
     pub async fn record_operation(&self, operation_id: &str) -> Result<Fenced<()>> {
         self.store.record_operation(&self.lease, operation_id).await
+    }
+
+    /// Records the intent to cause external effect `name` under this
+    /// lease: [`TaskStore::begin_effect`](crate::TaskStore::begin_effect).
+    /// Call the provider with the key it hands out, then
+    /// [`finish_effect`](Self::finish_effect).
+    ///
+    /// ```
+    /// # async fn f(ctx: taskfence::runtime::WorkContext) -> taskfence::Result<()> {
+    /// use taskfence::effect::{EffectOutcome, EffectStart};
+    /// match ctx.begin_effect("notify-user").await?.into_result() {
+    ///     Ok(EffectStart::Call { key, .. }) => {
+    ///         // POST the webhook with `Idempotency-Key: {key}`, then:
+    ///         ctx.finish_effect("notify-user", EffectOutcome::done_without_reference()).await?;
+    ///     }
+    ///     Ok(EffectStart::Done(_)) => { /* an earlier attempt sent it */ }
+    ///     Ok(EffectStart::Stop(effect)) => { /* return Err(effect.ambiguous_failure()) from the work */ }
+    ///     Ok(_) => {}
+    ///     Err(rejection) => { /* the lease is gone: stop working */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_effect(&self, name: &str) -> Result<Fenced<EffectStart>> {
+        self.store.begin_effect(&self.lease, name).await
+    }
+
+    /// Records the outcome of effect `name`, begun by this attempt:
+    /// [`TaskStore::finish_effect`](crate::TaskStore::finish_effect).
+    ///
+    /// ```
+    /// # async fn f(ctx: taskfence::runtime::WorkContext) -> taskfence::Result<()> {
+    /// use taskfence::effect::EffectOutcome;
+    /// ctx.finish_effect("charge-card", EffectOutcome::done("ch_123")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn finish_effect(&self, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+        self.store.finish_effect(&self.lease, name, outcome).await
     }
 }
