@@ -55,14 +55,14 @@ use std::fmt;
 
 use time::OffsetDateTime;
 
+#[cfg(doc)]
+use crate::TaskStore;
 use crate::error::InvalidInput;
 use crate::limits;
 use crate::policy::Failure;
 #[cfg(doc)]
 use crate::policy::OnAmbiguous;
 use crate::task::TaskId;
-#[cfg(doc)]
-use crate::TaskStore;
 
 /// The idempotency key of one effect of one task: `tf:<task id>:<effect name>`,
 /// the same on every attempt (and after a reopening), so a provider that
@@ -78,7 +78,11 @@ use crate::TaskStore;
 /// assert_eq!(key, EffectKey::new(task, "notify-user"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(transparent))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct EffectKey(String);
 
 impl EffectKey {
@@ -114,7 +118,11 @@ impl fmt::Display for EffectKey {
 /// assert_eq!(EffectState::Done.as_str(), "done");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "snake_case"))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum EffectState {
     /// An attempt is about to call (or called) the provider; no outcome yet.
@@ -329,7 +337,9 @@ impl EffectOutcome {
     /// ```
     pub fn validate(&self) -> Result<(), InvalidInput> {
         match self {
-            EffectOutcome::Done { reference: Some(r) } => limits::check_text("reference", r, limits::MAX_OPERATION_ID_LEN),
+            EffectOutcome::Done { reference: Some(r) } => {
+                limits::check_text("reference", r, limits::MAX_OPERATION_ID_LEN)
+            }
             EffectOutcome::Done { reference: None } => Ok(()),
             EffectOutcome::Failed { message } => limits::check_free_text("message", message),
         }

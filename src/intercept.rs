@@ -176,7 +176,12 @@ pub trait Intercept: Send + Sync {
         inner.attempts(id).await
     }
     /// [`TaskStore::begin_effect`]; forwards to `inner` unless overridden.
-    async fn begin_effect(&self, inner: &dyn TaskStore, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
+    async fn begin_effect(
+        &self,
+        inner: &dyn TaskStore,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<Fenced<EffectStart>> {
         inner.begin_effect(lease, name).await
     }
     /// [`TaskStore::finish_effect`]; forwards to `inner` unless overridden.
@@ -504,7 +509,9 @@ impl Outcome for Fenced<EffectStart> {
     fn summary(&self) -> (&'static str, Option<&'static str>) {
         match self {
             Fenced::Accepted(EffectStart::Call { ambiguous: None, .. }) => ("accepted", Some("call")),
-            Fenced::Accepted(EffectStart::Call { ambiguous: Some(_), .. }) => ("accepted", Some("call_ambiguous")),
+            Fenced::Accepted(EffectStart::Call {
+                ambiguous: Some(_), ..
+            }) => ("accepted", Some("call_ambiguous")),
             Fenced::Accepted(EffectStart::Done(_)) => ("accepted", Some("done")),
             Fenced::Accepted(EffectStart::Stop(_)) => ("accepted", Some("stop")),
             Fenced::Rejected(r) => ("rejected", Some(r.label())),
@@ -839,7 +846,12 @@ impl<S: Inner + ?Sized, I: Intercept> TaskStore for Intercepted<S, I> {
             .around(Call::new("begin_effect").lease(lease), Box::pin(run))
             .await
     }
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
         let hooks = &self.interceptor;
         let run = hooks.finish_effect(self.inner.store(), lease, name, outcome);
         hooks

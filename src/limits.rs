@@ -113,7 +113,10 @@ pub fn check_effect_name(name: &str) -> Result<(), InvalidInput> {
         return Err(InvalidInput::Blank { field: "effect" });
     }
     check_len("effect", name.len(), MAX_EFFECT_NAME_LEN)?;
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
         return Err(InvalidInput::NotAllowed {
             field: "effect",
             allowed: "ASCII letters, digits, '-', '_' and '.'",

@@ -87,7 +87,30 @@ impl MemoryStore {
         }
     }
 
-    /// Number of records held (tasks, attempts and reopenings): what "nothing was written" is checked against.
+    /// Runs `write` — a change to the application's own state — only if
+    /// `lease` passes the fence (current version, task running, lease live
+    /// on the store's clock), while the store holds its lock: no takeover,
+    /// cancel or save can come between the check and the write. The
+    /// embedded counterpart of PostgreSQL's `PgStore::on(&mut tx).fence` and
+    /// DynamoDB's fence item.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// # use std::time::Duration;
+    /// # use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// # let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+    /// # let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { unreachable!() };
+    /// let mut index = std::collections::BTreeMap::new();
+    /// let written = store.fenced_write(&lease, || index.insert("doc-1", "entry"))?;
+    /// assert!(written.is_accepted());
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced_write<T>(&self, lease: &Lease, write: impl FnOnce() -> T) -> Result<Fenced<T>> {
+        self.fenced(lease, |_, _| write())
+    }
+
+    /// Number of records held (tasks, attempts, reopenings and effects): what "nothing was written" is checked against.
     ///
     /// ```
     /// assert_eq!(taskfence::MemoryStore::new().record_count(), 0);
@@ -96,7 +119,8 @@ impl MemoryStore {
         let state = self.lock();
         let attempts: usize = state.attempts.values().map(Vec::len).sum();
         let reopenings: usize = state.reopenings.values().map(Vec::len).sum();
-        (state.tasks.len() + attempts + reopenings) as u64
+        let effects: usize = state.effects.values().map(BTreeMap::len).sum();
+        (state.tasks.len() + attempts + reopenings + effects) as u64
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -416,7 +440,12 @@ impl Backend for MemoryStore {
         })
     }
 
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
         let settled = self.fenced(lease, |state, now| {
             let journal = state.effects.entry(lease.task_id()).or_default();
             match rules::finish_effect(journal.get(name), lease, name, &outcome, now)? {

@@ -123,7 +123,12 @@ pub trait TaskStore: Send + Sync {
     /// superseded or expired lease records nothing. Settling an effect this
     /// assignment did not begin is [`InvalidInput::EffectNotBegun`]; settling
     /// it twice answers the first outcome.
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>>;
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>>;
 
     /// The task's effects, by name.
     async fn effects(&self, id: TaskId) -> Result<Vec<Effect>>;

@@ -97,7 +97,12 @@ pub trait Backend: Send + Sync {
     async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>>;
     /// [`TaskStore::finish_effect`], on validated input: decide with
     /// [`rules::finish_effect`] under the fence.
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>>;
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>>;
     /// [`TaskStore::effects`], on validated input.
     async fn effects(&self, id: TaskId) -> Result<Vec<Effect>>;
     /// [`TaskStore::reopen`], on validated input.
@@ -214,9 +219,16 @@ impl<B: Backend + ?Sized> TaskStore for B {
         Backend::begin_effect(self, lease, name).instrument(span).await
     }
 
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
         let span = entry::finish_effect(lease, name, &outcome)?;
-        Backend::finish_effect(self, lease, name, outcome).instrument(span).await
+        Backend::finish_effect(self, lease, name, outcome)
+            .instrument(span)
+            .await
     }
 
     async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {

@@ -393,7 +393,12 @@ pub enum BeginEffectRule {
 /// assignment's intent with no outcome → ambiguous, by the task's
 /// [`OnAmbiguous`] policy: record a new intent and call with the same key
 /// (counted in [`Effect::ambiguous`]), or stop, writing nothing.
-pub fn begin_effect(recorded: Option<&Effect>, lease: &Lease, name: &str, now: OffsetDateTime) -> BeginEffectRule {
+pub fn begin_effect(
+    recorded: Option<&Effect>,
+    lease: &Lease,
+    name: &str,
+    now: OffsetDateTime,
+) -> BeginEffectRule {
     let version = lease.version();
     let intend = |ambiguous: Option<Box<Effect>>| {
         let mut effect = Effect::intended(lease.task_id(), name, version, lease.attempt(), now);

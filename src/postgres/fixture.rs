@@ -13,8 +13,8 @@ use sqlx::{ConnectOptions, Connection, Row};
 
 use crate::inspect::Inspect;
 use crate::postgres::PgStore;
-use crate::store::TaskStore;
-use crate::testing::{Fixture, InspectFixture};
+use crate::store::{Fenced, Lease, TaskStore};
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture};
 
 /// Schemas created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -213,7 +213,8 @@ impl Fixture for PgFixture {
         let s = self.schema();
         let n: i64 = sqlx::query(AssertSqlSafe(format!(
             "SELECT (SELECT count(*) FROM \"{s}\".tasks) + (SELECT count(*) FROM \"{s}\".attempts)
-                  + (SELECT count(*) FROM \"{s}\".handoffs) + (SELECT count(*) FROM \"{s}\".reopenings)"
+                  + (SELECT count(*) FROM \"{s}\".handoffs) + (SELECT count(*) FROM \"{s}\".reopenings)
+                  + (SELECT count(*) FROM \"{s}\".effects)"
         )))
         .fetch_one(self.store.pool())
         .await
@@ -226,6 +227,44 @@ impl Fixture for PgFixture {
 impl InspectFixture for PgFixture {
     fn inspector(&self) -> Arc<dyn Inspect> {
         Arc::new(self.store.clone())
+    }
+}
+
+/// The application's rows live in `app_rows` of the fixture's schema,
+/// written in one transaction with [`fence`](crate::postgres::OnConnection::fence):
+/// the row goes first, so a refused fence shows the rollback.
+#[async_trait]
+impl FencedWritesFixture for PgFixture {
+    async fn write_fenced(&self, lease: &Lease, row: &str) -> crate::Result<Fenced<()>> {
+        let s = self.schema();
+        let db = crate::Error::storage;
+        sqlx::query(AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS \"{s}\".app_rows (row text NOT NULL)"
+        )))
+        .execute(self.store.pool())
+        .await
+        .map_err(db)?;
+        let mut tx = self.store.pool().begin().await.map_err(db)?;
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO \"{s}\".app_rows (row) VALUES ($1)"
+        )))
+        .bind(row)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+        let fenced = self.store.on(&mut tx).fence(lease).await?;
+        if fenced.is_accepted() {
+            tx.commit().await.map_err(db)?;
+        }
+        Ok(fenced)
+    }
+
+    async fn rows(&self) -> Vec<String> {
+        let s = self.schema();
+        sqlx::query_scalar(AssertSqlSafe(format!("SELECT row FROM \"{s}\".app_rows")))
+            .fetch_all(self.store.pool())
+            .await
+            .unwrap_or_default()
     }
 }
 

@@ -580,7 +580,11 @@ async fn effect_step<T: Send>(
             .bind(effect.intended_at)
             .bind(effect.settled_at)
             .bind(recorded.as_ref().map(|r| r.state.as_str()))
-            .bind(recorded.as_ref().map(|r| i64::try_from(r.version).unwrap_or(i64::MAX)))
+            .bind(
+                recorded
+                    .as_ref()
+                    .map(|r| i64::try_from(r.version).unwrap_or(i64::MAX)),
+            )
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;

@@ -382,7 +382,12 @@ impl Backend for PgStore {
         ops::begin_effect(&self.sql, &mut *self.acquire().await?, lease, name).await
     }
 
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
         ops::finish_effect(&self.sql, &mut *self.acquire().await?, lease, name, &outcome).await
     }
 

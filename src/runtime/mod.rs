@@ -86,8 +86,8 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::clock::{Clock, SystemClock};
+use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::InvalidInput;
 use crate::error::Result;
 use crate::policy::Failure;

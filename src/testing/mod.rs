@@ -32,8 +32,9 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::inspect::Inspect;
 use crate::memory::MemoryStore;
-use crate::store::TaskStore;
+use crate::store::{Fenced, Lease, TaskStore};
 
+pub mod chaos;
 mod kit;
 pub mod model;
 pub mod scenarios;
@@ -88,6 +89,8 @@ pub trait Fixture: Send + Sync {
 pub struct MemoryFixture {
     store: MemoryStore,
     clock: ManualClock,
+    /// The application's own rows, for [`FencedWritesFixture`].
+    rows: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl MemoryFixture {
@@ -97,6 +100,7 @@ impl MemoryFixture {
         Self {
             store: MemoryStore::with_clock(clock.clone()),
             clock,
+            rows: Arc::default(),
         }
     }
 
@@ -184,6 +188,14 @@ macro_rules! __conformance_suite {
             bad_reopen_requests_are_refused_and_write_nothing,
             reopen_restarts_exactly_the_configured_retention,
             reopen_can_change_only_max_attempts,
+            every_attempt_gets_the_same_effect_key,
+            a_done_effect_is_skipped_by_later_attempts,
+            an_intent_without_outcome_is_retried_under_the_retry_policy,
+            an_intent_without_outcome_stops_under_the_stop_policy,
+            only_a_current_lease_records_an_effect,
+            bad_effect_calls_are_refused_and_write_nothing,
+            effects_are_purged_with_their_task,
+            killed_workers_cause_no_silent_duplicate_effects,
             claim_next_hands_out_due_tasks_oldest_first,
             claim_next_skips_tasks_that_need_no_worker,
             claim_next_fails_a_spent_budget_instead,
@@ -220,6 +232,40 @@ pub trait InspectFixture: Fixture {
 impl InspectFixture for MemoryFixture {
     fn inspector(&self) -> Arc<dyn Inspect> {
         Arc::new(self.store.clone())
+    }
+}
+
+/// A [`Fixture`] that can make the application's own write under the
+/// store's fence: one row written in one transaction with the backend's
+/// lease check (`PgStore::on(&mut tx).fence`, DynamoDB's fence item,
+/// [`MemoryStore::fenced_write`]), for
+/// [`own_writes_commit_only_under_a_current_lease`](scenarios::own_writes_commit_only_under_a_current_lease).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use taskfence::testing::{FencedWritesFixture, MemoryFixture};
+/// assert!(MemoryFixture::new().rows().await.is_empty());
+/// # }
+/// ```
+#[async_trait]
+pub trait FencedWritesFixture: Fixture {
+    /// Writes the application row `row` together with the fence of
+    /// `lease`: the row is committed only if the fence accepts.
+    async fn write_fenced(&self, lease: &Lease, row: &str) -> crate::Result<Fenced<()>>;
+
+    /// The application rows committed so far.
+    async fn rows(&self) -> Vec<String>;
+}
+
+#[async_trait]
+impl FencedWritesFixture for MemoryFixture {
+    async fn write_fenced(&self, lease: &Lease, row: &str) -> crate::Result<Fenced<()>> {
+        self.store
+            .fenced_write(lease, || self.rows.lock().expect("rows").push(row.to_owned()))
+    }
+
+    async fn rows(&self) -> Vec<String> {
+        self.rows.lock().expect("rows").clone()
     }
 }
 

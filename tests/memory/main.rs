@@ -2,5 +2,6 @@
 //! binary.
 
 mod conformance;
+mod effects;
 mod inspection;
 mod model;

@@ -4,3 +4,11 @@
 use crate::common;
 
 taskfence::testing::conformance_suite!(common::fixture());
+
+/// The application's own writes under the fence: `PgStore::on(&mut tx).fence`
+/// in the application's transaction.
+#[tokio::test]
+async fn own_writes_commit_only_under_a_current_lease() {
+    taskfence::testing::scenarios::own_writes_commit_only_under_a_current_lease(&common::fixture().await)
+        .await;
+}

@@ -447,3 +447,46 @@ async fn write(tx: &mut sqlx::PgConnection, progress: &str, worker: &str, step: 
     .await
     .unwrap();
 }
+
+/// A fence, or an effect's fenced write, that has to wait for a cancel
+/// holding the task's row checks the row the cancel wrote, not the older
+/// snapshot its statement started from: refused, and nothing recorded.
+#[tokio::test]
+async fn a_fence_waiting_behind_a_cancel_checks_the_row_the_cancel_wrote() {
+    let f = common::fixture().await;
+    let pg = f.pg_store().clone();
+    for (n, check) in ["fence", "begin_effect"].into_iter().enumerate() {
+        let task = pg.submit(new_task(&format!("k{n}"))).await.unwrap().into_task();
+        let lease = acquire(&pg, task.id, "worker", LEASE).await;
+        let mut cancelling = pg.pool().begin().await.unwrap();
+        assert!(
+            pg.on(&mut cancelling)
+                .cancel(task.id, "operator")
+                .await
+                .unwrap()
+                .is_accepted()
+        );
+        let checking = {
+            let (pg, lease) = (pg.clone(), lease.clone());
+            tokio::spawn(async move {
+                if check == "fence" {
+                    let mut tx = pg.pool().begin().await.unwrap();
+                    pg.on(&mut tx).fence(&lease).await.unwrap()
+                } else {
+                    pg.begin_effect(&lease, "notify-user").await.unwrap().map(|_| ())
+                }
+            })
+        };
+        common::wait_until_blocked(&f, "FOR SHARE").await;
+        cancelling.commit().await.unwrap();
+        assert_eq!(
+            checking.await.unwrap().rejection(),
+            Some(&Rejection::NotRunning(Status::Cancelled)),
+            "{check}"
+        );
+        assert!(
+            pg.effects(task.id).await.unwrap().is_empty(),
+            "{check}: nothing recorded"
+        );
+    }
+}

@@ -8,6 +8,7 @@ mod common;
 mod bad_input;
 mod conformance;
 mod dispatcher;
+mod effects;
 mod fencing;
 mod inspection;
 mod lease_expiry;

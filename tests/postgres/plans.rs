@@ -149,7 +149,7 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
              300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day', 'current_assignment', true, NULL"
                 .into(),
         ),
-        "get" | "read" | "attempts" => ("uuid", id),
+        "get" | "read" | "attempts" | "effects" => ("uuid", id),
         "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
         "claim" | "claim_fresh" => (
             "uuid, uuid, interval, text, text, text",
@@ -165,6 +165,11 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         "cancel" => ("uuid, text", format!("{id}, 'user deleted it'")),
         "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
         "fence" => ("uuid, int8", format!("{id}, 1")),
+        "effect_read" => ("uuid, int8, text", format!("{id}, 1, 'notify-user'")),
+        "effect_write" => (
+            "uuid, int8, text, text, int4, text, text, int4, timestamptz, timestamptz, timestamptz, text, int8",
+            format!("{id}, 1, 'notify-user', 'intended', 1, NULL, NULL, 0, now(), now(), NULL, NULL, NULL"),
+        ),
         "due" | "purge_expired" | "claim_handoffs" => ("int8", "100".into()),
         "mark_published" => ("int8[]", "'{1,2,3}'".into()),
         "claim_many" => (
@@ -250,7 +255,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("current_assignment")
             .bind(true)
             .bind(None::<String>),
-        "get" | "read" | "attempts" => q.bind(id),
+        "get" | "read" | "attempts" | "effects" => q.bind(id),
         "find" => q.bind("scope-1").bind("chat.reply").bind("key-1"),
         "claim" | "claim_fresh" => q
             .bind(id)
@@ -273,6 +278,21 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "cancel" => q.bind(id).bind("user deleted it"),
         "record_operation" => q.bind(id).bind(1_i64).bind("op-1"),
         "fence" => q.bind(id).bind(1_i64),
+        "effect_read" => q.bind(id).bind(1_i64).bind("notify-user"),
+        "effect_write" => q
+            .bind(id)
+            .bind(1_i64)
+            .bind("notify-user")
+            .bind("intended")
+            .bind(1_i32)
+            .bind(None::<String>)
+            .bind(None::<String>)
+            .bind(0_i32)
+            .bind(time::OffsetDateTime::now_utc())
+            .bind(time::OffsetDateTime::now_utc())
+            .bind(None::<time::OffsetDateTime>)
+            .bind(None::<String>)
+            .bind(None::<i64>),
         "due" | "purge_expired" | "claim_handoffs" => q.bind(100_i64),
         "mark_published" => q.bind(vec![1_i64, 2, 3]),
         "claim_many" => q

@@ -16,6 +16,7 @@
 //! | [`batch`] | Batches decide each task as the single operation would. |
 //! | [`next`] | The store as the queue: `claim_next` hands each task that needs a worker to one caller, oldest first; `renew_many`. |
 //! | [`reopen`] | An operator's reopening: a fresh budget, old leases still fenced. |
+//! | [`effects`] | Effects beyond the response: the effect journal (one key per effect, intent and outcome fenced, ambiguity by policy) and the application's own fenced writes. |
 //! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::testing::inspection_suite)). |
 //!
 //! ```
@@ -36,6 +37,7 @@ pub mod batch;
 pub mod budget;
 pub mod claim;
 pub mod dedup;
+pub mod effects;
 pub mod fencing;
 pub mod inspection;
 pub mod lifecycle;
@@ -49,6 +51,7 @@ pub use batch::*;
 pub use budget::*;
 pub use claim::*;
 pub use dedup::*;
+pub use effects::*;
 pub use fencing::*;
 pub use inspection::*;
 pub use lifecycle::*;

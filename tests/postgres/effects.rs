@@ -1,0 +1,20 @@
+//! The chaos run of the effect journal on PostgreSQL, at a size that gives
+//! figures (printed) beside the contract's assertions.
+
+use crate::common;
+
+use taskfence::testing::chaos::{Chaos, Provider, run};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_run_kills_workers_between_the_call_and_the_completion() {
+    let f = common::fixture().await;
+    for provider in [Provider::Idempotent, Provider::IgnoresKeys] {
+        let chaos = Chaos {
+            tasks: 300,
+            ..Chaos::new(provider)
+        };
+        let report = run(&f, chaos).await;
+        println!("postgres chaos {provider:?}: {report:?}");
+        report.assert_contract(&chaos);
+    }
+}
