@@ -17,6 +17,7 @@ use std::time::Duration;
 use comfy_table::{Table, presets};
 use serde::Serialize;
 use serde_json::json;
+use taskfence::effect::EffectState;
 use taskfence::inspect::{Counts, Page, Story};
 use taskfence::postgres::{Migration, MigrationState, MigrationStatus};
 use taskfence::store::AttemptOutcome;
@@ -727,11 +728,40 @@ fn show(story: &Story, now: OffsetDateTime) -> String {
     let mut out = finish(t);
     out.push('\n');
     out.push_str(&timeline(story));
+    if !story.effects.is_empty() {
+        out.push('\n');
+        out.push_str(&effects(story));
+    }
     out
 }
 
+/// The effect journal: each effect's state, the attempt that last recorded
+/// its intent, how often a later attempt found an intent without an
+/// outcome and called again, its key, and the outcome.
+fn effects(story: &Story) -> String {
+    let mut t = table(&["EFFECT", "STATE", "ATTEMPT", "AMBIGUOUS", "KEY", "OUTCOME"]);
+    for e in &story.effects {
+        let outcome = match (e.state, &e.reference, &e.error) {
+            (EffectState::Intended, _, _) => "no outcome recorded".to_string(),
+            (_, Some(reference), _) => format!("reference {reference}"),
+            (_, None, Some(error)) => cut(&error.replace('\n', " "), 60),
+            (_, None, None) => "-".to_string(),
+        };
+        t.add_row([
+            e.name.clone(),
+            e.state.to_string(),
+            e.attempt.to_string(),
+            e.ambiguous.to_string(),
+            e.key.to_string(),
+            outcome,
+        ]);
+    }
+    finish(t)
+}
+
 /// Everything that happened, in time order: submission, handoffs,
-/// attempts (start and end), reopenings, the end.
+/// attempts (start and end), effects (the latest intent and its outcome),
+/// reopenings, the end.
 fn timeline(story: &Story) -> String {
     let task = &story.task;
     // (instant, tie-break order, event, detail)
@@ -783,6 +813,22 @@ fn timeline(story: &Story) -> String {
                 5,
                 format!("attempt #{} {}", a.number, outcome.as_str()),
                 detail,
+            ));
+        }
+    }
+    for e in &story.effects {
+        events.push((
+            e.intended_at,
+            4,
+            format!("effect {} intended", e.name),
+            format!("by attempt #{}", e.attempt),
+        ));
+        if let Some(settled) = e.settled_at {
+            events.push((
+                settled,
+                4,
+                format!("effect {} {}", e.name, e.state),
+                String::new(),
             ));
         }
     }

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{fixture, pg};
+use taskfence::effect::EffectOutcome;
 use taskfence::testing::{Fixture, acquire};
 use taskfence::{InputHash, NewTask, RequestKey, Response, RetryPolicy};
 use time::OffsetDateTime;
@@ -29,6 +30,17 @@ async fn show_prints_bytes_readably_and_the_budget_left() {
         .unwrap()
         .into_task();
     let lease = acquire(&*store, text.id, "worker-1").await;
+    assert!(
+        store
+            .begin_effect(&lease, "notify-user")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let _ = store
+        .finish_effect(&lease, "notify-user", EffectOutcome::done("delivery-7"))
+        .await
+        .unwrap();
     let _ = store
         .complete(lease, Response::from("The key decisions are …"))
         .await
@@ -48,6 +60,10 @@ async fn show_prints_bytes_readably_and_the_budget_left() {
         r#"19 bytes of text: {"message":"hello"}"#,
         "bytes of text: The key decisions are …",
         "budget left  2 attempts, deadline in 59m",
+        "effect notify-user intended",
+        "effect notify-user done",
+        "reference delivery-7",
+        &format!("tf:{}:notify-user", text.id),
     ] {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
@@ -70,11 +86,28 @@ async fn show_prints_bytes_readably_and_the_budget_left() {
     assert_eq!(task["policy"]["max_backoff"], "5m");
     assert_eq!(task["policy"]["deadline"], "1h");
     assert_eq!(task["budget"]["attempts_left"], 2);
+    let effect = &json["effects"][0];
+    assert_eq!(
+        (
+            &effect["name"],
+            &effect["state"],
+            &effect["reference"],
+            &effect["ambiguous"]
+        ),
+        (
+            &serde_json::json!("notify-user"),
+            &serde_json::json!("done"),
+            &serde_json::json!("delivery-7"),
+            &serde_json::json!(0)
+        )
+    );
+    assert_eq!(effect["key"], format!("tf:{}:notify-user", text.id));
     for instant in [
         &task["created_at"],
         &task["budget"]["deadline_at"],
         &task["finished_at"],
         &json["attempts"][0]["started_at"],
+        &json["effects"][0]["settled_at"],
     ] {
         let s = instant.as_str().unwrap_or_else(|| panic!("a string: {instant}"));
         OffsetDateTime::parse(s, &Rfc3339).unwrap_or_else(|e| panic!("{s}: {e}"));

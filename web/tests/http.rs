@@ -164,6 +164,32 @@ async fn the_task_page_draws_the_story() {
 }
 
 #[tokio::test]
+async fn the_task_page_lists_the_effect_journal() {
+    use taskfence::effect::EffectOutcome;
+    let (f, router) = memory();
+    let store = f.store();
+    let task = store
+        .submit(taskfence::testing::new_task("effects"))
+        .await
+        .unwrap()
+        .into_task();
+    let lease = taskfence::testing::acquire(&*store, task.id, "worker-1").await;
+    for name in ["notify-user", "charge-card"] {
+        assert!(store.begin_effect(&lease, name).await.unwrap().is_accepted());
+    }
+    let done = store.finish_effect(&lease, "notify-user", EffectOutcome::done("delivery-7"));
+    assert!(done.await.unwrap().is_accepted());
+    get(&router, &format!("/tasks/{}", task.id), None)
+        .await
+        .page(StatusCode::OK, "id=\"effects\"")
+        .page(StatusCode::OK, &format!("tf:{}:notify-user", task.id))
+        .page(StatusCode::OK, "delivery-7")
+        .page(StatusCode::OK, "charge-card")
+        .page(StatusCode::OK, "no outcome recorded")
+        .page(StatusCode::OK, "effect notify-user done");
+}
+
+#[tokio::test]
 async fn unknown_and_malformed_ids_are_404_and_400() {
     let (f, router) = memory();
     let task = failed(&*f.store(), "t", "a", "boom").await;

@@ -73,6 +73,7 @@ pub(crate) async fn show(
         h2 { "Timeline" }
         (strip(&story, now))
         (timeline(&ctx, &story, now))
+        (effects(&story))
         div.cols {
             section {
                 h2 { "Saved response" }
@@ -142,6 +143,38 @@ fn budget(task: &Task, now: OffsetDateTime) -> Markup {
                     }
                 }
                 dt { "Ambiguous outcome" } dd { (format!("{:?}", p.on_ambiguous).to_lowercase()) }
+            }
+        }
+    }
+}
+
+/// The effect journal: each external effect, its key, where it stands, and
+/// how often an attempt repeated its call without knowing the outcome.
+fn effects(story: &Story) -> Markup {
+    html! {
+        @if !story.effects.is_empty() {
+            h2 { "Effects" }
+            table #effects {
+                thead { tr { th { "Effect" } th { "State" } th { "Attempt" } th { "Ambiguous" } th { "Key" } th { "Outcome" } } }
+                tbody {
+                    @for e in &story.effects {
+                        tr {
+                            td { code { (e.name) } }
+                            td { (e.state.as_str()) }
+                            td { "#" (e.attempt) }
+                            td { (e.ambiguous) }
+                            td.mono { (e.key.as_str()) }
+                            td {
+                                @match (&e.reference, &e.error, e.settled_at) {
+                                    (_, _, None) => span.muted { "no outcome recorded (intent at " (html::instant(e.intended_at)) ")" },
+                                    (Some(r), _, Some(at)) => { "reference " code { (r) } " at " (html::instant(at)) },
+                                    (None, Some(err), Some(at)) => { (err) " at " (html::instant(at)) },
+                                    (None, None, Some(at)) => { "at " (html::instant(at)) },
+                                }
+                            }
+                        }
+                    }
+                }
             }
         }
     }
@@ -224,6 +257,27 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
                 @if let Some(e) = &a.error { div.detail { "error: " (e) } }
             },
         });
+    }
+    for e in &story.effects {
+        events.push(Event {
+            at: e.intended_at,
+            rank: 3,
+            class: "effect",
+            body: html! {
+                span.what { "Effect " code { (e.name) } " intended by attempt #" (e.attempt) }
+                @if e.ambiguous > 0 {
+                    div.detail { "called again " (e.ambiguous) " time(s) after an intent without an outcome" }
+                }
+            },
+        });
+        if let Some(at) = e.settled_at {
+            events.push(Event {
+                at,
+                rank: 3,
+                class: "effect",
+                body: html! { span.what { "effect " (e.name) " " (e.state.as_str()) } },
+            });
+        }
     }
     for r in &story.reopenings {
         events.push(Event {
