@@ -188,7 +188,7 @@ impl DynamoStore {
                     let items = vec![check, store.handoff_put(id, store.now())];
                     match store.transact("redispatch", items, Layout::OWN).await? {
                         Tx::Written => Ok(1u64),
-                        Tx::Refused(_) | Tx::KeyTaken(_) => Ok(0),
+                        Tx::Refused(_) | Tx::KeyTaken(_) | Tx::RecordChanged => Ok(0),
                     }
                 }
             })

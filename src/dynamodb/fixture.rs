@@ -8,13 +8,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::Select;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, Select, TransactWriteItem};
 
 use crate::clock::ManualClock;
 use crate::dynamodb::{DynamoStore, create_table};
 use crate::inspect::Inspect;
-use crate::store::TaskStore;
-use crate::testing::{Fixture, InspectFixture};
+use crate::store::{Fenced, Lease, TaskStore};
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture};
+
+/// Partition key of the application's rows of [`FencedWritesFixture`], in
+/// the fixture's own table (no index key, so the store never sees them).
+const APP_ROWS_PK: &str = "app#rows";
 
 /// Tables created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -126,7 +130,8 @@ impl DynamoFixture {
     }
 
     /// Items in the table whose sort key starts with `prefix`: `T` tasks,
-    /// `A#` attempts, `R#` reopenings, `K` dedup records (a consistent scan: a test helper,
+    /// `A#` attempts, `R#` reopenings, `H#` handoffs, `E#` effects, `K`
+    /// dedup records (a consistent scan: a test helper,
     /// never the store's path).
     ///
     /// ```no_run
@@ -153,10 +158,7 @@ impl DynamoFixture {
                 scan = scan
                     .filter_expression("begins_with(#sk, :prefix)")
                     .expression_attribute_names("#sk", crate::dynamodb::SORT_KEY)
-                    .expression_attribute_values(
-                        ":prefix",
-                        aws_sdk_dynamodb::types::AttributeValue::S(prefix.to_owned()),
-                    );
+                    .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()));
             }
             let page = scan.send().await.expect("count items");
             total += u64::try_from(page.count()).unwrap_or(0);
@@ -178,9 +180,49 @@ impl Fixture for DynamoFixture {
         self.clock.advance(by);
     }
 
-    /// Every item of the table: tasks, attempts, reopenings, dedup records.
+    /// Every item of the table: tasks, attempts, reopenings, handoffs,
+    /// effects, dedup records (and [`FencedWritesFixture`]'s rows).
     async fn record_count(&self) -> u64 {
         self.scan_count(None).await
+    }
+}
+
+/// The application's rows are items of the fixture's table
+/// (`pk = app#rows`, `sk = <row>`), written with
+/// [`with(items).write(&lease)`](crate::dynamodb::WithItems::write): one
+/// transaction, the lease's fence check and the row's put.
+#[async_trait]
+impl FencedWritesFixture for DynamoFixture {
+    async fn write_fenced(&self, lease: &Lease, row: &str) -> crate::Result<Fenced<()>> {
+        let put = Put::builder()
+            .table_name(self.table())
+            .item(
+                crate::dynamodb::PARTITION_KEY,
+                AttributeValue::S(APP_ROWS_PK.to_owned()),
+            )
+            .item(crate::dynamodb::SORT_KEY, AttributeValue::S(row.to_owned()))
+            .build()
+            .expect("table and item are set");
+        let items = vec![TransactWriteItem::builder().put(put).build()];
+        self.store.with(items).write(lease).await
+    }
+
+    async fn rows(&self) -> Vec<String> {
+        let page = self
+            .client
+            .query()
+            .table_name(self.table())
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", crate::dynamodb::PARTITION_KEY)
+            .expression_attribute_values(":pk", AttributeValue::S(APP_ROWS_PK.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("read the application's rows");
+        page.items()
+            .iter()
+            .filter_map(|row| row.get(crate::dynamodb::SORT_KEY)?.as_s().ok().cloned())
+            .collect()
     }
 }
 

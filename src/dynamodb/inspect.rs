@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
 use crate::task::{Status, Task, TaskId};
 
+use super::effect::effects_of;
 use super::item::{self, at, s};
 use super::read::{sort_key, task_id_of};
 use super::store::DynamoStore;
@@ -199,7 +200,8 @@ impl InspectBackend for DynamoStore {
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
         // The task's partition holds it all, in order: attempts (A#),
-        // handoffs (H#), reopenings (R#), the task (T). One consistent query.
+        // effects (E#, by name), handoffs (H#), reopenings (R#), the task
+        // (T). One consistent query.
         let items = self
             .query_all(
                 None,
@@ -217,7 +219,7 @@ impl InspectBackend for DynamoStore {
             attempts: Vec::new(),
             reopenings: Vec::new(),
             handoffs: Vec::new(),
-            effects: Vec::new(),
+            effects: effects_of(&items, id)?,
         };
         for found in &items {
             let sk = sort_key(found);

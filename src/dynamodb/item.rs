@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use time::OffsetDateTime;
 
+use crate::effect::{Effect, EffectKey, EffectState};
 use crate::inspect::Handoff;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
@@ -38,6 +39,10 @@ pub(crate) const HANDOFF_PREFIX: &str = "H#";
 /// outbox shares that index with the due tasks (shard `due`), under its own
 /// key value, so `due` never sees a handoff and the table needs no new index.
 pub(crate) const HANDOFF_SHARD: &str = "handoff";
+/// Sort key prefix of effect items (the journal: one per effect name of
+/// the task). `E#` sorts before `T`, so a purge's `sk < T` query of the
+/// partition takes them too.
+pub(crate) const EFFECT_PREFIX: &str = "E#";
 
 // Attribute names, once.
 pub(crate) const TASK_ID: &str = "task_id";
@@ -88,6 +93,15 @@ pub(crate) const FROM: &str = "from";
 pub(crate) const HANDOFF: &str = "handoff";
 /// On a handoff item: when the dispatcher published it (absent: pending).
 pub(crate) const PUBLISHED_AT: &str = "published_at";
+// Effect items. `state`, not `status`: `status` keys the status index,
+// which holds task items only.
+pub(crate) const NAME: &str = "name";
+pub(crate) const STATE: &str = "state";
+pub(crate) const ATTEMPT: &str = "attempt";
+pub(crate) const REFERENCE: &str = "reference";
+pub(crate) const AMBIGUOUS: &str = "ambiguous";
+pub(crate) const INTENDED_AT: &str = "intended_at";
+pub(crate) const SETTLED_AT: &str = "settled_at";
 
 /// An item that does not read back as what it should be.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +134,12 @@ pub(crate) fn attempt_sk(number: u64) -> String {
 /// Sort key of reopening `number`: zero-padded so they sort in number order.
 pub(crate) fn reopening_sk(number: u32) -> String {
     format!("{REOPENING_PREFIX}{number:010}")
+}
+
+/// Sort key of effect `name` (names are ASCII letters, digits, `-`, `_`
+/// and `.`, so they sort as `MemoryStore` and PostgreSQL sort them).
+pub(crate) fn effect_sk(name: &str) -> String {
+    format!("{EFFECT_PREFIX}{name}")
 }
 
 /// The `unclaimed` index's sort key of a task: its submission instant,
@@ -285,6 +305,53 @@ pub(crate) fn wants_handoff(task: &Item) -> bool {
 pub(crate) fn handoff(item: &Item) -> Result<Handoff, BadItem> {
     let r = Reader(item);
     Ok(Handoff::new(r.at(CREATED_AT)?, r.opt_at(PUBLISHED_AT)?))
+}
+
+/// An effect's item: the whole record, written over the one read.
+pub(crate) fn effect_item(e: &Effect) -> Item {
+    let mut item = key_of(task_pk(e.task_id), &effect_sk(&e.name));
+    for (name, value) in [
+        (NAME, s(&e.name)),
+        (STATE, s(e.state.as_str())),
+        (VERSION, n(e.version)),
+        (ATTEMPT, n(e.attempt)),
+        (AMBIGUOUS, n(e.ambiguous)),
+        (CREATED_AT, at(e.created_at)),
+        (INTENDED_AT, at(e.intended_at)),
+    ] {
+        item.insert(name.into(), value);
+    }
+    for (name, value) in [
+        (REFERENCE, e.reference.as_deref().map(s)),
+        (ERROR, e.error.as_deref().map(s)),
+        (SETTLED_AT, e.settled_at.map(at)),
+    ] {
+        if let Some(value) = value {
+            item.insert(name.into(), value);
+        }
+    }
+    item
+}
+
+/// An effect item as an [`Effect`] of task `task_id`.
+pub(crate) fn effect(item: &Item, task_id: TaskId) -> Result<Effect, BadItem> {
+    let r = Reader(item);
+    let name = r.s(NAME)?;
+    let state = r.s(STATE)?;
+    Ok(Effect {
+        task_id,
+        name: name.to_owned(),
+        key: EffectKey::new(task_id, name),
+        state: EffectState::parse(state).ok_or_else(|| BadItem(format!("unknown effect state {state}")))?,
+        version: r.n(VERSION)?,
+        attempt: r.n(ATTEMPT)?,
+        reference: r.opt_s(REFERENCE).map(str::to_owned),
+        error: r.opt_s(ERROR).map(str::to_owned),
+        ambiguous: r.n(AMBIGUOUS)?,
+        created_at: r.at(CREATED_AT)?,
+        intended_at: r.at(INTENDED_AT)?,
+        settled_at: r.opt_at(SETTLED_AT)?,
+    })
 }
 
 /// A new attempt's item.
@@ -529,6 +596,17 @@ mod tests {
         assert!(wants_handoff(&t));
         set_without_handoff(&mut t);
         assert!(!wants_handoff(&t));
+
+        // An effect reads back as written, intended and settled, and its
+        // item sorts before the task item (a purge takes it).
+        let mut e = Effect::intended(task.id, "notify-user", 2, 2, now);
+        e.ambiguous = 1;
+        assert_eq!(effect(&effect_item(&e), task.id).unwrap(), e);
+        crate::effect::EffectOutcome::done("msg-1").apply(&mut e, now + Duration::from_nanos(7));
+        assert_eq!(effect(&effect_item(&e), task.id).unwrap(), e);
+        crate::effect::EffectOutcome::failed("declined").apply(&mut e, now);
+        assert_eq!(effect(&effect_item(&e), task.id).unwrap(), e);
+        assert!(effect_sk("z").as_str() < TASK_SK && !effect_item(&e).contains_key(STATUS));
 
         // A later budget reads back; an item from before the budget
         // attributes reads as its first budget.

@@ -7,12 +7,13 @@
 //! configuration of its own. Create the table with [`create_table`] or the
 //! definition in `docs/DYNAMODB.md`.
 //!
-//! - **One table, five kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//! - **One table, six kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
 //!   with many attempts never nears the 400 KB item limit), its reopenings
 //!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), its
-//!   handoffs (`sk = H#<instant>#<uuid>`, the outbox), and its dedup
-//!   record (`pk = K#<scope, operation, key>`, `sk = K`).
+//!   handoffs (`sk = H#<instant>#<uuid>`, the outbox), its
+//!   [effect journal](crate::effect) (`sk = E#<effect name>`, one item per
+//!   effect), and its dedup record (`pk = K#<scope, operation, key>`, `sk = K`).
 //! - **Every decision one conditional request.** A fenced write is one
 //!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
 //!   guard: version, status, the lease against the writer's clock (a running
@@ -37,6 +38,10 @@
 //!   claim 2 (a read, then the transaction: the new attempt's item is keyed
 //!   by the new version, which only a read tells), renew 1, complete 1,
 //!   fail 1, release 1, record_operation 1, cancel 2, reopen 2, get 1, find 2,
+//!   begin_effect and finish_effect 2 (a `TransactGetItems` of the task and
+//!   the effect item, then the fence check and the effect's put in one
+//!   transaction; an answer that writes nothing, or a rejection, is the read
+//!   only), effects 1 (per 1 MB page),
 //!   attempts 1 (per 1 MB page), due 1 (per page of the index),
 //!   dispatch 1 + 1 + one per published handoff (the index, a consistent
 //!   `BatchGetItem` per 100, one `UpdateItem` mark each), redispatch one
@@ -73,9 +78,10 @@
 //! | `store` | [`DynamoStore`], [`DynamoStoreBuilder`], the task operations: each decision and its transaction |
 //! | `expr` | update and condition expressions; the guards every write carries |
 //! | `tx` | sending a transaction, reading its cancellation, retrying conflicts and throttling; errors |
-//! | `read` | consistent gets, batch gets, queries of a partition and of the queue indexes |
+//! | `read` | consistent gets, batch gets, transactional gets, queries of a partition and of the queue indexes |
 //! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
 //! | `dispatch` | the outbox: [`DynamoStore::dispatch`], `dispatch_batches`, `redispatch` |
+//! | `effect` | the effect journal: `begin_effect`, `finish_effect`, `effects`, each a snapshot read and one conditional transaction |
 //! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
 //! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
@@ -83,6 +89,7 @@
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
 
 mod dispatch;
+mod effect;
 mod expr;
 #[cfg(feature = "testing")]
 pub(crate) mod fixture;

@@ -1,10 +1,12 @@
-//! Reads: consistent gets and batch gets, paginated queries of a task's
-//! partition and of the queue indexes, and running a batch's requests side
-//! by side.
+//! Reads: consistent gets, batch gets and transactional gets, paginated
+//! queries of a task's partition and of the queue indexes, and running a
+//! batch's requests side by side.
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::transact_get_items::TransactGetItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Get, KeysAndAttributes, TransactGetItem};
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -43,6 +45,59 @@ impl DynamoStore {
             .await
             .map_err(sdk)?;
         Ok(out.item)
+    }
+
+    /// The items of `keys` as of one instant (`TransactGetItems`: one
+    /// request, a snapshot no write lands in the middle of), in the order
+    /// of `keys`; `None` for a missing item. A read cancelled because a
+    /// transaction held an item, or by throttling, is asked again after a pause.
+    pub(super) async fn transact_get(&self, op: &'static str, keys: &[Item]) -> Result<Vec<Option<Item>>> {
+        let gets: Vec<TransactGetItem> = keys
+            .iter()
+            .map(|key| {
+                let get = Get::builder()
+                    .table_name(&*self.table)
+                    .set_key(Some(key.clone()))
+                    .build()
+                    .expect("table and key are set");
+                TransactGetItem::builder().get(get).build()
+            })
+            .collect();
+        let mut conflicts = 0;
+        loop {
+            let sent = self
+                .client
+                .transact_get_items()
+                .set_transact_items(Some(gets.clone()))
+                .send()
+                .await;
+            let err = match sent {
+                Ok(out) => {
+                    let mut items: Vec<Option<Item>> =
+                        out.responses().iter().map(|r| r.item().cloned()).collect();
+                    items.resize(keys.len(), None);
+                    return Ok(items);
+                }
+                Err(err) => err,
+            };
+            let transient = matches!(
+                &err,
+                SdkError::ServiceError(service)
+                    if matches!(service.err(), TransactGetItemsError::TransactionCanceledException(c)
+                        if c.cancellation_reasons().iter().any(|r| matches!(
+                            r.code(),
+                            Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")
+                        )))
+            );
+            if !transient {
+                return Err(sdk(err));
+            }
+            conflicts += 1;
+            if conflicts > CONFLICT_RETRIES {
+                return Err(Error::storage(Raced(op)));
+            }
+            tokio::time::sleep(pause(conflicts)).await;
+        }
     }
 
     pub(super) async fn query_all(

@@ -263,7 +263,7 @@ impl DynamoStore {
                         None => continue, // purged between the two requests
                     }
                 }
-                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("submit")))
@@ -361,7 +361,7 @@ impl DynamoStore {
                 Tx::Refused(None) => return Ok(Claim::NotFound),
                 // Decide again on the item as it is now: no extra read.
                 Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
-                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("claim")))
@@ -428,7 +428,7 @@ impl DynamoStore {
                     }
                     expected = old;
                 }
-                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("complete")))
@@ -523,11 +523,7 @@ impl DynamoStore {
                 // A fresh handoff, so the dispatcher publishes the task again.
                 items.push(self.handoff_put(id, now));
             }
-            let layout = Layout {
-                extra_from: usize::MAX,
-                key_at: Some(1),
-            };
-            match self.transact("reopen", items, layout).await? {
+            match self.transact("reopen", items, Layout::key_at(1)).await? {
                 Tx::Written => return Ok(Fenced::Accepted(next)),
                 Tx::Refused(None) => return Err(Error::NotFound(id)),
                 Tx::KeyTaken(record) => {
@@ -543,6 +539,7 @@ impl DynamoStore {
                     reopenings = item::reopenings(&old).map_err(Error::storage)?;
                     found = old;
                 }
+                Tx::RecordChanged => unreachable!("a reopening names no other item"),
             }
         }
         Err(Error::storage(Raced("reopen")))
@@ -813,7 +810,7 @@ impl Backend for DynamoStore {
                 Tx::Written => return Ok(Fenced::Accepted(next)),
                 Tx::Refused(None) => return Err(Error::NotFound(id)),
                 Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
-                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("cancel")))
@@ -842,18 +839,20 @@ impl Backend for DynamoStore {
     }
 
     async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
-        let _ = (lease, name);
-        todo!("dynamodb effects")
+        self.begin_effect_step(lease, name).await
     }
 
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
-        let _ = (lease, name, outcome);
-        todo!("dynamodb effects")
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
+        self.finish_effect_step(lease, name, &outcome).await
     }
 
     async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
-        let _ = id;
-        todo!("dynamodb effects")
+        self.effect_records(id).await
     }
 
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {

@@ -21,7 +21,8 @@ use crate::error::Result;
 /// ```
 pub const PARTITION_KEY: &str = "pk";
 /// Sort key of every item (`S`): `T` (task), `A#<10-digit attempt number>`
-/// (attempt), `K` (dedup record).
+/// (attempt), `R#…` (reopening), `H#…` (handoff), `E#<effect name>`
+/// (effect), `K` (dedup record).
 ///
 /// ```
 /// assert_eq!(taskfence::dynamodb::SORT_KEY, "sk");

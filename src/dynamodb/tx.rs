@@ -77,15 +77,21 @@ pub(super) enum Tx {
     /// The dedup record at the position the caller named failed its
     /// condition: the request key names other work now.
     KeyTaken(Option<Item>),
+    /// The record at the position the caller named (an effect item) failed
+    /// its condition: another write changed it since it was read (the
+    /// caller reads it again).
+    RecordChanged,
 }
 
 /// Where a transaction's items are: the application's own from `extra_from`
-/// on, and the task's dedup record, when the caller's condition on it can
-/// fail, at `key_at`.
+/// on, the task's dedup record, when the caller's condition on it can
+/// fail, at `key_at`, and a record written on the condition that it is
+/// still as read, at `record_at`.
 #[derive(Clone, Copy)]
 pub(super) struct Layout {
     pub(super) extra_from: usize,
     pub(super) key_at: Option<usize>,
+    pub(super) record_at: Option<usize>,
 }
 
 impl Layout {
@@ -93,21 +99,39 @@ impl Layout {
     pub(super) const OWN: Layout = Layout {
         extra_from: usize::MAX,
         key_at: None,
+        record_at: None,
     };
 
     /// The application's items from `extra_from` on.
     pub(super) fn extra_from(extra_from: usize) -> Self {
         Self {
             extra_from,
-            key_at: None,
+            ..Self::OWN
+        }
+    }
+
+    /// The task's dedup record at `key_at`.
+    pub(super) fn key_at(key_at: usize) -> Self {
+        Self {
+            key_at: Some(key_at),
+            ..Self::OWN
+        }
+    }
+
+    /// A record conditioned on its state as read at `record_at`.
+    pub(super) fn record_at(record_at: usize) -> Self {
+        Self {
+            record_at: Some(record_at),
+            ..Self::OWN
         }
     }
 }
 
 impl DynamoStore {
     /// Sends a transaction. A cancellation is read item by item: a failed
-    /// condition on item 0 is [`Tx::Refused`] with its image, on an item at
-    /// or after `extra_from` it is the application's [`ExtraRefused`].
+    /// condition on item 0 is [`Tx::Refused`] with its image, on the items
+    /// `layout` names [`Tx::KeyTaken`] or [`Tx::RecordChanged`], on an item
+    /// at or after `extra_from` the application's [`ExtraRefused`].
     pub(super) async fn transact(
         &self,
         op: &'static str,
@@ -142,6 +166,9 @@ impl DynamoStore {
                 }
                 if layout.key_at == Some(i) {
                     return Ok(Tx::KeyTaken(image));
+                }
+                if layout.record_at == Some(i) {
+                    return Ok(Tx::RecordChanged);
                 }
                 if i >= layout.extra_from {
                     return Err(Error::ItemRefused(Box::new(ExtraRefused {
@@ -198,7 +225,7 @@ impl DynamoStore {
                         return Ok(Fenced::Rejected(rejection));
                     }
                 }
-                Tx::KeyTaken(_) => unreachable!("only a reopening names its dedup record's position"),
+                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced(op)))

@@ -4,3 +4,10 @@
 use taskfence_test_support::dynamo;
 
 taskfence::testing::conformance_suite!(dynamo::fixture());
+
+/// The application's own writes under the fence: `with(items).write(&lease)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_writes_commit_only_under_a_current_lease() {
+    taskfence::testing::scenarios::own_writes_commit_only_under_a_current_lease(&dynamo::fixture().await)
+        .await;
+}

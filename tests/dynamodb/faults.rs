@@ -20,7 +20,7 @@ use taskfence_test_support::faults::{Action, Faults, hook};
 const LEASE: Duration = Duration::from_secs(30);
 
 /// A second store on the fixture's table and clock, talking through `faults`.
-fn faulty(f: &DynamoFixture, faults: &Faults) -> DynamoStore {
+pub(crate) fn faulty(f: &DynamoFixture, faults: &Faults) -> DynamoStore {
     DynamoStore::builder(dynamo::faulty_client(faults), f.table())
         .clock(f.clock().clone())
         .build()

@@ -6,6 +6,7 @@ mod budget;
 mod clock_skew;
 mod conformance;
 mod dispatcher;
+mod effects;
 mod faults;
 mod inspection;
 mod model;

@@ -361,3 +361,71 @@ async fn a_batch_of_ten_reads_once_and_writes_each_task_on_its_own() {
         "claim_many of done tasks: the read only"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_effect_step_is_a_snapshot_read_and_at_most_one_transaction() {
+    use taskfence::effect::EffectOutcome;
+    use taskfence::inspect::Inspect;
+
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.dynamo_store();
+    let task = store.submit(new_task("send-1")).await.unwrap().into_task();
+    let lease = acquire(store, task.id, "w").await;
+    requests(&counter);
+    let read = ("TransactGetItems", 1);
+
+    assert!(store.begin_effect(&lease, "notify").await.unwrap().is_accepted());
+    assert_eq!(
+        requests(&counter),
+        expect(&[read, ("TransactWriteItems", 1)]),
+        "begin_effect: task and effect read as of one instant, then fence check + put"
+    );
+    assert!(store.begin_effect(&lease, "notify").await.unwrap().is_accepted());
+    assert_eq!(
+        requests(&counter),
+        expect(&[read]),
+        "begin_effect of this assignment's own intent: the read only"
+    );
+    let done = EffectOutcome::done("m-1");
+    assert!(
+        store
+            .finish_effect(&lease, "notify", done.clone())
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        requests(&counter),
+        expect(&[read, ("TransactWriteItems", 1)]),
+        "finish_effect"
+    );
+    assert!(
+        store
+            .finish_effect(&lease, "notify", done)
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        requests(&counter),
+        expect(&[read]),
+        "a repeated finish_effect: the read only"
+    );
+    assert_eq!(store.effects(task.id).await.unwrap().len(), 1);
+    assert_eq!(requests(&counter), expect(&[("Query", 1)]), "effects");
+    assert_eq!(store.story(task.id).await.unwrap().unwrap().effects.len(), 1);
+    assert_eq!(
+        requests(&counter),
+        expect(&[("Query", 1)]),
+        "story: still the task's partition"
+    );
+
+    f.advance(LEASE + Duration::from_secs(1)).await;
+    assert!(!store.begin_effect(&lease, "other").await.unwrap().is_accepted());
+    assert_eq!(
+        requests(&counter),
+        expect(&[read]),
+        "an expired lease's begin_effect: rejected from the read, nothing sent"
+    );
+}
