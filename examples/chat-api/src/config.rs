@@ -114,6 +114,37 @@ impl Default for PurgeSettings {
     }
 }
 
+/// The "reply ready" webhook ([`crate::notify`]): where the worker announces
+/// each saved reply, once.
+///
+/// ```
+/// let webhook = chat_api::WebhookSettings::new("http://127.0.0.1:3001/reply-ready".parse().unwrap());
+/// assert_eq!(webhook.timeout, std::time::Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// The receiver's URL; each notification is a `POST` of JSON to it.
+    pub url: reqwest::Url,
+    /// The longest a delivery may take, connecting included. A call that
+    /// times out has an unknown outcome: it is retried with the same
+    /// `Idempotency-Key`.
+    pub timeout: Duration,
+    /// Notifications delivered at once (a consumer of their own, so a slow
+    /// receiver never holds up reply generation).
+    pub concurrency: usize,
+}
+
+impl WebhookSettings {
+    /// `url` with the defaults: a 10 s timeout, 4 deliveries at once.
+    pub fn new(url: reqwest::Url) -> Self {
+        Self {
+            url,
+            timeout: Duration::from_secs(10),
+            concurrency: 4,
+        }
+    }
+}
+
 /// Everything [`Service::start`](crate::Service::start) needs besides the
 /// pool and the provider.
 #[derive(Debug, Clone)]
@@ -136,6 +167,10 @@ pub struct Config {
     pub worker: WorkerSettings,
     /// The retention sweep, run beside the worker.
     pub purge: PurgeSettings,
+    /// The "reply ready" webhook; `None` (the default): no notifications.
+    /// Read by the worker's process only: its completions submit the
+    /// notification tasks and its second consumer delivers them.
+    pub webhook: Option<WebhookSettings>,
 }
 
 impl Config {
@@ -150,6 +185,7 @@ impl Config {
             limits: Limits::default(),
             worker: WorkerSettings::default(),
             purge: PurgeSettings::default(),
+            webhook: None,
         }
     }
 
@@ -251,6 +287,17 @@ pub struct Settings {
     /// Unset: no traces are exported (logs only).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+
+    /// Where the worker POSTs a "reply ready" notification for each saved
+    /// reply (`http://hooks.internal:8080/reply-ready`), with an
+    /// `Idempotency-Key` header. Unset: no notifications.
+    #[arg(long, env = "CHAT_API_WEBHOOK_URL")]
+    pub webhook_url: Option<reqwest::Url>,
+
+    /// The longest a webhook delivery may take; past it the outcome is
+    /// unknown and the delivery is retried with the same key.
+    #[arg(long, env = "CHAT_API_WEBHOOK_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    pub webhook_timeout: Duration,
 }
 
 /// Bearer token → user id, as parsed from `token=user,token=user`.
@@ -272,6 +319,10 @@ impl Settings {
         config.worker.grace = self.stop_grace;
         config.purge.every = self.purge_interval;
         config.purge.batch = self.purge_batch;
+        config.webhook = self.webhook_url.clone().map(|url| WebhookSettings {
+            timeout: self.webhook_timeout,
+            ..WebhookSettings::new(url)
+        });
         config
     }
 
@@ -282,6 +333,18 @@ impl Settings {
         }
         taskfence::limits::check_scan_limit(self.purge_batch)
             .map_err(|e| format!("--purge-batch (CHAT_API_PURGE_BATCH): {e}"))?;
+        if let Some(url) = &self.webhook_url {
+            // reqwest is built without a TLS stack here: add its `rustls-tls`
+            // feature (Cargo.toml) to deliver to an https receiver.
+            if url.scheme() != "http" {
+                return Err(format!(
+                    "--webhook-url (CHAT_API_WEBHOOK_URL): {url} is not an http:// URL (this build has no TLS client)"
+                ));
+            }
+            if self.webhook_timeout.is_zero() {
+                return Err("--webhook-timeout (CHAT_API_WEBHOOK_TIMEOUT) must be more than 0".into());
+            }
+        }
         Ok(())
     }
 
@@ -360,6 +423,27 @@ mod tests {
         assert_eq!(from_flags.purge.batch, defaults.purge.batch);
         assert_eq!(settings.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(settings.app_schema, None);
+        assert!(from_flags.webhook.is_none(), "no notifications unless asked");
+    }
+
+    #[test]
+    fn webhook_flags() {
+        let settings = parse(&[
+            "--tokens",
+            "t=u",
+            "--webhook-url",
+            "http://127.0.0.1:3001/reply-ready",
+            "--webhook-timeout",
+            "2s",
+        ])
+        .unwrap();
+        settings.validate().unwrap();
+        let webhook = settings.config().webhook.expect("configured");
+        assert_eq!(webhook.url.as_str(), "http://127.0.0.1:3001/reply-ready");
+        assert_eq!(webhook.timeout, Duration::from_secs(2));
+        assert!(parse(&["--webhook-url", "not a url"]).is_err());
+        let https = parse(&["--tokens", "t=u", "--webhook-url", "https://example.com/hook"]).unwrap();
+        assert!(https.validate().unwrap_err().contains("--webhook-url"));
     }
 
     #[test]

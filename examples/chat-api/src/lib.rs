@@ -13,13 +13,15 @@
 //! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
 //! | [`worker`] | the in-process worker: [`taskfence::runtime::Consumer`] on the store ([`taskfence::runtime::StoreQueue`]) → [`ReplyProvider`] |
+//! | [`notify`] | the "reply ready" webhook: a `chat.notify` task submitted with each saved reply, delivered through the effect journal by a consumer of its own |
 //! | [`purge`] | the retention sweep beside the worker: `purge_expired` every `--purge-interval` |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
-//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`] |
+//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries) |
 
 mod api;
 pub mod config;
 pub mod db;
+pub mod notify;
 pub mod problem;
 pub mod purge;
 pub mod replies;
@@ -29,7 +31,7 @@ pub mod telemetry;
 pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};
-pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WorkerSettings};
+pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WebhookSettings, WorkerSettings};
 pub use replies::{ReplyEvent, ReplyEvents, ReplyStore, SaveReply, reply_store};
 pub use service::{Service, StartError};
 pub use taskfence_axum::{IdempotencyKey, Problem};

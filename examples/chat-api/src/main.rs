@@ -3,7 +3,8 @@
 //! Every option is a flag and an environment variable (`chat-api --help`):
 //! `DATABASE_URL` (required), `CHAT_API_TOKENS` as `token=user,token=user`
 //! (required unless `--mode worker`), `TASKFENCE_LISTEN`, `CHAT_API_MODE`,
-//! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, … Logs go to stderr, filtered by
+//! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, `CHAT_API_WEBHOOK_URL` (the "reply
+//! ready" notifications, off when unset), … Logs go to stderr, filtered by
 //! `RUST_LOG` (default `info`); traces go to `OTEL_EXPORTER_OTLP_ENDPOINT`
 //! when it is set (see `telemetry`). Stops gracefully on SIGTERM or Ctrl-C; a
 //! second one releases the replies still in flight at once.

@@ -5,7 +5,10 @@
 //!   `replies` table, completes the task ([`PgStore::on`]`(&mut tx).complete(…)`, fenced)
 //!   and sends `pg_notify` — **one transaction**. So the reply row exists
 //!   exactly when the task is completed, a refused completion writes no row,
-//!   and the notification is delivered only once both are committed.
+//!   and the notification is delivered only once both are committed. With a
+//!   webhook configured, the same transaction submits the reply's "reply
+//!   ready" notification task ([`crate::notify`]): it exists exactly when the
+//!   reply does.
 //!   [`ReplyStore`] is [`PgStore`] wrapped with it.
 //! - [`ReplyEvents`] is the API's side: one `LISTEN` connection per process,
 //!   fanned out to every long-polling request. A notification is only a hint
@@ -20,6 +23,8 @@ use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::{Error, Fenced, Lease, PgStore, Response, Result, Task, TaskId, TaskStore};
 use tokio::sync::{broadcast, watch};
 
+use crate::notify::ReadyNotices;
+
 /// The store the worker runs on: [`PgStore`], whose `complete` also saves the
 /// reply and notifies, atomically. Every other call is [`PgStore`]'s own.
 ///
@@ -30,19 +35,21 @@ use tokio::sync::{broadcast, watch};
 /// completion writes.
 pub type ReplyStore = Intercepted<PgStore, SaveReply>;
 
-/// Wraps `store`; saved replies are announced on `channel`.
+/// Wraps `store`; saved replies are announced on `channel` and, with
+/// `ready`, by a notification task submitted with each ([`crate::notify`]).
 ///
 /// ```no_run
 /// # fn f(store: taskfence::PgStore) {
-/// let replies = chat_api::reply_store(store, "taskfence_reply_saved");
+/// let replies = chat_api::reply_store(store, "taskfence_reply_saved", None);
 /// # }
 /// ```
-pub fn reply_store(store: PgStore, channel: impl Into<String>) -> ReplyStore {
+pub fn reply_store(store: PgStore, channel: impl Into<String>, ready: Option<ReadyNotices>) -> ReplyStore {
     Intercepted::new(
         Arc::new(store.clone()),
         SaveReply {
             store,
             channel: channel.into(),
+            ready,
         },
     )
 }
@@ -54,6 +61,8 @@ pub struct SaveReply {
     // `&dyn TaskStore` an intercept is handed has no transactional variant.
     store: PgStore,
     channel: String,
+    /// The "reply ready" notification task to submit with each reply (a webhook is configured).
+    ready: Option<ReadyNotices>,
 }
 
 #[async_trait]
@@ -68,6 +77,10 @@ impl Intercept for SaveReply {
             return Err(Error::storage(NotText));
         };
         let (task_id, attempt) = (lease.task_id(), lease.attempt());
+        let notice = match &self.ready {
+            Some(ready) => Some(ready.task_for(lease.task())?),
+            None => None,
+        };
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
         let outcome = self.store.on(&mut tx).complete(lease, response).await?;
         if outcome.is_accepted() {
@@ -80,6 +93,12 @@ impl Intercept for SaveReply {
                 .execute(&mut *tx)
                 .await
                 .map_err(Error::storage)?;
+            // The reply's notification: submitted with the reply, so it never
+            // announces one that was not saved, and one per reply (its request
+            // key is the reply task's id; a repeat is `Existing`).
+            if let Some(notice) = notice {
+                self.store.on(&mut tx).submit(notice).await?;
+            }
             // Queued by the server and delivered on COMMIT, never before.
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(&self.channel)
@@ -88,6 +107,9 @@ impl Intercept for SaveReply {
                 .await
                 .map_err(Error::storage)?;
             tx.commit().await.map_err(Error::storage)?;
+            if let Some(ready) = &self.ready {
+                ready.wake();
+            }
         }
         // Rejected: dropping `tx` rolls back; the completion wrote nothing either.
         Ok(outcome)

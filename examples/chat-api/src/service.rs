@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::db::{self, MigrateError};
+use crate::notify::{self, Notifier, ReadyNotices};
 use crate::purge;
 use crate::replies::{ReplyEvents, reply_store};
 use crate::worker::{self, ReplyProvider};
@@ -32,6 +33,9 @@ pub enum StartError {
     /// The HTTP listener.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The webhook's HTTP client.
+    #[error("webhook client: {0}")]
+    Webhook(#[from] reqwest::Error),
     /// `Mode::ApiOnly` or `Mode::Both` without a listener.
     #[error("the API needs a TCP listener")]
     NoListener,
@@ -43,7 +47,8 @@ pub struct Service {
     addr: Option<SocketAddr>,
     events: Option<ReplyEvents>,
     stop: watch::Sender<bool>,
-    /// The reply worker's stop switch (one nothing watches without a worker).
+    /// The workers' stop switch, shared by the reply and the notification
+    /// consumers (one nothing watches without a worker).
     stop_worker: Stop,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -52,7 +57,8 @@ impl Service {
     /// Applies both migration histories ([`db::migrate`]), then starts what
     /// `config.mode` asks for: the API on `listener` (with the LISTEN
     /// connection for long-polls) and the worker, calling `provider`, with
-    /// the retention sweep ([`purge`]) beside it.
+    /// the retention sweep ([`purge`]) beside it and, when `config.webhook`
+    /// is set, the "reply ready" notifications ([`notify`]).
     ///
     /// The pool's connections decide where the app's tables are (their
     /// `search_path`, see [`db::connect`]); taskfence's are in
@@ -70,12 +76,27 @@ impl Service {
 
         // Built first: invalid worker settings fail the start, and the API
         // needs the consumer's wake-up.
-        let worker = match config.mode.runs_worker() {
+        let (worker, notifier) = match config.mode.runs_worker() {
             true => {
-                let replies = reply_store(store.clone(), config.reply_channel());
-                Some(worker::consumer(replies, &config.worker).map_err(taskfence::Error::from)?)
+                // With a webhook: a second consumer for the notification tasks,
+                // stopped with the reply consumer, woken by each reply's commit.
+                let stop = Stop::new();
+                let notifier = match &config.webhook {
+                    Some(webhook) => Some((
+                        notify::consumer(store.clone(), &config.worker, webhook, stop.clone())
+                            .map_err(taskfence::Error::from)?,
+                        Notifier::new(webhook)?,
+                    )),
+                    None => None,
+                };
+                let ready = notifier.as_ref().map(|(consumer, _)| {
+                    ReadyNotices::new(config.policy, config.key_retention, consumer.source().waker())
+                });
+                let replies = reply_store(store.clone(), config.reply_channel(), ready);
+                let consumer = worker::consumer(replies, &config.worker).map_err(taskfence::Error::from)?;
+                (Some(consumer.with_stop(stop)), notifier)
             }
-            false => None,
+            false => (None, None),
         };
         let stop_worker = worker.as_ref().map_or_else(Stop::new, |c| c.stop().clone());
         let (stop, stop_rx) = watch::channel(false);
@@ -117,6 +138,9 @@ impl Service {
         if let Some(consumer) = worker {
             tasks.push(tokio::spawn(purge::run(store, config.purge.clone(), stop_rx)));
             tasks.push(tokio::spawn(worker::run(consumer, provider)));
+        }
+        if let Some((consumer, notifier)) = notifier {
+            tasks.push(tokio::spawn(notify::run(consumer, notifier)));
         }
         Ok(Self {
             addr,

@@ -1,6 +1,9 @@
 //! Scaffolding, not for copying: a simulated model provider for the binary's
 //! demo run and the tests. Replace it with your provider's client (an
-//! implementation of [`ReplyProvider`]).
+//! implementation of [`ReplyProvider`]). And [`webhook`]: a local receiver of
+//! the "reply ready" notifications, standing in for yours.
+
+pub mod webhook;
 
 use std::time::Duration;
 
