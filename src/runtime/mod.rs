@@ -815,7 +815,7 @@ impl WorkContext {
     }
 
     /// Records the intent to cause external effect `name` under this
-    /// lease: [`TaskStore::begin_effect`](crate::TaskStore::begin_effect).
+    /// lease: [`TaskStore::begin_effect`].
     /// Call the provider with the key it hands out, then
     /// [`finish_effect`](Self::finish_effect).
     ///
@@ -839,7 +839,7 @@ impl WorkContext {
     }
 
     /// Records the outcome of effect `name`, begun by this attempt:
-    /// [`TaskStore::finish_effect`](crate::TaskStore::finish_effect).
+    /// [`TaskStore::finish_effect`].
     ///
     /// ```
     /// # async fn f(ctx: taskfence::runtime::WorkContext) -> taskfence::Result<()> {

@@ -16,7 +16,7 @@
 //! does not (every call applies). The report lets a test assert the
 //! contract: with the first, every task's effect applied exactly once;
 //! with the second, every repeated application is one that the journal
-//! reported as ambiguous ([`Effect::ambiguous`]).
+//! reported as ambiguous ([`Effect::ambiguous`](crate::effect::Effect::ambiguous)).
 //!
 //! ```
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)] async fn main() {
@@ -176,10 +176,8 @@ impl Books {
     /// One call of the provider with `key`: the delivery id it answers.
     fn call(&mut self, provider: Provider, task: TaskId, key: &str) -> String {
         self.calls += 1;
-        if provider == Provider::Idempotent {
-            if let Some(first) = self.deliveries.get(key) {
-                return first.clone();
-            }
+        if let (Provider::Idempotent, Some(first)) = (provider, self.deliveries.get(key)) {
+            return first.clone();
         }
         *self.applied.entry(task).or_default() += 1;
         let delivery = format!("delivery-{}", self.calls);
@@ -259,15 +257,18 @@ pub async fn run(f: &dyn Fixture, chaos: Chaos) -> Report {
             }
         }
     }
-    let books = books.lock().expect("books");
-    report.provider_calls = books.calls;
-    report.kills_after_call = books.kills_after_call;
-    report.kills_after_outcome = books.kills_after_outcome;
+    let applied = {
+        let books = books.lock().expect("books");
+        report.provider_calls = books.calls;
+        report.kills_after_call = books.kills_after_call;
+        report.kills_after_outcome = books.kills_after_outcome;
+        books.applied.clone()
+    };
     report.completed = 0;
     for id in ids {
         let task = store.get(id).await.expect("get").expect("the task exists");
         report.completed += usize::from(task.status == Status::Completed);
-        let applied = books.applied.get(&id).copied().unwrap_or(0);
+        let applied = applied.get(&id).copied().unwrap_or(0);
         let effects = store.effects(id).await.expect("effects");
         let ambiguous: usize = effects.iter().map(|e| e.ambiguous as usize).sum();
         report.ambiguous_reported += ambiguous;

@@ -12,6 +12,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Wire, WireProxy};
+use taskfence::effect::EffectOutcome;
 use taskfence::testing::Fixture;
 use taskfence::{Claim, ClaimRequest, Failure, NewTask, PgStore, Response, RetryPolicy, TaskStore};
 
@@ -32,8 +33,18 @@ fn new_task(key: &str) -> NewTask {
 /// a path that waited out a backoff or a lease anyway.
 const RETRY_CLAIM: &str = "claim (a retry)";
 
+/// Statements (and round trips) of each operation of [`every_operation`].
+fn statements(op: &str) -> u64 {
+    match op {
+        RETRY_CLAIM => 3,
+        // The effect's record read under the fence, then one fenced conditional write.
+        "begin_effect" | "finish_effect" => 2,
+        _ => 1,
+    }
+}
+
 /// Every operation once, on one connection: submit, claim, renew,
-/// record_operation, complete; submit, claim, fail; a retry's claim, release.
+/// record_operation, begin_effect, finish_effect, complete; submit, claim, fail; a retry's claim, release.
 async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut seen: impl FnMut(&str)) {
     let task = store.submit(new_task(key)).await.unwrap().into_task();
     seen("submit");
@@ -49,6 +60,23 @@ async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut
             .is_accepted()
     );
     seen("record_operation");
+    assert!(
+        store
+            .begin_effect(&lease, "notify-user")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    seen("begin_effect");
+    let outcome = EffectOutcome::done("delivery-1");
+    assert!(
+        store
+            .finish_effect(&lease, "notify-user", outcome)
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    seen("finish_effect");
     assert!(
         store
             .complete(lease, Response::from("answer"))
@@ -100,7 +128,7 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
     }
     for (op, wire) in &warm {
         println!("warm {op:<17} {wire:?}");
-        let statements = if op == RETRY_CLAIM { 3 } else { 1 };
+        let statements = statements(op);
         assert_eq!(
             (wire.simple_queries, wire.parses, wire.executes, wire.requests),
             (0, 0, statements, statements),
@@ -120,7 +148,7 @@ async fn each_happy_path_operation_is_one_statement_in_one_round_trip() {
         // once before it (a store on an old or missing schema answers
         // `Error::NotMigrated`); no later one does.
         let check = u64::from(i == 0);
-        let statements = if op == RETRY_CLAIM { 3 } else { 1 } + check;
+        let statements = statements(op) + check;
         assert_eq!(
             wire.statements(),
             statements,
