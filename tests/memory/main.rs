@@ -2,5 +2,6 @@
 //! binary.
 
 mod conformance;
+mod dispatch;
 mod inspection;
 mod model;
