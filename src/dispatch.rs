@@ -2,12 +2,17 @@
 //! [`dispatch_due`], which re-publishes the tasks that need a worker again on
 //! any store. (The transactional outbox, the first publication of each
 //! task, is `PgStore::dispatch` and `DynamoStore::dispatch`.)
+//!
+//! Every dispatcher hands `publish` a [`Stamp`]: the task id and the task's
+//! assignment version as the dispatcher read it, for the message's headers
+//! ([`Stamp::headers`]).
 
 use std::future::Future;
 
 use crate::error::Result;
 use crate::store::TaskStore;
 use crate::task::TaskId;
+use crate::wire::Stamp;
 
 /// What one dispatch round did: [`dispatch_due`], or `PgStore::dispatch` /
 /// `DynamoStore::dispatch` (the outbox).
@@ -37,14 +42,19 @@ pub struct Dispatched<E> {
 /// it, so a later round may publish it again: claims make that harmless. A
 /// failed publish stops the round; the task stays due for the next one.
 ///
+/// `publish` gets each task's [`Stamp`]: its id and its assignment version
+/// as read just before publishing (one [`get`](TaskStore::get) per task; a
+/// task purged meanwhile is skipped). The claim the message leads to gets a
+/// higher version.
+///
 /// Works on any store, wrapped ones included: through
 /// `taskfence::metrics::observe`, the `due` read is counted like any other.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
 /// let store = taskfence::MemoryStore::new();
-/// let round = taskfence::dispatch::dispatch_due(&store, 100, |task_id| async move {
-///     // send `task_id` to SQS / Kafka here
+/// let round = taskfence::dispatch::dispatch_due(&store, 100, |stamp| async move {
+///     // send `stamp.task_id`, with `stamp.headers()`, to SQS / Kafka here
 ///     Ok::<(), std::io::Error>(())
 /// })
 /// .await?;
@@ -54,14 +64,17 @@ pub struct Dispatched<E> {
 pub async fn dispatch_due<S, F, Fut, E>(store: &S, limit: usize, mut publish: F) -> Result<Dispatched<E>>
 where
     S: TaskStore + ?Sized,
-    F: FnMut(TaskId) -> Fut + Send,
+    F: FnMut(Stamp) -> Fut + Send,
     Fut: Future<Output = std::result::Result<(), E>> + Send,
     E: Send,
 {
     let due = store.due(limit).await?;
     let mut published = Vec::with_capacity(due.len());
     for task_id in due {
-        if let Err(err) = publish(task_id).await {
+        let Some(task) = store.get(task_id).await? else {
+            continue; // purged since `due` listed it: nothing to work on
+        };
+        if let Err(err) = publish(Stamp::from(&task)).await {
             return Ok(Dispatched {
                 published,
                 failed: Some((task_id, err)),

@@ -42,6 +42,7 @@ pub mod policy;
 pub mod store;
 pub mod task;
 pub mod trace;
+pub mod wire;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]

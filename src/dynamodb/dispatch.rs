@@ -28,6 +28,7 @@ use crate::dispatch::Dispatched;
 use crate::error::{InvalidInput, Result};
 use crate::limits;
 use crate::task::{Status, TaskId};
+use crate::wire::Stamp;
 
 use super::expr::Expr;
 use super::item::{self, Item, at, s};
@@ -38,8 +39,13 @@ use super::tx::{CONFLICT_RETRIES, Layout, Tx, pause, sdk};
 
 impl DynamoStore {
     /// Publishes up to `limit` pending handoffs (the transactional outbox),
-    /// oldest first: calls `publish` with each task id in order, and marks
-    /// each one published once its `publish` returned `Ok`.
+    /// oldest first: calls `publish` with each task's [`Stamp`] in order,
+    /// and marks each one published once its `publish` returned `Ok`.
+    ///
+    /// The stamp's version is the task's assignment version, read
+    /// consistently with the handoffs (the same `BatchGetItem`): 0 for a
+    /// task never claimed, higher for one reopened or taken by `claim_next`
+    /// meanwhile. The claim the message leads to gets a higher one.
     ///
     /// A crash between publishing and marking publishes the same task id
     /// again next round: at least once, and every copy points to the same
@@ -56,8 +62,8 @@ impl DynamoStore {
     /// ```no_run
     /// # async fn f(store: taskfence::DynamoStore) -> taskfence::Result<()> {
     /// let round = store
-    ///     .dispatch(100, |task_id| async move {
-    ///         // send `task_id` to SQS / Kafka here
+    ///     .dispatch(100, |stamp| async move {
+    ///         // send `stamp.task_id`, with `stamp.headers()`, to SQS / Kafka here
     ///         Ok::<(), std::io::Error>(())
     ///     })
     ///     .await?;
@@ -66,15 +72,15 @@ impl DynamoStore {
     /// ```
     pub async fn dispatch<F, Fut, E>(&self, limit: usize, mut publish: F) -> Result<Dispatched<E>>
     where
-        F: FnMut(TaskId) -> Fut + Send,
+        F: FnMut(Stamp) -> Fut + Send,
         Fut: Future<Output = std::result::Result<(), E>> + Send,
         E: Send,
     {
-        self.dispatch_batches(limit, 1, |ids| publish(ids[0])).await
+        self.dispatch_batches(limit, 1, |stamps| publish(stamps[0])).await
     }
 
     /// [`dispatch`](Self::dispatch) with `publish` called for up to `batch`
-    /// task ids at a time (SQS `SendMessageBatch` takes 10, a Kafka producer
+    /// stamps at a time (SQS `SendMessageBatch` takes 10, a Kafka producer
     /// any number): fewer requests to the broker for the same round.
     ///
     /// `publish` must return `Ok` only once every message of the batch is
@@ -87,8 +93,8 @@ impl DynamoStore {
     /// ```no_run
     /// # async fn f(store: taskfence::DynamoStore) -> taskfence::Result<()> {
     /// let round = store
-    ///     .dispatch_batches(100, 10, |task_ids| async move {
-    ///         // one SendMessageBatch with these ids
+    ///     .dispatch_batches(100, 10, |stamps| async move {
+    ///         // one SendMessageBatch with these ids, each with its stamp's attributes
     ///         Ok::<(), std::io::Error>(())
     ///     })
     ///     .await?;
@@ -101,7 +107,7 @@ impl DynamoStore {
         mut publish: F,
     ) -> Result<Dispatched<E>>
     where
-        F: FnMut(Vec<TaskId>) -> Fut + Send,
+        F: FnMut(Vec<Stamp>) -> Fut + Send,
         Fut: Future<Output = std::result::Result<(), E>> + Send,
         E: Send,
     {
@@ -121,16 +127,16 @@ impl DynamoStore {
             let mut published = Vec::with_capacity(handoffs.len());
             let mut failed = None;
             for chunk in handoffs.chunks(batch) {
-                let ids: Vec<TaskId> = chunk.iter().map(|(id, _)| *id).collect();
-                match publish(ids.clone()).await {
+                let stamps: Vec<Stamp> = chunk.iter().map(|(stamp, _)| *stamp).collect();
+                match publish(stamps).await {
                     Ok(()) => {
                         // Marked as soon as they are out: a later failure
                         // in this round publishes none of them again.
                         self.mark_published(chunk).await?;
-                        published.extend(ids);
+                        published.extend(chunk.iter().map(|(stamp, _)| stamp.task_id));
                     }
                     Err(err) => {
-                        failed = Some((ids[0], err));
+                        failed = Some((chunk[0].0.task_id, err));
                         break;
                     }
                 }
@@ -211,11 +217,12 @@ impl DynamoStore {
         TransactWriteItem::builder().put(put).build()
     }
 
-    /// Up to `limit` unpublished handoffs, oldest first, as (task id, key):
+    /// Up to `limit` unpublished handoffs, oldest first, as (stamp, key):
     /// from the `handoff` partition of the `due` index (eventually
-    /// consistent), then read again consistently, so a handoff already
-    /// published (or purged with its task) is left out.
-    async fn pending_handoffs(&self, limit: usize) -> Result<Vec<(TaskId, Item)>> {
+    /// consistent), then read again consistently with their tasks (for the
+    /// stamps' versions), so a handoff already published (or purged with its
+    /// task) is left out.
+    async fn pending_handoffs(&self, limit: usize) -> Result<Vec<(Stamp, Item)>> {
         let entries = self
             .query_all(
                 Some(DUE_INDEX),
@@ -229,8 +236,15 @@ impl DynamoStore {
             .iter()
             .map(|e| Ok(item::key_of(item::task_pk(task_id_of(e)?), sort_key(e))))
             .collect::<Result<_>>()?;
-        let mut current: HashMap<(TaskId, String), Item> = HashMap::with_capacity(keys.len());
-        for chunk in keys.chunks(BATCH_GET) {
+        let mut tasks: Vec<TaskId> = keys.iter().map(task_id_of).collect::<Result<_>>()?;
+        tasks.sort_unstable();
+        tasks.dedup();
+        let task_keys = tasks
+            .iter()
+            .map(|&id| item::key_of(item::task_pk(id), item::TASK_SK));
+        let wanted: Vec<Item> = keys.iter().cloned().chain(task_keys).collect();
+        let mut current: HashMap<(TaskId, String), Item> = HashMap::with_capacity(wanted.len());
+        for chunk in wanted.chunks(BATCH_GET) {
             for found in self.batch_get_keys(chunk.to_vec()).await? {
                 current.insert((task_id_of(&found)?, sort_key(&found).to_owned()), found);
             }
@@ -241,9 +255,14 @@ impl DynamoStore {
             let Some(found) = current.remove(&(id, sort_key(&key).to_owned())) else {
                 continue; // purged with its task
             };
-            if !found.contains_key(item::PUBLISHED_AT) {
-                pending.push((id, key));
+            if found.contains_key(item::PUBLISHED_AT) {
+                continue;
             }
+            let Some(task) = current.get(&(id, item::TASK_SK.to_owned())) else {
+                continue; // its task is being purged: the handoff goes with it
+            };
+            let version = item::task(task).map_err(crate::error::Error::storage)?.version;
+            pending.push((Stamp::new(id, version), key));
         }
         Ok(pending)
     }
@@ -252,7 +271,7 @@ impl DynamoStore {
     /// sets `published_at` and takes the handoff out of the index, on the
     /// condition that the item still exists (a handoff purged with its task
     /// meanwhile is not written back as a stray item).
-    async fn mark_published(&self, handoffs: &[(TaskId, Item)]) -> Result<()> {
+    async fn mark_published(&self, handoffs: &[(Stamp, Item)]) -> Result<()> {
         let now = self.now();
         let marked = Self::concurrently(handoffs.len(), |i| {
             let (store, key) = (self.clone(), handoffs[i].1.clone());

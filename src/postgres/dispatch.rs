@@ -14,14 +14,20 @@ use crate::limits;
 
 use crate::backend::entry;
 use crate::task::TaskId;
+use crate::wire::Stamp;
 
 use super::{PgStore, db};
 
 impl PgStore {
     /// Publishes up to `limit` pending handoffs (the transactional outbox):
     /// claims them with `FOR UPDATE SKIP LOCKED` (so several dispatchers share
-    /// the work), calls `publish` with each task id in order, and marks the
-    /// published ones in the same transaction.
+    /// the work), calls `publish` with each task's [`Stamp`] in order, and
+    /// marks the published ones in the same transaction.
+    ///
+    /// The stamp's version is the task's assignment version read by the same
+    /// statement that claims the handoffs: 0 for a task never claimed, higher
+    /// for one reopened or taken by `claim_next` meanwhile. The claim the
+    /// message leads to gets a higher one.
     ///
     /// A crash between publishing and the commit publishes the same task id
     /// again next round: at least once, and every copy points to the same task.
@@ -35,8 +41,8 @@ impl PgStore {
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
     /// let round = store
-    ///     .dispatch(100, |task_id| async move {
-    ///         // send `task_id` to SQS / Kafka here
+    ///     .dispatch(100, |stamp| async move {
+    ///         // send `stamp.task_id`, with `stamp.headers()`, to SQS / Kafka here
     ///         Ok::<(), std::io::Error>(())
     ///     })
     ///     .await?;
@@ -45,15 +51,15 @@ impl PgStore {
     /// ```
     pub async fn dispatch<F, Fut, E>(&self, limit: usize, mut publish: F) -> Result<Dispatched<E>>
     where
-        F: FnMut(TaskId) -> Fut + Send,
+        F: FnMut(Stamp) -> Fut + Send,
         Fut: Future<Output = std::result::Result<(), E>> + Send,
         E: Send,
     {
-        self.dispatch_batches(limit, 1, |ids| publish(ids[0])).await
+        self.dispatch_batches(limit, 1, |stamps| publish(stamps[0])).await
     }
 
     /// [`dispatch`](Self::dispatch) with `publish` called for up to `batch`
-    /// task ids at a time (SQS `SendMessageBatch` takes 10, a Kafka producer
+    /// stamps at a time (SQS `SendMessageBatch` takes 10, a Kafka producer
     /// any number): fewer requests to the broker for the same round.
     ///
     /// `publish` must return `Ok` only once every message of the batch is
@@ -65,8 +71,8 @@ impl PgStore {
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
     /// let round = store
-    ///     .dispatch_batches(100, 10, |task_ids| async move {
-    ///         // one SendMessageBatch with these ids
+    ///     .dispatch_batches(100, 10, |stamps| async move {
+    ///         // one SendMessageBatch with these ids, each with its stamp's attributes
     ///         Ok::<(), std::io::Error>(())
     ///     })
     ///     .await?;
@@ -79,7 +85,7 @@ impl PgStore {
         mut publish: F,
     ) -> Result<Dispatched<E>>
     where
-        F: FnMut(Vec<TaskId>) -> Fut + Send,
+        F: FnMut(Vec<Stamp>) -> Fut + Send,
         Fut: Future<Output = std::result::Result<(), E>> + Send,
         E: Send,
     {
@@ -97,7 +103,7 @@ impl PgStore {
         async move {
             let mut tx = self.pool.begin().await.map_err(db)?;
             self.check_schema(&mut tx).await?;
-            let handoffs: Vec<(i64, TaskId)> = self
+            let handoffs: Vec<(i64, Stamp)> = self
                 .sql
                 .claim_handoffs
                 .query()
@@ -106,21 +112,29 @@ impl PgStore {
                 .await
                 .map_err(db)?
                 .iter()
-                .map(|row| Ok((row.try_get(0)?, TaskId::from_uuid(row.try_get(1)?))))
+                .map(|row| {
+                    let id = TaskId::from_uuid(row.try_get(1)?);
+                    // No task (a stray handoff): version 0, and the claim finds nothing.
+                    let version = row.try_get::<Option<i64>, _>(2)?.unwrap_or(0);
+                    Ok((
+                        row.try_get(0)?,
+                        Stamp::new(id, u64::try_from(version).unwrap_or(0)),
+                    ))
+                })
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(db)?;
             let mut marked = Vec::with_capacity(handoffs.len());
             let mut published = Vec::with_capacity(handoffs.len());
             let mut failed = None;
             for chunk in handoffs.chunks(batch) {
-                let ids: Vec<TaskId> = chunk.iter().map(|&(_, id)| id).collect();
-                match publish(ids.clone()).await {
+                let stamps: Vec<Stamp> = chunk.iter().map(|&(_, stamp)| stamp).collect();
+                match publish(stamps).await {
                     Ok(()) => {
                         marked.extend(chunk.iter().map(|&(handoff, _)| handoff));
-                        published.extend(ids);
+                        published.extend(chunk.iter().map(|(_, stamp)| stamp.task_id));
                     }
                     Err(err) => {
-                        failed = Some((ids[0], err));
+                        failed = Some((chunk[0].1.task_id, err));
                         break;
                     }
                 }

@@ -743,10 +743,12 @@ impl Statements {
                  DELETE FROM {s}.tasks
                  WHERE id = ANY (ARRAY(SELECT id FROM expired))"
             )),
-            // $1 limit.
+            // $1 limit. With each handoff its task's version (for the
+            // message's stamp), read but not locked: claims go on meanwhile.
             claim_handoffs: Sql::from(format!(
-                "SELECT id, task_id FROM {s}.handoffs WHERE published_at IS NULL
-                 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED"
+                "SELECT h.id, h.task_id, (SELECT t.version FROM {s}.tasks AS t WHERE t.id = h.task_id)
+                 FROM {s}.handoffs AS h WHERE h.published_at IS NULL
+                 ORDER BY h.id LIMIT $1 FOR UPDATE OF h SKIP LOCKED"
             )),
             // $1 handoff ids.
             mark_published: Sql::from(format!(

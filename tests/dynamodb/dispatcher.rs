@@ -8,6 +8,7 @@ use taskfence::clock::Clock;
 use taskfence::inspect::Inspect;
 use taskfence::store::ReopenRequest;
 use taskfence::testing::{DynamoFixture, Fixture, acquire, new_task};
+use taskfence::wire::Stamp;
 use taskfence::{ClaimNext, Failure, TaskId, TaskStore};
 use taskfence_test_support::dynamo;
 
@@ -15,11 +16,12 @@ type Sent = std::sync::Arc<std::sync::Mutex<Vec<TaskId>>>;
 
 fn recorder() -> (
     Sent,
-    impl FnMut(TaskId) -> std::future::Ready<Result<(), std::io::Error>> + Send,
+    impl FnMut(Stamp) -> std::future::Ready<Result<(), std::io::Error>> + Send,
 ) {
     let sent = Sent::default();
     let s = sent.clone();
-    (sent, move |id| {
+    (sent, move |stamp: Stamp| {
+        let id = stamp.task_id;
         s.lock().unwrap().push(id);
         std::future::ready(Ok(()))
     })
@@ -88,7 +90,8 @@ async fn crash_between_publish_and_mark_republishes_the_same_task() {
         let store = store.clone();
         async move {
             store
-                .dispatch(10, move |id| {
+                .dispatch(10, move |stamp: Stamp| {
+                    let id = stamp.task_id;
                     published_tx.send(id).unwrap();
                     std::future::pending::<Result<(), std::io::Error>>()
                 })
@@ -112,7 +115,8 @@ async fn a_failed_publish_stops_the_round_and_stays_pending() {
     let ids = submit_n(&f, 2).await;
     let (a, b) = (ids[0], ids[1]);
     let round = store
-        .dispatch(10, |id| {
+        .dispatch(10, |stamp: Stamp| {
+            let id = stamp.task_id;
             std::future::ready(if id == b {
                 Err(std::io::Error::other("broker down"))
             } else {
@@ -134,7 +138,8 @@ async fn batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whol
     let ids = submit_n(&f, 23).await;
     let batches = std::sync::Mutex::new(Vec::new());
     let round = store
-        .dispatch_batches(15, 10, |batch| {
+        .dispatch_batches(15, 10, |batch: Vec<Stamp>| {
+            let batch: Vec<TaskId> = batch.iter().map(|s| s.task_id).collect();
             let failing = batches.lock().unwrap().len() == 1;
             batches.lock().unwrap().push(batch);
             std::future::ready(if failing {

@@ -2,6 +2,7 @@
 //! binary.
 
 mod conformance;
+mod dispatch;
 mod effects;
 mod inspection;
 mod model;

@@ -5,6 +5,7 @@ use crate::common;
 use std::time::Duration;
 
 use taskfence::testing::Fixture;
+use taskfence::wire::Stamp;
 use taskfence::{Claim, ClaimRequest, TaskId, TaskStore};
 
 use common::new_task;
@@ -14,11 +15,12 @@ type Sent = std::sync::Arc<std::sync::Mutex<Vec<TaskId>>>;
 
 fn recorder() -> (
     Sent,
-    impl FnMut(TaskId) -> std::future::Ready<Result<(), std::io::Error>> + Send,
+    impl FnMut(Stamp) -> std::future::Ready<Result<(), std::io::Error>> + Send,
 ) {
     let sent = Sent::default();
     let s = sent.clone();
-    (sent, move |id| {
+    (sent, move |stamp: Stamp| {
+        let id = stamp.task_id;
         s.lock().unwrap().push(id);
         std::future::ready(Ok(()))
     })
@@ -66,7 +68,8 @@ async fn crash_between_publish_and_mark_republishes_the_same_task() {
         let store = store.clone();
         async move {
             store
-                .dispatch(10, move |id| {
+                .dispatch(10, move |stamp: Stamp| {
+                    let id = stamp.task_id;
                     published_tx.send(id).unwrap();
                     std::future::pending::<Result<(), std::io::Error>>()
                 })
@@ -109,7 +112,8 @@ async fn concurrent_dispatchers_skip_each_others_handoffs() {
         let mut finish = Some(finish_rx);
         async move {
             store
-                .dispatch(1, move |id| {
+                .dispatch(1, move |stamp: Stamp| {
+                    let id = stamp.task_id;
                     started.take().unwrap().send(id).unwrap();
                     let finish = finish.take().unwrap();
                     async move {
@@ -138,7 +142,8 @@ async fn a_failed_publish_stops_the_round_and_stays_pending() {
     let a = store.submit(new_task("a")).await.unwrap().into_task().id;
     let b = store.submit(new_task("b")).await.unwrap().into_task().id;
     let round = store
-        .dispatch(10, |id| {
+        .dispatch(10, |stamp: Stamp| {
+            let id = stamp.task_id;
             std::future::ready(if id == b {
                 Err(std::io::Error::other("broker down"))
             } else {
@@ -213,7 +218,8 @@ async fn batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whol
     }
     let batches = std::sync::Mutex::new(Vec::new());
     let round = store
-        .dispatch_batches(15, 10, |batch| {
+        .dispatch_batches(15, 10, |batch: Vec<Stamp>| {
+            let batch: Vec<TaskId> = batch.iter().map(|s| s.task_id).collect();
             let failing = batches.lock().unwrap().len() == 1;
             batches.lock().unwrap().push(batch);
             // The second batch fails, say after the broker took some of it.
@@ -313,4 +319,52 @@ async fn tasks_without_a_handoff_write_one_row_and_share_the_schema_with_broker_
         1,
         "the reopening wrote no handoff either"
     );
+}
+
+/// Every message names its task and the task's assignment version as the
+/// dispatcher read it: the outbox's (0 for a task never claimed, the current
+/// one for a task `claim_next` took meanwhile) and `dispatch_due`'s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_stamped_with_the_task_id_and_version() {
+    let f = common::fixture().await;
+    let store = f.pg_store();
+    let fresh = store.submit(new_task("fresh")).await.unwrap().into_task();
+    // Taken by a store consumer before its handoff went out (version 1),
+    // then its lease runs out and a takeover claims it again (version 2).
+    let taken = store.submit(new_task("taken")).await.unwrap().into_task();
+    for _ in 0..2 {
+        let Claim::Acquired(_) = store
+            .claim(taken.id, ClaimRequest::new("w", Duration::from_secs(30)))
+            .await
+            .unwrap()
+        else {
+            panic!("claimed")
+        };
+        f.advance(Duration::from_secs(31)).await;
+    }
+    let stamps = std::sync::Mutex::new(Vec::new());
+    let round = store
+        .dispatch_batches(10, 10, |batch| {
+            stamps.lock().unwrap().extend(batch);
+            std::future::ready(Ok::<(), std::io::Error>(()))
+        })
+        .await
+        .unwrap();
+    assert_eq!(round.published, [fresh.id, taken.id]);
+    let stamps = stamps.into_inner().unwrap();
+    assert_eq!(stamps, [Stamp::new(fresh.id, 0), Stamp::new(taken.id, 2)]);
+    for stamp in &stamps {
+        let task = store.get(stamp.task_id).await.unwrap().unwrap();
+        assert_eq!(*stamp, Stamp::from(&task), "the task's id and version");
+    }
+
+    // The lease of assignment 2 ran out: `dispatch_due` stamps it the same way.
+    let mut due = Vec::new();
+    dispatch_due(store, 10, |stamp| {
+        due.push(stamp);
+        std::future::ready(Ok::<(), std::io::Error>(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(due, [Stamp::new(taken.id, 2)]);
 }

@@ -6,6 +6,7 @@ use crate::common;
 
 use common::TempDatabase;
 use sqlx::{PgPool, Row};
+use taskfence::wire::Stamp;
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, TaskStore};
 
 static HOST: sqlx::migrate::Migrator = sqlx::migrate!("tests/host_migrations");
@@ -506,7 +507,8 @@ async fn handoffs_from_before_the_task_key_carry_on() {
 
     let published = std::sync::Mutex::new(Vec::new());
     let round = store
-        .dispatch(100, |id| {
+        .dispatch(100, |stamp: Stamp| {
+            let id = stamp.task_id;
             published.lock().unwrap().push(id);
             std::future::ready(Ok::<_, std::io::Error>(()))
         })

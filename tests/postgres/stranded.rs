@@ -13,6 +13,7 @@ use taskfence::error::InvalidInput;
 use taskfence::inspect::Inspect;
 use taskfence::store::ReopenRequest;
 use taskfence::testing::{Fixture, request};
+use taskfence::wire::Stamp;
 use taskfence::{Claim, ClaimRequest, Error, Response, TaskId, TaskStore, limits};
 
 const THRESHOLD: Duration = Duration::from_secs(600);
@@ -72,7 +73,8 @@ async fn lost_messages_are_found_redispatched_and_completed() {
     // The next round publishes them to a working queue; a worker completes what it receives.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let round = store
-        .dispatch(100, |id| {
+        .dispatch(100, |stamp: Stamp| {
+            let id = stamp.task_id;
             let tx = tx.clone();
             async move { tx.send(id).map_err(|_| "queue closed") }
         })

@@ -33,6 +33,12 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_KAFKA_TOPIC", default_value = "taskfence-handoffs")]
     pub topic: String,
 
+    /// The results topic: each saved response is published there, keyed by
+    /// task id, with the task id and assignment version in the headers
+    /// (unset: results are not published).
+    #[arg(long, env = "TASKFENCE_KAFKA_RESULTS_TOPIC")]
+    pub results_topic: Option<String>,
+
     /// The consumer group: workers in one group share the partitions.
     #[arg(
         long,
@@ -219,6 +225,7 @@ mod tests {
         assert_eq!(s.lease, Duration::from_secs(30));
         assert_eq!(s.shutdown_grace, Duration::from_secs(20));
         assert!(s.dispatch);
+        assert_eq!(s.results_topic, None);
         let s = Settings::try_load_from([
             "kafka-worker",
             "--database-url=postgres://db/app",
@@ -226,9 +233,11 @@ mod tests {
             "--provider=simulated",
             "--dispatch=false",
             "--shutdown-grace=3s",
+            "--results-topic=replies",
         ])
         .unwrap();
         assert!(!s.dispatch);
+        assert_eq!(s.results_topic.as_deref(), Some("replies"));
         assert_eq!(s.shutdown_grace, Duration::from_secs(3));
     }
 

@@ -19,6 +19,13 @@
 //! * **Stopping** is the consumer's: no more fetching, the grace for running
 //!   work, then its leases released; their records stay unfinished, so the
 //!   final commit (on leaving the group) stops before them.
+//! * **Results go out before the record is finished** (with
+//!   [`KafkaConfig::publish_results`]): a record whose task was saved (by
+//!   this delivery, or before it) publishes the saved result first; a failed
+//!   publish delivers the record again, whose claim finds the result saved.
+//!   In PostgreSQL position mode the completion's transaction already moves
+//!   the position, so a crash between the save and the publish loses that
+//!   publication: use group offsets when every result must go out.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,13 +46,14 @@ use taskfence::runtime::{
     AckReason, Consumer, ConsumerConfig, Delivery, Disposition, RetryReason, Source, Stop, Stopped,
     WorkContext,
 };
-use taskfence::{Claim, ClaimRequest, Failure, Fenced, Lease, PgStore, Response, TaskId, TaskStore};
+use taskfence::{Claim, ClaimRequest, Failure, Fenced, Lease, PgStore, Response, Task, TaskId, TaskStore};
 use tokio::time::Instant;
 
 use crate::dispatcher::task_id;
 use crate::journal::{Event, Handled, Journal};
 use crate::positions::{Pending, PgPositions, PositionedStore};
 use crate::provider::{Provider, ProviderError, ProviderRequest};
+use crate::results::Results;
 
 /// How long a fetch waits for a record when none is waiting.
 const POLL_WAIT: Duration = Duration::from_secs(1);
@@ -63,6 +71,8 @@ pub struct KafkaConfig {
     pub name: String,
     /// `session.timeout.ms`: how long the group waits for a silent member.
     pub session_timeout: Duration,
+    /// Where saved results are published (`None`: nowhere).
+    pub results: Option<Arc<Results>>,
 }
 
 impl KafkaConfig {
@@ -84,7 +94,15 @@ impl KafkaConfig {
             topic: topic.into(),
             name: name.into(),
             session_timeout: Duration::from_secs(10),
+            results: None,
         }
+    }
+
+    /// Publishes every saved result to `results` before its handoff record
+    /// is finished (see the module documentation).
+    pub fn publish_results(mut self, results: Arc<Results>) -> Self {
+        self.results = Some(results);
+        self
     }
 
     fn client_config(&self) -> ClientConfig {
@@ -150,6 +168,10 @@ struct Shared {
     positions: Option<(Arc<PgPositions>, Arc<Pending>)>,
     /// The wait before a record whose lease was lost is claimed again.
     retry_delay: Duration,
+    /// Where saved results go, if anywhere.
+    results: Option<Arc<Results>>,
+    /// Saved tasks seen by a claim or a completion, until their records settle.
+    saved: Arc<Saved>,
     /// Taken on shutdown or kill (dropping it leaves the group).
     client: Mutex<Option<Arc<StreamConsumer<Ctx>>>>,
 }
@@ -174,6 +196,8 @@ impl Shared {
             state: Mutex::default(),
             positions: None,
             retry_delay: config.min_retry_delay,
+            results: kafka.results.clone(),
+            saved: Arc::default(),
             client: Mutex::new(None),
         }
     }
@@ -389,6 +413,24 @@ impl Source for KafkaSource {
         } = record;
         let delay = match disposition {
             Disposition::Ack(reason) => {
+                let saved = shared.saved.take(task);
+                if let (Some(results), AckReason::Completed | AckReason::AlreadyCompleted) =
+                    (&shared.results, reason)
+                {
+                    let published = match &saved {
+                        Some(saved) => results.publish(saved).await.map_err(|e| e.to_string()),
+                        None => Err("the saved task was not seen".to_owned()),
+                    };
+                    if let Err(error) = published {
+                        // Delivered again: its claim finds the result saved.
+                        tracing::warn!(%task, %error, "publishing the result failed; the record goes again");
+                        shared
+                            .state()
+                            .waiting
+                            .push((Instant::now() + shared.retry_delay, record));
+                        return Ok(());
+                    }
+                }
                 shared.finish(partition, offset, generation, Some(task), handled_as(reason));
                 return Ok(());
             }
@@ -575,9 +617,49 @@ fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(future))
 }
 
+/// Saved tasks a claim or a completion returned, by task, with how many
+/// records are still to settle for it: what a record's settlement publishes.
+#[derive(Default)]
+struct Saved(Mutex<HashMap<TaskId, (Task, usize)>>);
+
+impl Saved {
+    fn seen(&self, task: &Task) {
+        let mut saved = self.0.lock().expect("saved lock");
+        let entry = saved.entry(task.id).or_insert_with(|| (task.clone(), 0));
+        entry.0 = task.clone();
+        entry.1 += 1;
+    }
+
+    fn take(&self, id: TaskId) -> Option<Task> {
+        let mut saved = self.0.lock().expect("saved lock");
+        let (task, left) = saved.get_mut(&id)?;
+        *left -= 1;
+        let task = task.clone();
+        if *left == 0 {
+            saved.remove(&id);
+        }
+        Some(task)
+    }
+}
+
 /// The store as this consumer sees it: every call refused once it is
-/// killed (a dead process writes nothing), batches kept native.
-struct Alive(Arc<AtomicBool>);
+/// killed (a dead process writes nothing), batches kept native; saved
+/// tasks noted for [`Saved`].
+struct Alive(Arc<AtomicBool>, Arc<Saved>);
+
+impl Alive {
+    fn claimed(&self, claim: &Claim) {
+        if let Claim::Completed(task) = claim {
+            self.1.seen(task);
+        }
+    }
+
+    fn completed(&self, done: &taskfence::Result<Fenced<Task>>) {
+        if let Ok(Fenced::Accepted(task)) = done {
+            self.1.seen(task);
+        }
+    }
+}
 
 #[async_trait]
 impl Intercept for Alive {
@@ -593,20 +675,44 @@ impl Intercept for Alive {
         }
         run.await
     }
+    async fn claim(
+        &self,
+        inner: &dyn TaskStore,
+        id: TaskId,
+        request: ClaimRequest,
+    ) -> taskfence::Result<Claim> {
+        let claim = inner.claim(id, request).await?;
+        self.claimed(&claim);
+        Ok(claim)
+    }
+    async fn complete(
+        &self,
+        inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> taskfence::Result<Fenced<Task>> {
+        let done = inner.complete(lease, response).await;
+        self.completed(&done);
+        done
+    }
     async fn claim_many(
         &self,
         inner: &dyn TaskStore,
         ids: &[TaskId],
         request: ClaimRequest,
     ) -> taskfence::Result<Vec<Claim>> {
-        inner.claim_many(ids, request).await
+        let claims = inner.claim_many(ids, request).await?;
+        claims.iter().for_each(|claim| self.claimed(claim));
+        Ok(claims)
     }
     async fn complete_many(
         &self,
         inner: &dyn TaskStore,
         completions: Vec<(Lease, Response)>,
-    ) -> taskfence::Result<Vec<taskfence::Result<Fenced<taskfence::Task>>>> {
-        inner.complete_many(completions).await
+    ) -> taskfence::Result<Vec<taskfence::Result<Fenced<Task>>>> {
+        let done = inner.complete_many(completions).await?;
+        done.iter().for_each(|done| self.completed(done));
+        Ok(done)
     }
     async fn renew_many(
         &self,
@@ -680,7 +786,8 @@ impl ReplyConsumer {
         shared: Shared,
     ) -> Result<Self, SpawnError> {
         let shared = Arc::new(shared);
-        let store = Arc::new(Intercepted::new(store, Alive(Arc::clone(&shared.dead))));
+        let alive = Alive(Arc::clone(&shared.dead), Arc::clone(&shared.saved));
+        let store = Arc::new(Intercepted::new(store, alive));
         let consumer = Consumer::new(store, KafkaSource(Arc::clone(&shared)), config)?;
         let client: StreamConsumer<Ctx> = kafka
             .client_config()

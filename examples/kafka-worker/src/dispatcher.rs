@@ -1,6 +1,7 @@
 //! The dispatcher: publishes the handoffs that `submit` wrote to PostgreSQL's
 //! outbox in the same transaction as the task, one record per task, keyed by
-//! task id.
+//! task id, with the task's [`Stamp`] (id and assignment version as the
+//! dispatcher read it) in the record headers.
 //!
 //! A handoff says only "go work on task X": the payload is the task id, the
 //! work itself lives in the store. Keying by task id sends every copy of one
@@ -15,8 +16,10 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use taskfence::runtime::Stop;
+use taskfence::wire::Stamp;
 use taskfence::{PgStore, TaskId};
 
 use crate::journal::{Event, Journal};
@@ -32,6 +35,46 @@ use crate::journal::{Event, Journal};
 /// ```
 pub fn task_id(payload: Option<&[u8]>) -> Option<TaskId> {
     std::str::from_utf8(payload?).ok()?.trim().parse().ok()
+}
+
+/// The record headers that carry `stamp` (`taskfence-task-id`, `taskfence-version`).
+///
+/// ```
+/// use rdkafka::message::Headers;
+/// use taskfence::wire::Stamp;
+/// let stamp = Stamp::new(taskfence::TaskId::new(), 2);
+/// let headers = kafka_worker::dispatcher::stamp_headers(&stamp);
+/// let pairs = headers.iter().map(|h| (h.key, h.value.unwrap_or_default()));
+/// assert_eq!(Stamp::from_headers(pairs), Ok(stamp));
+/// ```
+pub fn stamp_headers(stamp: &Stamp) -> OwnedHeaders {
+    stamp
+        .headers()
+        .iter()
+        .fold(OwnedHeaders::new_with_capacity(2), |headers, (key, value)| {
+            headers.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        })
+}
+
+/// Reads the [`Stamp`] out of a record's headers.
+///
+/// ```
+/// use rdkafka::message::{Message, OwnedMessage, Timestamp};
+/// use taskfence::wire::{Stamp, StampError};
+/// let stamp = Stamp::new(taskfence::TaskId::new(), 3);
+/// let headers = Some(kafka_worker::dispatcher::stamp_headers(&stamp));
+/// let record = OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, headers);
+/// assert_eq!(kafka_worker::dispatcher::stamp(&record), Ok(stamp));
+/// let bare = OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, None);
+/// assert!(matches!(kafka_worker::dispatcher::stamp(&bare), Err(StampError::Missing { .. })));
+/// ```
+pub fn stamp<M: rdkafka::message::Message>(record: &M) -> Result<Stamp, taskfence::wire::StampError> {
+    use rdkafka::message::Headers;
+    let headers = record.headers().into_iter().flat_map(|h| h.iter());
+    Stamp::from_headers(headers.map(|h| (h.key, h.value.unwrap_or_default())))
 }
 
 /// Publishes handoff records to one topic.
@@ -75,11 +118,14 @@ impl Handoffs {
         })
     }
 
-    /// Publishes the handoff for `task` and waits for the broker's
-    /// acknowledgement; returns where it landed.
-    pub async fn publish(&self, task: TaskId) -> Result<(i32, i64), KafkaError> {
-        let id = task.to_string();
-        let record = FutureRecord::to(&self.topic).key(&id).payload(&id);
+    /// Publishes the handoff for `stamp`'s task (the stamp in its headers)
+    /// and waits for the broker's acknowledgement; returns where it landed.
+    pub async fn publish(&self, stamp: Stamp) -> Result<(i32, i64), KafkaError> {
+        let (task, id) = (stamp.task_id, stamp.task_id.to_string());
+        let record = FutureRecord::to(&self.topic)
+            .key(&id)
+            .payload(&id)
+            .headers(stamp_headers(&stamp));
         let delivery = self
             .producer
             .send(record, Duration::from_secs(30))
@@ -99,15 +145,16 @@ impl Handoffs {
     /// the records already queued are still awaited (the ones that landed are
     /// journaled), then the first error is returned: the caller publishes the
     /// whole batch again, and the extra copies are harmless.
-    pub async fn publish_batch(&self, tasks: &[TaskId]) -> Result<Vec<(i32, i64)>, KafkaError> {
+    pub async fn publish_batch(&self, tasks: &[Stamp]) -> Result<Vec<(i32, i64)>, KafkaError> {
         let mut queued = Vec::with_capacity(tasks.len());
         let mut failed = None;
-        for &task in tasks {
-            let id = task.to_string();
-            match self
-                .producer
-                .send_result(FutureRecord::to(&self.topic).key(&id).payload(&id))
-            {
+        for stamp in tasks {
+            let (task, id) = (stamp.task_id, stamp.task_id.to_string());
+            let record = FutureRecord::to(&self.topic)
+                .key(&id)
+                .payload(&id)
+                .headers(stamp_headers(stamp));
+            match self.producer.send_result(record) {
                 Ok(delivery) => queued.push((task, delivery)),
                 Err((error, _record)) => {
                     failed = Some(error);

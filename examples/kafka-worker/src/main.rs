@@ -20,7 +20,7 @@ use kafka_worker::config::{Positions, ProviderKind, Settings};
 // Scaffolding: drop this import and the `Simulated` arm below when you copy main.rs.
 use kafka_worker::sim::SimulatedLlm;
 use kafka_worker::{
-    Dispatcher, Handoffs, HttpProvider, Journal, KafkaConfig, PgPositions, Provider, ReplyConsumer,
+    Dispatcher, Handoffs, HttpProvider, Journal, KafkaConfig, PgPositions, Provider, ReplyConsumer, Results,
     TracingJournal, store,
 };
 use taskfence::runtime::ConsumerConfig;
@@ -82,6 +82,10 @@ async fn main() -> Result<(), BoxError> {
         &settings.worker_id,
     );
     kafka.session_timeout = settings.session_timeout;
+    if let Some(topic) = &settings.results_topic {
+        let results = Results::new(&settings.bootstrap, topic, settings.producer_batch_records)?;
+        kafka = kafka.publish_results(Arc::new(results));
+    }
     let config = ConsumerConfig::new(&settings.worker_id, settings.lease)
         .concurrency(settings.concurrency)
         .min_retry_delay(settings.retry_delay)

@@ -126,7 +126,10 @@ async fn a_poll_is_claimed_in_batches_and_every_task_is_saved_once() {
     );
     let mut duplicates = 0;
     for task in tasks.iter().step_by(10) {
-        handoffs.publish(task.id).await.expect("publish again");
+        handoffs
+            .publish(taskfence::wire::Stamp::from(task))
+            .await
+            .expect("publish again");
         duplicates += 1;
     }
     let records = TASKS + duplicates;

@@ -144,10 +144,16 @@ async fn scenario(mode: Mode) {
     }
     for (i, task) in tasks.iter().enumerate() {
         if pg.is_none() {
-            handoffs.publish(task.id).await.expect("publish");
+            handoffs
+                .publish(taskfence::wire::Stamp::from(task))
+                .await
+                .expect("publish");
         }
         if i % 7 == 0 {
-            handoffs.publish(task.id).await.expect("publish again");
+            handoffs
+                .publish(taskfence::wire::Stamp::from(task))
+                .await
+                .expect("publish again");
             duplicates += 1;
         }
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use taskfence::dispatch::dispatch_due;
 use taskfence::metrics::observe;
+use taskfence::wire::Stamp;
 use taskfence::{DynamoStore, PgStore, TaskId, TaskStore};
 use tokio::sync::watch;
 
@@ -147,12 +148,13 @@ impl Dispatcher {
         after_send: impl Fn(&[TaskId]) -> Result<(), BoxError> + Send + Sync,
     ) -> Result<Vec<TaskId>, BoxError> {
         let after_send = &after_send;
-        let publish = |tasks: Vec<TaskId>| {
+        let publish = |stamps: Vec<Stamp>| {
             let queue = self.queue.clone();
             let (sent, requests) = (Arc::clone(&self.sent), Arc::clone(&self.requests));
             async move {
                 requests.fetch_add(1, Ordering::Relaxed);
-                let batch = queue.publish_batch(&tasks).await?;
+                let batch = queue.publish_batch(&stamps).await?;
+                let tasks: Vec<TaskId> = stamps.iter().map(|stamp| stamp.task_id).collect();
                 sent.fetch_add(batch.sent as u64, Ordering::Relaxed);
                 if !batch.failed.is_empty() {
                     // Partly sent: the whole batch stays pending and goes
@@ -190,9 +192,9 @@ impl Dispatcher {
         let published = match &self.outbox {
             Outbox::Postgres(store) => {
                 // Through the wrapper, so the metrics see what it re-published.
-                let round = dispatch_due(&observe(store.clone()), self.batch, |task_id| {
+                let round = dispatch_due(&observe(store.clone()), self.batch, |stamp| {
                     let queue = self.queue.clone();
-                    async move { queue.publish(task_id).await }
+                    async move { queue.publish(stamp).await }
                 })
                 .await?;
                 if let Some((task_id, error)) = round.failed {
@@ -202,8 +204,16 @@ impl Dispatcher {
             }
             Outbox::Dynamo(_) => {
                 let due = self.due.due(self.batch).await?;
-                let mut published = Vec::with_capacity(due.len());
-                for chunk in due.chunks(MAX_BATCH) {
+                // Each with its version for the stamp (a task purged
+                // meanwhile is skipped), as `dispatch_due` reads it.
+                let mut stamps = Vec::with_capacity(due.len());
+                for task_id in due {
+                    if let Some(task) = self.due.get(task_id).await? {
+                        stamps.push(Stamp::from(&task));
+                    }
+                }
+                let mut published = Vec::with_capacity(stamps.len());
+                for chunk in stamps.chunks(MAX_BATCH) {
                     self.requests.fetch_add(1, Ordering::Relaxed);
                     let batch = self.queue.publish_batch(chunk).await?;
                     if !batch.failed.is_empty() {
@@ -211,7 +221,7 @@ impl Dispatcher {
                         tracing::debug!(failed = ?batch.failed, "re-publishing due tasks failed");
                         break;
                     }
-                    published.extend_from_slice(chunk);
+                    published.extend(chunk.iter().map(|stamp| stamp.task_id));
                 }
                 published
             }

@@ -1,7 +1,9 @@
 //! The SQS side: the client's AWS configuration, and the calls the service
-//! makes: publish task ids (one, or ten per `SendMessageBatch`), long-poll,
+//! makes: publish task ids with their [`Stamp`] as message attributes (one,
+//! or ten per `SendMessageBatch`), long-poll,
 //! delete and change visibility (ten per batch request), queue depth.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
@@ -9,10 +11,11 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::SharedHttpClient;
 use aws_sdk_sqs::error::DisplayErrorContext;
 use aws_sdk_sqs::types::{
-    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, QueueAttributeName,
-    SendMessageBatchRequestEntry,
+    ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, MessageAttributeValue,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use taskfence::TaskId;
+use taskfence::wire::Stamp;
 
 /// A boxed error: the example reports SDK errors with their full context.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -108,6 +111,24 @@ fn seconds(d: Duration) -> i32 {
     (d.as_secs() + u64::from(d.subsec_nanos() > 0)) as i32
 }
 
+/// The stamp as message attributes (`taskfence-task-id`,
+/// `taskfence-version`, both of type `String`): a consumer reads the
+/// assignment version without parsing the body.
+fn stamp_attributes(stamp: &Stamp) -> Result<HashMap<String, MessageAttributeValue>, BoxError> {
+    stamp
+        .headers()
+        .into_iter()
+        .map(|(name, value)| {
+            let value = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .map_err(sdk)?;
+            Ok((name.to_owned(), value))
+        })
+        .collect()
+}
+
 /// The positions of a batch request's failed entries (their ids are positions).
 fn failed_entries<'a>(ids: impl Iterator<Item = &'a str>) -> Vec<usize> {
     ids.filter_map(|id| id.parse().ok()).collect()
@@ -159,24 +180,26 @@ impl SqsQueue {
         Ok(())
     }
 
-    /// Publishes "work on `task`". The body is only the id: everything else
-    /// lives in the task record, so every copy of the message means the same.
-    pub async fn publish(&self, task: TaskId) -> Result<(), BoxError> {
+    /// Publishes "work on `stamp.task_id`". The body is only the id:
+    /// everything else lives in the task record, so every copy of the
+    /// message means the same. The stamp goes along as message attributes.
+    pub async fn publish(&self, stamp: Stamp) -> Result<(), BoxError> {
         self.client
             .send_message()
             .queue_url(&self.url)
-            .message_body(task.to_string())
+            .message_body(stamp.task_id.to_string())
+            .set_message_attributes(Some(stamp_attributes(&stamp)?))
             .send()
             .await
             .map_err(sdk)?;
         Ok(())
     }
 
-    /// Publishes "work on `task`" for every task of `tasks` (at most
-    /// [`MAX_BATCH`]) in one `SendMessageBatch`. SQS answers per entry: an
-    /// `Ok` can still carry failed entries ([`SentBatch::failed`]), and the
-    /// others did reach the queue.
-    pub async fn publish_batch(&self, tasks: &[TaskId]) -> Result<SentBatch, BoxError> {
+    /// Publishes "work on `task`", stamped, for every stamp of `tasks` (at
+    /// most [`MAX_BATCH`]) in one `SendMessageBatch`. SQS answers per entry:
+    /// an `Ok` can still carry failed entries ([`SentBatch::failed`]), and
+    /// the others did reach the queue.
+    pub async fn publish_batch(&self, tasks: &[Stamp]) -> Result<SentBatch, BoxError> {
         if tasks.is_empty() || tasks.len() > MAX_BATCH {
             return Err(format!(
                 "a SendMessageBatch takes 1 to {MAX_BATCH} messages, not {}",
@@ -188,10 +211,11 @@ impl SqsQueue {
         let entries = tasks
             .iter()
             .enumerate()
-            .map(|(i, task)| {
+            .map(|(i, stamp)| {
                 SendMessageBatchRequestEntry::builder()
                     .id(i.to_string())
-                    .message_body(task.to_string())
+                    .message_body(stamp.task_id.to_string())
+                    .set_message_attributes(Some(stamp_attributes(stamp)?))
                     .build()
                     .map_err(sdk)
             })
@@ -213,7 +237,7 @@ impl SqsQueue {
                     .parse::<usize>()
                     .ok()
                     .and_then(|i| tasks.get(i))
-                    .copied();
+                    .map(|stamp| stamp.task_id);
                 let why = format!("{}: {}", entry.code(), entry.message().unwrap_or("no message"));
                 (task, why)
             })

@@ -18,6 +18,7 @@ use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{Stop, Stopped};
 use taskfence::store::AttemptOutcome;
 use taskfence::testing::{Fixture, PgFixture};
+use taskfence::wire::Stamp;
 use taskfence::{Claim, ClaimRequest, InputHash, NewTask, RequestKey, Result, Status, TaskId, TaskStore};
 use taskfence_test_support::{eventually_every, fixture};
 
@@ -198,7 +199,7 @@ async fn a_second_copy_in_one_receive_and_a_malformed_message_are_handled_on_the
     // Task 0 twice, the others once, and a body that is no task id, all
     // waiting before the worker starts (so mostly in one receive).
     queue
-        .publish_batch(&[ids[0], ids[1], ids[0], ids[2]])
+        .publish_batch(&[0, 1, 0, 2].map(|i| Stamp::new(ids[i], 0)))
         .await
         .unwrap();
     client

@@ -276,7 +276,8 @@ async fn taskfence(cfg: &Config, main: &PgPool, workers: usize, n: u64, batch: u
             let mut published = 0u64;
             while published < n {
                 let round = store
-                    .dispatch_batches(100, batch, |ids| {
+                    .dispatch_batches(100, batch, |stamps| {
+                        let ids = stamps.iter().map(|stamp| stamp.task_id).collect();
                         let sent = tx.send(ids).map_err(|_| "the workers are gone");
                         async move { sent }
                     })

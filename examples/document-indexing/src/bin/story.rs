@@ -86,8 +86,8 @@ async fn tell(indexer: &Indexer) -> Result<(), Box<dyn std::error::Error>> {
     let mut deliveries = Vec::new();
     indexer
         .store()
-        .dispatch(10, |id| {
-            deliveries.extend([id, id]);
+        .dispatch(10, |stamp| {
+            deliveries.extend([stamp.task_id, stamp.task_id]);
             async { Ok::<(), std::convert::Infallible>(()) }
         })
         .await?;

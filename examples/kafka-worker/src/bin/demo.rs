@@ -58,7 +58,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The in-memory store has no outbox: publish directly.
     let handoffs = Handoffs::new(&bootstrap, &topic, journal)?;
     for id in &ids {
-        handoffs.publish(*id).await?;
+        // Just submitted, never claimed: assignment version 0.
+        handoffs.publish(taskfence::wire::Stamp::new(*id, 0)).await?;
     }
     println!("handed off {count} tasks to {topic}; waiting for replies (the group join can take ~20 s)");
     loop {

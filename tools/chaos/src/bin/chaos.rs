@@ -392,9 +392,9 @@ async fn submit_until_ok(store: &PgStore, new: impl Fn() -> NewTask) -> taskfenc
 async fn dispatch_loop(store: PgStore, queue: Queue, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
         let round = store
-            .dispatch(200, |task_id| {
+            .dispatch(200, |stamp| {
                 let queue = queue.clone();
-                async move { queue.publish(task_id.as_uuid(), 2).await }
+                async move { queue.publish(stamp.task_id.as_uuid(), 2).await }
             })
             .await;
         match round {
