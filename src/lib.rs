@@ -24,6 +24,7 @@
 //! | [`offsets`] | `OffsetTracker`: the safe commit position for Kafka-style consumers |
 //! | [`clock`] | the store clock of the embedded backends, and a manual one for tests |
 //! | [`limits`] | input limits every backend enforces |
+//! | [`wire`] | versions on the wire: the task id and assignment version a message carries, and keeping only the newest per task |
 //! | [`backend`] | for implementing a store: the backend trait and the shared decision rules |
 //! | `serialize` | `serde` for the public data types (feature `serde`) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
