@@ -47,6 +47,7 @@
 //!         store.fail(lease, effect.ambiguous_failure()).await?;
 //!         return Ok(());
 //!     }
+//!     other => unreachable!("a newer answer: {other:?}"),
 //! }
 //! # Ok(()) }
 //! ```
