@@ -291,7 +291,9 @@ pub async fn killed_workers_cause_no_silent_duplicate_effects(f: &dyn Fixture) {
             tasks: 40,
             ..Chaos::new(provider)
         };
-        run(f, chaos).await.assert_contract(&chaos);
+        let report = run(f, chaos).await;
+        println!("chaos {provider:?}: {report:?}");
+        report.assert_contract(&chaos);
     }
 }
 
