@@ -329,7 +329,8 @@ impl EffectOutcome {
     }
 
     /// Checks the outcome against the [`limits`]: a reference like an
-    /// operation id, a message like any free text.
+    /// operation id, a message like a failure's (at most
+    /// [`MAX_MESSAGE_LEN`](limits::MAX_MESSAGE_LEN) bytes of free text).
     ///
     /// ```
     /// use taskfence::effect::EffectOutcome;
@@ -342,7 +343,10 @@ impl EffectOutcome {
                 limits::check_text("reference", r, limits::MAX_OPERATION_ID_LEN)
             }
             EffectOutcome::Done { reference: None } => Ok(()),
-            EffectOutcome::Failed { message } => limits::check_free_text("message", message),
+            EffectOutcome::Failed { message } => {
+                limits::check_len("message", message.len(), limits::MAX_MESSAGE_LEN)?;
+                limits::check_free_text("message", message)
+            }
         }
     }
 

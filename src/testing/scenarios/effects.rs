@@ -248,6 +248,13 @@ pub async fn bad_effect_calls_are_refused_and_write_nothing(f: &dyn Fixture) {
         store.finish_effect(&lease, NOTIFY, EffectOutcome::done("")).await,
         Err(Error::InvalidInput(InvalidInput::Blank { .. }))
     ));
+    let huge = "x".repeat(crate::limits::MAX_MESSAGE_LEN + 1);
+    assert!(matches!(
+        store
+            .finish_effect(&lease, NOTIFY, EffectOutcome::failed(huge))
+            .await,
+        Err(Error::InvalidInput(InvalidInput::TooLong { .. }))
+    ));
     assert!(store.effects(t.id).await.unwrap().is_empty());
     assert_eq!(f.record_count().await, before, "nothing written");
     begin(&*store, &lease, NOTIFY).await;
