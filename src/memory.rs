@@ -90,8 +90,9 @@ impl MemoryStore {
     /// Runs `write` — a change to the application's own state — only if
     /// `lease` passes the fence (current version, task running, lease live
     /// on the store's clock), while the store holds its lock: no takeover,
-    /// cancel or save can come between the check and the write. The
-    /// embedded counterpart of PostgreSQL's `PgStore::on(&mut tx).fence` and
+    /// cancel or save can come between the check and the write (so `write`
+    /// must not call the store: it would wait for itself). The embedded
+    /// counterpart of PostgreSQL's `PgStore::on(&mut tx).fence` and
     /// DynamoDB's fence item.
     ///
     /// ```
