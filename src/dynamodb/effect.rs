@@ -6,8 +6,6 @@
 //! the lease's fence as a `ConditionCheck` on the task item, and a `Put` of
 //! the effect item on the condition that the record is still the one read.
 
-use std::collections::HashMap;
-
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use time::OffsetDateTime;
 
@@ -20,7 +18,7 @@ use crate::task::TaskId;
 use super::expr::{Expr, fence};
 use super::item::{self, Item, n, s};
 use super::store::DynamoStore;
-use super::table::{PARTITION_KEY, SORT_KEY};
+use super::table::PARTITION_KEY;
 use super::tx::{Layout, RACE_RETRIES, Raced, Tx};
 
 impl DynamoStore {
@@ -56,23 +54,11 @@ impl DynamoStore {
     /// [`effects`](crate::TaskStore::effects): the task's effect items, by
     /// name (their sort keys' order), in one consistent query per 1 MB page.
     pub(super) async fn effect_records(&self, id: TaskId) -> Result<Vec<Effect>> {
-        self.query_all(
-            None,
-            "#pk = :pk AND begins_with(#sk, :prefix)",
-            HashMap::from([
-                ("#pk".to_owned(), PARTITION_KEY.to_owned()),
-                ("#sk".to_owned(), SORT_KEY.to_owned()),
-            ]),
-            HashMap::from([
-                (":pk".to_owned(), s(item::task_pk(id))),
-                (":prefix".to_owned(), s(item::EFFECT_PREFIX)),
-            ]),
-            None,
-        )
-        .await?
-        .iter()
-        .map(|found| item::effect(found, id).map_err(Error::storage))
-        .collect()
+        self.prefixed_items(id, item::EFFECT_PREFIX)
+            .await?
+            .iter()
+            .map(|found| item::effect(found, id).map_err(Error::storage))
+            .collect()
     }
 
     /// One step of the journal: read the task and the effect's record as of

@@ -79,6 +79,7 @@
 //! | `expr` | update and condition expressions; the guards every write carries |
 //! | `tx` | sending a transaction, reading its cancellation, retrying conflicts and throttling; errors |
 //! | `read` | consistent gets, batch gets, transactional gets, queries of a partition and of the queue indexes |
+//! | `reopen` | an operator's reopening: the task, its dedup record and the reopening item in one transaction |
 //! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
 //! | `dispatch` | the outbox: [`DynamoStore::dispatch`], `dispatch_batches`, `redispatch` |
 //! | `effect` | the effect journal: `begin_effect`, `finish_effect`, `effects`, each a snapshot read and one conditional transaction |
@@ -97,6 +98,7 @@ mod inspect;
 mod item;
 mod purge;
 mod read;
+mod reopen;
 mod store;
 mod table;
 mod tx;

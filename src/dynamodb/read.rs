@@ -134,7 +134,10 @@ impl DynamoStore {
         }
     }
 
-    pub(super) async fn attempt_items(&self, id: TaskId) -> Result<Vec<Item>> {
+    /// The items of task `id`'s partition whose sort key starts with
+    /// `prefix` (`A#` attempts, `E#` effects), in sort-key order: one
+    /// consistent query per 1 MB page.
+    pub(super) async fn prefixed_items(&self, id: TaskId, prefix: &str) -> Result<Vec<Item>> {
         self.query_all(
             None,
             "#pk = :pk AND begins_with(#sk, :prefix)",
@@ -144,7 +147,7 @@ impl DynamoStore {
             ]),
             HashMap::from([
                 (":pk".to_owned(), s(item::task_pk(id))),
-                (":prefix".to_owned(), s(item::ATTEMPT_PREFIX)),
+                (":prefix".to_owned(), s(prefix)),
             ]),
             None,
         )
