@@ -291,6 +291,72 @@ async fn a_permanent_failure_acks_as_terminal() {
     assert_eq!(task.attempts(), 1, "a permanent failure is not retried");
 }
 
+/// A panic in the work, in its future or in the call that makes it, is a
+/// retryable failure recorded on the attempt, and the task is free for the
+/// next delivery: not left running under a lease nobody holds.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_work_function_is_a_recorded_retryable_failure() {
+    let f = Fixture::new();
+    let in_future = f.submit(policy()).await;
+    let in_call = f.submit(policy()).await;
+    let worker = f.worker("a");
+
+    let d = worker
+        .handle(in_future.id, &(), |_ctx| async {
+            if true {
+                panic!("index out of bounds in the prompt builder");
+            }
+            Ok(Response::from("never"))
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            d,
+            Disposition::RetryAfter {
+                reason: RetryReason::Scheduled { attempts_left: 2 },
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+
+    let d = worker
+        .handle(
+            in_call.id,
+            &(),
+            |_ctx| -> std::future::Ready<Result<Response, Failure>> {
+                panic!("the prompt template is missing")
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            d,
+            Disposition::RetryAfter {
+                reason: RetryReason::Scheduled { attempts_left: 2 },
+                ..
+            }
+        ),
+        "{d:?}"
+    );
+
+    for (task, said) in [(in_future, "prompt builder"), (in_call, "template is missing")] {
+        let task = f.task(task.id).await;
+        assert_eq!(task.status, Status::Pending, "given back for a retry");
+        let attempts = f.store.attempts(task.id).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert!(
+            attempts[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("panicked") && e.contains(said)),
+            "{attempts:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn renewals_keep_a_job_longer_than_the_lease_alive_and_fire_the_hook() {
     let f = Fixture::new();

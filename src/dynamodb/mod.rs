@@ -47,7 +47,8 @@
 //!   `BatchGetItem` per 100, one `UpdateItem` mark each), redispatch one
 //!   transaction per task, purge_expired 1 + 5 per purged task; `claim_many` of *n* one
 //!   `BatchGetItem` per 100 plus one transaction per task (concurrent),
-//!   `complete_many` one transaction per task.
+//!   `complete_many` one transaction per task (concurrent), `renew_many` one
+//!   `UpdateItem` per lease (concurrent).
 //! - **Inspection from indexes**: [`Inspect`](crate::inspect::Inspect)
 //!   lists and counts from [`STATUS_INDEX`], finds stranded tasks in the
 //!   sparse [`UNCLAIMED_INDEX`], tells a story from the task's partition;

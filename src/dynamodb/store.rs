@@ -801,6 +801,31 @@ impl Backend for DynamoStore {
         Ok(out)
     }
 
+    /// Each renewal is its own conditional update (as
+    /// [`renew`](crate::TaskStore::renew)), the updates concurrent: a
+    /// consumer renews every lease it holds in one call, and one at a time
+    /// that call would take the sum of their latencies, which under load
+    /// outlasts the period it must fit in.
+    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
+        let renewed = Self::concurrently(leases.len(), |i| {
+            let (store, mut lease) = (self.clone(), leases[i].clone());
+            let span = entry::lease_span("renew", &lease);
+            async move {
+                let answer = Backend::renew(&store, &mut lease, extend_by).await;
+                answer.map(|fenced| (lease, fenced))
+            }
+            .instrument(span)
+        })
+        .await?;
+        let mut out = Vec::with_capacity(renewed.len());
+        for (slot, answer) in leases.iter_mut().zip(renewed) {
+            let (lease, fenced) = answer?;
+            *slot = lease;
+            out.push(fenced);
+        }
+        Ok(out)
+    }
+
     /// Candidates from both queue indexes (due since `now`, and never
     /// claimed), read again consistently, ordered by [`rules::due_since`];
     /// then claimed in that order, each by the conditional write of

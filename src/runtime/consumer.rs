@@ -746,6 +746,9 @@ async fn run<S, F, Fut>(
     let held_slot = permit;
     let id = lease.task_id();
     let lost = shared.held.insert(lease.clone(), receipt);
+    // Whatever ends this run, a panic in a source's code included, the lease
+    // is no longer renewed from here on: at worst it expires.
+    let _let_go = LetGo(&shared.held, id);
     // Ready: wait for a work slot; a stop gives back what has not started.
     let mut phase = shared.stop.watch();
     let slot = tokio::select! {
@@ -763,7 +766,10 @@ async fn run<S, F, Fut>(
         lease: lease.clone(),
         lost: lost.clone(),
     };
-    let mut work = tokio::spawn((shared.work)(ctx).instrument(span.clone()));
+    // The work function is called inside the spawned task, so a panic in
+    // the call itself (before it returns its future) is caught there too.
+    let work_fn = Arc::clone(&shared.work);
+    let mut work = tokio::spawn(async move { work_fn(ctx).await }.instrument(span.clone()));
     // A run dropped with its consumer takes its work function with it.
     let _work_ends_with_the_run = AbortOnDrop(work.abort_handle());
     let ended = tokio::select! {
@@ -844,14 +850,24 @@ where
         }
         Ended::Returned(Err(join)) => {
             crate::trace::record_error(span, "panic");
-            let failure = Failure::retryable(fit(&format!(
-                "the work function panicked: {}",
-                panic_message(join)
-            )));
+            let failure = if join.is_panic() {
+                panic_failure(join.into_panic())
+            } else {
+                Failure::retryable("the work function was cancelled")
+            };
             tracing::error!(task_id = %id, message = %failure.message, "work function panicked");
             report(shared, lease, failure).await
         }
     })
+}
+
+/// Stops holding a task's lease when dropped (a no-op when the run already did).
+struct LetGo<'h, R: Clone>(&'h Held<R>, TaskId);
+
+impl<R: Clone> Drop for LetGo<'_, R> {
+    fn drop(&mut self) {
+        self.0.remove(self.1);
+    }
 }
 
 /// Aborts a spawned task when dropped.
@@ -914,14 +930,13 @@ fn fit(message: &str) -> String {
     out
 }
 
-fn panic_message(join: JoinError) -> String {
-    if !join.is_panic() {
-        return "cancelled".into();
-    }
-    let payload = join.into_panic();
-    payload
+/// A panic of the work function as the retryable failure it counts as
+/// (the message kept within the limit).
+pub(super) fn panic_failure(payload: Box<dyn std::any::Any + Send>) -> Failure {
+    let text = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".into())
+        .unwrap_or_else(|| "a non-text panic".into());
+    Failure::retryable(fit(&format!("the work function panicked: {text}")))
 }

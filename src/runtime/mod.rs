@@ -78,10 +78,12 @@ pub use source::{Delivery, Source, StoreQueue, Wake};
 pub use stop::Stop;
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -382,6 +384,8 @@ impl Worker {
     ///
     /// `work` is called only when this call acquired the task. It returns the
     /// response to save, or a [`Failure`] for the task's retry policy to judge.
+    /// A panic in `work` (in the call or in its future) is a retryable
+    /// failure, recorded under the lease like any other.
     ///
     /// An `Err` means the store failed at some step (or the input was invalid,
     /// e.g. a failure message over the limit): treat it like
@@ -580,7 +584,16 @@ impl Worker {
             lease: lease.clone(),
             lost: lost_rx,
         };
-        let work = work(ctx);
+        // A panic of the work function, in the call or in its future, is a
+        // retryable failure like any other, reported under the lease.
+        let work = async move {
+            let called = std::panic::catch_unwind(AssertUnwindSafe(move || work(ctx)));
+            let returned = match called {
+                Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+                Err(payload) => Err(payload),
+            };
+            returned.unwrap_or_else(|payload| Err(consumer::panic_failure(payload)))
+        };
         tokio::pin!(work);
         let outcome = tokio::select! {
             biased;

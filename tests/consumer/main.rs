@@ -51,6 +51,8 @@ on_every_backend!(
     drains_a_queue_saving_one_response_each_in_group_commits,
     held_leases_are_renewed_together_and_outlive_their_length,
     a_panicking_work_function_is_a_failure_within_the_budget,
+    a_work_closure_that_panics_before_its_future_is_a_failure_within_the_budget,
+    a_renewal_slower_than_its_period_still_keeps_the_lease,
     a_requested_retry_delay_replaces_the_backoff,
     a_stop_lets_running_work_finish_and_fetches_no_more,
     work_past_the_grace_is_released_for_another_process,

@@ -274,6 +274,102 @@ pub(crate) async fn a_panicking_work_function_is_a_failure_within_the_budget(sto
     assert_eq!(stopped.failed, 2);
 }
 
+/// A work closure that panics when called, before it returns its future, is
+/// the same retryable failure: recorded within the budget, its lease let go
+/// (not renewed until the consumer stops), the task failing when the budget
+/// is spent.
+pub(crate) async fn a_work_closure_that_panics_before_its_future_is_a_failure_within_the_budget(
+    store: Arc<dyn TaskStore>,
+) {
+    let policy = RetryPolicy::default()
+        .max_attempts(2)
+        .jitter(0.0)
+        .initial_backoff(Duration::from_millis(100));
+    let t = store
+        .submit(new_task("explodes-early").policy(policy))
+        .await
+        .unwrap()
+        .into_task();
+    let consumer = StoreQueue::new(store.clone()).consumer(config()).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(
+        |_ctx| -> std::future::Ready<std::result::Result<Response, Failure>> {
+            panic!("the prompt template is missing")
+        },
+    ));
+    all_reach(&*store, &[t.id], Status::Failed).await;
+    stop.request();
+    let stopped = running.await.unwrap().unwrap();
+
+    let failed = task(&*store, t.id).await;
+    assert_eq!(failed.attempts(), 2, "both attempts of the budget were used");
+    let attempts = store.attempts(t.id).await.unwrap();
+    assert!(
+        attempts.iter().all(|a| a.outcome
+            == AttemptOutcome::Failed(taskfence::policy::FailureKind::Retryable)
+            && a.error
+                .as_deref()
+                .is_some_and(|e| e.contains("panicked") && e.contains("template"))),
+        "{attempts:?}"
+    );
+    assert_eq!(stopped.failed, 2);
+}
+
+/// A renewal that takes longer than the renewal period, but answers before
+/// the leases it renews run out, still keeps them: the work outlives its
+/// lease several times over on one attempt.
+pub(crate) async fn a_renewal_slower_than_its_period_still_keeps_the_lease(store: Arc<dyn TaskStore>) {
+    let slow = Arc::new(Intercepted::new(
+        store.clone(),
+        SlowRenewals(Duration::from_millis(600)),
+    ));
+    let ids = submit_all(&*store, (0..3).map(|i| format!("slow-renewal-{i}"))).await;
+    let config = ConsumerConfig::new("consumer-1", Duration::from_secs(2))
+        .renew_every(Duration::from_millis(300))
+        .concurrency(3)
+        .idle(Duration::from_millis(10), Duration::from_millis(100));
+    let consumer = StoreQueue::new(slow).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let lost = Arc::new(AtomicBool::new(false));
+    let saw = lost.clone();
+    let running = tokio::spawn(consumer.run(move |ctx| {
+        let saw = saw.clone();
+        async move {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(5)) => Ok(Response::from("slow reply")),
+                _ = ctx.lease_lost() => {
+                    saw.store(true, Ordering::SeqCst);
+                    Err(Failure::retryable("lease lost"))
+                }
+            }
+        }
+    }));
+    all_reach(&*store, &ids, Status::Completed).await;
+    stop.request();
+    running.await.unwrap().unwrap();
+
+    assert!(!lost.load(Ordering::SeqCst), "no lease was lost");
+    for &id in &ids {
+        assert_eq!(task(&*store, id).await.attempts(), 1, "no lease lapsed");
+    }
+}
+
+/// Renewals that take `.0` to reach the store.
+struct SlowRenewals(Duration);
+
+#[async_trait]
+impl Intercept for SlowRenewals {
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> Result<Vec<Fenced<()>>> {
+        tokio::time::sleep(self.0).await;
+        inner.renew_many(leases, extend_by).await
+    }
+}
+
 /// A work function's `Retry-After` replaces the policy's backoff (here a
 /// minute): the second attempt comes after the requested 200 ms.
 pub(crate) async fn a_requested_retry_delay_replaces_the_backoff(store: Arc<dyn TaskStore>) {
