@@ -106,10 +106,23 @@ fn lose<R>(entry: &mut Entry<R>, why: Option<Rejection>) {
     let _ = entry.lost.send(true);
 }
 
+/// How long a round of renewals may wait for the store: as long as the
+/// leases it renews last (an answer that comes later than the period but
+/// before the first of them expires still keeps them all, and tells the
+/// source so), and at least the period.
+fn answer_within(batch: &[Lease], now: time::OffsetDateTime, every: Duration) -> Duration {
+    let earliest = batch.iter().map(Lease::expires_at).min();
+    let left = earliest.map_or(Duration::ZERO, |at| {
+        Duration::try_from(at - now).unwrap_or(Duration::ZERO)
+    });
+    left.max(every)
+}
+
 /// Renews every held lease each `every`, in batches of at most
 /// [`limits::MAX_BATCH`], until dropped; tells the source which deliveries
 /// it renewed. A refused renewal, or a lease the store could not renew
-/// before it expired, is lost.
+/// before it expired, is lost. A slow round delays the next one rather
+/// than being cut short at the period: what it renews is still renewed.
 pub(crate) async fn renew_loop<S: Source>(
     store: Arc<dyn TaskStore>,
     source: Arc<S>,
@@ -129,7 +142,8 @@ pub(crate) async fn renew_loop<S: Source>(
         let all = held.leases();
         for chunk in all.chunks(limits::MAX_BATCH) {
             let mut batch = chunk.to_vec();
-            match tokio::time::timeout(every, store.renew_many(&mut batch, lease)).await {
+            let wait = answer_within(&batch, clock.now(), every);
+            match tokio::time::timeout(wait, store.renew_many(&mut batch, lease)).await {
                 Ok(Ok(answers)) => {
                     let receipts: Vec<S::Receipt> = batch
                         .iter()
