@@ -371,7 +371,7 @@ impl Counts {
 }
 
 /// One handoff (outbox record) of a task: written with the task (or by a
-/// re-dispatch), then published to the queue by the dispatcher.
+/// redispatch), then published to the queue by the dispatcher.
 ///
 /// ```
 /// # fn f(h: taskfence::inspect::Handoff) {

@@ -13,10 +13,11 @@
 //! | [`error`] | [`Error`], [`Result`], `InvalidInput` |
 //! | [`inspect`] | [`Inspect`](inspect::Inspect): list, count and trace tasks; find stranded ones |
 //! | [`intercept`] | wrap a store: forward every call except the ones you change, observe them all |
-//! | [`dispatch`] | re-publish the tasks that need a worker again, on any store |
+//! | [`dispatch`] | the outbox dispatcher: [`Outbox`] publishes the handoffs written with each task, and redispatches stranded ones |
+//! | [`republish`] | publish again the tasks that need a worker again, on any store |
 //! | [`effect`] | the effect journal: an idempotency key per external effect, its intent and outcome fenced by the lease |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
-//! | `postgres` | [`PgStore`], its transaction handle, migrations, the handoff dispatcher (feature `postgres`) |
+//! | `postgres` | [`PgStore`], its transaction handle, migrations, its outbox (feature `postgres`) |
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
 //! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
 //! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
@@ -40,6 +41,7 @@ pub mod limits;
 pub mod memory;
 pub mod offsets;
 pub mod policy;
+pub mod republish;
 pub mod store;
 pub mod task;
 pub mod trace;
@@ -69,6 +71,7 @@ pub mod metrics;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use dispatch::Outbox;
 pub use error::{Error, Result};
 pub use memory::MemoryStore;
 pub use policy::{Failure, RetryPolicy};

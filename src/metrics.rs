@@ -45,7 +45,7 @@
 //! | `taskfence_operations_total` | counter | `operation`, `outcome`, `reason` (when there is one) | one per call; for `claim_many`, `complete_many`, `renew_many` and `claim_next`, one per task in the batch (for `claim_next`, one per task handed out) (see [Outcomes](#outcomes)) |
 //! | `taskfence_operation_duration_seconds` | histogram | `operation` | wall-clock latency of each call as the caller saw it (one sample per call, batches included), errors included |
 //! | `taskfence_tasks_failed_total` | counter | `via` (`fail`, `claim`), `reason` (`permanent`, `ambiguous`, `attempts_exhausted`, `deadline_exhausted`, `other`) | tasks seen turning terminally failed (see [Terminal failures](#terminal-failures)) |
-//! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids handed to a re-dispatch loop: the ids [`due`](TaskStore::due) returned, the tasks [`stranded`](crate::inspect::Inspect::stranded) returned (a [`dispatch_due`](crate::dispatch::dispatch_due) round reads `due`). A task stays due until claimed, so one loop pass after another may count it again |
+//! | `taskfence_tasks_redispatched_total` | counter | `source` (`due`, `stranded`) | task ids found for publishing again: the ids [`due`](TaskStore::due) returned (a [`republish_due`](crate::republish::republish_due) round reads `due`), the tasks [`stranded`](crate::inspect::Inspect::stranded) returned (an operator's [`redispatch`](crate::dispatch::Outbox::redispatch) starts there). A task stays due until claimed, so one loop pass after another may count it again. (The name predates the words "republish" and "redispatch"; it stays so dashboards keep working.) |
 //! | `taskfence_tasks_reopened_total` | counter | — | tasks reopened by an accepted [`reopen`](TaskStore::reopen) |
 //! | `taskfence_tasks_purged_total` | counter | — | tasks removed by [`purge_expired`](TaskStore::purge_expired) (the sum of its counts) |
 //! | `taskfence_tasks` | gauge | `status`, `scope` (`*` for every scope, or one the [`StateSampler`] names) | tasks in the store, set by [`StateSampler::sample`] |
@@ -144,7 +144,7 @@ pub const OPERATIONS_TOTAL: &str = "taskfence_operations_total";
 pub const OPERATION_DURATION_SECONDS: &str = "taskfence_operation_duration_seconds";
 /// The counter of tasks seen failing terminally, by `via` and `reason`.
 pub const TASKS_FAILED_TOTAL: &str = "taskfence_tasks_failed_total";
-/// The counter of task ids handed to a re-dispatch loop, by `source`.
+/// The counter of task ids found for publishing again (`due`: republishing; `stranded`: redispatch), by `source`.
 pub const TASKS_REDISPATCHED_TOTAL: &str = "taskfence_tasks_redispatched_total";
 /// The counter of tasks reopened by an accepted reopening.
 pub const TASKS_REOPENED_TOTAL: &str = "taskfence_tasks_reopened_total";
@@ -209,7 +209,7 @@ pub fn describe() {
     describe_counter!(
         TASKS_REDISPATCHED_TOTAL,
         Unit::Count,
-        "task ids handed to a re-dispatch loop, by source (due, stranded)"
+        "task ids found for publishing again, by source (due, stranded)"
     );
     describe_counter!(TASKS_REOPENED_TOTAL, Unit::Count, "tasks reopened by an operator");
     describe_counter!(

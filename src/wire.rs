@@ -42,9 +42,9 @@ pub const VERSION_HEADER: &str = "taskfence-version";
 
 /// Which task and which assignment of it a message is about.
 ///
-/// On a dispatched message (a handoff, or a task re-published by
-/// [`dispatch_due`](crate::dispatch::dispatch_due)) the version is the task's
-/// assignment version when the dispatcher read it: the claim that message
+/// On a published task message (a handoff the dispatcher published, or a
+/// task published again by [`republish_due`](crate::republish::republish_due))
+/// the version is the task's assignment version when the round read it: the claim that message
 /// leads to gets a higher one. On a published result it is the version of
 /// the assignment that saved the result ([`Task::version`] of the completed
 /// task, [`Lease::version`] of the lease that completed it).

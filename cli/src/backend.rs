@@ -2,7 +2,7 @@
 //!
 //! Both backends end up behind one `Arc<dyn Inspect>` so every command is
 //! written once; the concrete store is kept beside it for the two things
-//! only one backend has (PostgreSQL's migrations and re-dispatch, DynamoDB's
+//! only one backend has (PostgreSQL's migrations and redispatch, DynamoDB's
 //! table creation).
 //!
 //! Connecting checks what it can before a command runs, so a wrong URL,

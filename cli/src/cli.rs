@@ -82,7 +82,9 @@ pub(crate) enum Command {
     /// List pending tasks that no worker ever claimed: their message was likely lost.
     Stranded(StrandedArgs),
     /// Print the ids of tasks to publish again, one per line (pipe them to a publisher).
-    DispatchDue(DispatchDueArgs),
+    /// Its former name `dispatch-due` still works.
+    #[command(alias = "dispatch-due")]
+    RepublishDue(RepublishDueArgs),
     /// Serve the web dashboard until SIGINT or SIGTERM (read-only unless TASKFENCE_WEB_TOKEN is set).
     Web(crate::commands::web::WebArgs),
 }
@@ -272,9 +274,9 @@ pub(crate) struct StrandedArgs {
     pub redispatch: bool,
 }
 
-/// `taskfence dispatch-due`.
+/// `taskfence republish-due` (formerly `dispatch-due`).
 #[derive(Debug, Args)]
-pub(crate) struct DispatchDueArgs {
+pub(crate) struct RepublishDueArgs {
     /// Print the ids (the only mode: publishing is the pipe's job).
     #[arg(long, required = true)]
     pub print: bool,

@@ -78,7 +78,7 @@ pub(crate) enum Report {
         /// With `--redispatch`: the handoffs written.
         redispatched: Option<u64>,
     },
-    /// `dispatch-due --print`.
+    /// `republish-due --print`.
     Due {
         /// Due tasks (backoff passed, lease expired).
         due: Vec<TaskId>,

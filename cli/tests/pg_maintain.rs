@@ -146,3 +146,17 @@ async fn dispatch_due_prints_ids_one_per_line() {
     )
     .failed(2);
 }
+
+/// `republish-due` is the command's name; `dispatch-due`, its former one,
+/// runs the same command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_due_is_the_name_and_dispatch_due_still_runs_it() {
+    let f = fixture().await;
+    let store = f.store();
+    let expired = submit(&*store, "t", "op", "expired-lease", RetryPolicy::default()).await;
+    acquire(&*store, expired.id, "w").await; // a 30 s lease
+    f.advance(Duration::from_secs(60)).await;
+    let expected = format!("{}\n", expired.id);
+    assert_eq!(pg(&f, &["republish-due", "--print"]).ok(), expected);
+    assert_eq!(pg(&f, &["dispatch-due", "--print"]).ok(), expected);
+}

@@ -2,7 +2,8 @@
 //! documented [`limits`] (a typed error, nothing written) and its span is
 //! opened. The [`TaskStore`](crate::TaskStore) and
 //! [`Inspect`](crate::inspect::Inspect) implementations of every
-//! [`Backend`](super::Backend), and `PgStore`'s connection handle, enter
+//! [`Backend`](super::Backend), the [`Outbox`](crate::dispatch::Outbox) of
+//! every [`OutboxBackend`](super::OutboxBackend), and `PgStore`'s connection handle, enter
 //! here, so no backend validates or traces on its own (and none can forget to).
 //!
 //! The span is `DEBUG`, named `taskfence`, with the operation in `op` and the
@@ -135,6 +136,24 @@ pub(crate) fn due(limit: usize) -> Checked {
 pub(crate) fn purge_expired(limit: usize) -> Checked {
     limits::check_scan_limit(limit)?;
     Ok(span("purge_expired", None))
+}
+
+pub(crate) fn dispatch(limit: usize, batch: usize) -> Checked {
+    limits::check_scan_limit(limit)?;
+    if batch == 0 || batch > limits::MAX_BATCH {
+        return Err(InvalidInput::OutOfRange {
+            field: "batch",
+            value: batch.to_string(),
+            min: "1".into(),
+            max: limits::MAX_BATCH.to_string(),
+        });
+    }
+    Ok(span("dispatch", None))
+}
+
+pub(crate) fn redispatch(ids: &[TaskId]) -> Checked {
+    limits::check_batch(ids.iter().copied())?;
+    Ok(span("redispatch", None))
 }
 
 pub(crate) fn claim_many(ids: &[TaskId], request: &ClaimRequest) -> Checked {

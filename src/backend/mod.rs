@@ -6,8 +6,9 @@
 //! [`Inspect`]) does not.
 //!
 //! A backend implements [`Backend`] (and [`InspectBackend`] for the
-//! operator's queries) on input that is already valid; it is then a
-//! [`TaskStore`] (and an [`Inspect`]): every call enters through one
+//! operator's queries, [`OutboxBackend`] for a transactional outbox) on
+//! input that is already valid; it is then a [`TaskStore`] (and an
+//! [`Inspect`], an [`Outbox`](crate::dispatch::Outbox)): every call enters through one
 //! implementation that checks the input against the documented
 //! [`limits`](crate::limits) (a typed error, nothing written) and opens the
 //! operation's `DEBUG` span named `taskfence`, so a backend can forget
@@ -16,6 +17,7 @@
 //! | item | what it is for |
 //! | --- | --- |
 //! | [`Backend`], [`InspectBackend`] | the operations, on validated input |
+//! | [`OutboxBackend`] | a transactional outbox: take handoffs, mark them published, write new ones; the dispatcher loop is [`Outbox`](crate::dispatch::Outbox)'s |
 //! | [`rules`] | every decision (claim, fence, accept, fail, cancel, reopen) as a pure function of a task and an instant |
 //! | [`Plan`], [`jitter_unit`] | a failed attempt's retry plan and its jitter draw |
 //! | [`new_task`], [`new_lease`], [`renewed`] | the task and lease values a backend hands back |
@@ -53,7 +55,10 @@ use crate::store::{
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
 
 pub(crate) mod entry;
+mod outbox;
 pub mod rules;
+
+pub use outbox::OutboxBackend;
 
 /// The operations of a storage backend, each called with input that
 /// already passed the checks of [`limits`](crate::limits): implement this,

@@ -334,7 +334,7 @@ pub fn reopen(task: &Task) -> ReopenRule {
 }
 
 /// The task as a [`reopen`] leaves it at `now`: pending and due at once (so
-/// [`due`](crate::TaskStore::due) lists it for re-dispatch), a fresh budget
+/// [`due`](crate::TaskStore::due) lists it for republishing), a fresh budget
 /// from the current version and instant under `policy`, and its retention
 /// window restarted: exactly the retention it was submitted with, however
 /// often it is reopened. The version, the attempts and the last error stay.

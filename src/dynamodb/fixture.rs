@@ -14,7 +14,7 @@ use crate::clock::ManualClock;
 use crate::dynamodb::{DynamoStore, create_table};
 use crate::inspect::Inspect;
 use crate::store::{Fenced, Lease, TaskStore};
-use crate::testing::{FencedWritesFixture, Fixture, InspectFixture};
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
 
 /// Partition key of the application's rows of [`FencedWritesFixture`], in
 /// the fixture's own table (no index key, so the store never sees them).
@@ -229,6 +229,20 @@ impl FencedWritesFixture for DynamoFixture {
 impl InspectFixture for DynamoFixture {
     fn inspector(&self) -> Arc<dyn Inspect> {
         Arc::new(self.store.clone())
+    }
+}
+
+/// The outbox is the handoff items (`H#…`) of the table.
+#[async_trait]
+impl OutboxFixture for DynamoFixture {
+    type Store = DynamoStore;
+
+    fn outbox(&self) -> DynamoStore {
+        self.store.clone()
+    }
+
+    async fn handoff_count(&self) -> u64 {
+        self.count(super::item::HANDOFF_PREFIX).await
     }
 }
 

@@ -32,7 +32,7 @@ pub(crate) const ATTEMPT_PREFIX: &str = "A#";
 /// Sort key prefix of reopening items (one per [`reopen`](crate::TaskStore::reopen)).
 pub(crate) const REOPENING_PREFIX: &str = "R#";
 /// Sort key prefix of handoff items (the outbox: one per submission,
-/// reopening and re-dispatch of a task with a handoff). `H#` sorts before
+/// reopening and redispatch of a task with a handoff). `H#` sorts before
 /// `T`, so a purge's `sk < T` query of the partition takes them too.
 pub(crate) const HANDOFF_PREFIX: &str = "H#";
 /// The `due` index's partition-key value of an unpublished handoff: the
@@ -290,7 +290,7 @@ pub(crate) fn handoff_item(id: TaskId, created_at: OffsetDateTime) -> Item {
 }
 
 /// Marks a task item as submitted without a handoff: its reopenings and
-/// re-dispatches write none either.
+/// redispatches write none either.
 pub(crate) fn set_without_handoff(task: &mut Item) {
     task.insert(HANDOFF.into(), AttributeValue::Bool(false));
 }

@@ -27,11 +27,13 @@
 //!   read from the refused record's image; nothing is written.
 //! - **The transactional outbox**, as on PostgreSQL: submit (unless
 //!   [`without_handoff`](crate::NewTask::without_handoff)), reopen and
-//!   [`DynamoStore::redispatch`] write a handoff item in the task's
-//!   partition, in the `due` index under the key value `handoff` while
-//!   unpublished; [`DynamoStore::dispatch`] and [`DynamoStore::dispatch_batches`]
-//!   publish them through the caller's closure, at least once, and mark each
-//!   published after its publish succeeded. [`Inspect::story`](crate::inspect::Inspect::story)
+//!   [`redispatch`](crate::dispatch::Outbox::redispatch) write a handoff
+//!   item in the task's partition, in the `due` index under the key value
+//!   `handoff` while unpublished; the dispatcher
+//!   ([`Outbox::dispatch`](crate::dispatch::Outbox::dispatch), the one loop
+//!   on this backend's [`OutboxBackend`](crate::backend::OutboxBackend)
+//!   steps) publishes them through the caller's closure, at least once, and
+//!   marks each batch published as soon as its publish succeeded. [`Inspect::story`](crate::inspect::Inspect::story)
 //!   lists them; `purge_expired` deletes them with their task.
 //! - **Requests per operation** (as `tests/dynamodb/requests.rs` counts them):
 //!   submit 1 (a repeat 2: the refused transaction, then the task),
@@ -82,7 +84,7 @@
 //! | `read` | consistent gets, batch gets, transactional gets, queries of a partition and of the queue indexes |
 //! | `reopen` | an operator's reopening: the task, its dedup record and the reopening item in one transaction |
 //! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
-//! | `dispatch` | the outbox: [`DynamoStore::dispatch`], `dispatch_batches`, `redispatch` |
+//! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps under [`Outbox`](crate::dispatch::Outbox) (`dispatch`, `dispatch_batches`, `redispatch`) |
 //! | `effect` | the effect journal: `begin_effect`, `finish_effect`, `effects`, each a snapshot read and one conditional transaction |
 //! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
 //! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |

@@ -50,7 +50,7 @@ impl DynamoStore {
                 from: task.status,
                 version: task.version,
             };
-            // Pending and due at once (in the due index, so a re-dispatch
+            // Pending and due at once (in the due index, so a republish
             // loop publishes it), out of the purge index, a fresh budget.
             let mut e = unchanged(Expr::default(), &task)
                 .cond("attribute_not_exists(#purging)", &[item::PURGING], Vec::new())

@@ -14,7 +14,7 @@ use sqlx::{ConnectOptions, Connection, Row};
 use crate::inspect::Inspect;
 use crate::postgres::PgStore;
 use crate::store::{Fenced, Lease, TaskStore};
-use crate::testing::{FencedWritesFixture, Fixture, InspectFixture};
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
 
 /// Schemas created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -227,6 +227,20 @@ impl Fixture for PgFixture {
 impl InspectFixture for PgFixture {
     fn inspector(&self) -> Arc<dyn Inspect> {
         Arc::new(self.store.clone())
+    }
+}
+
+/// The outbox is the schema's `handoffs` table.
+#[async_trait]
+impl OutboxFixture for PgFixture {
+    type Store = PgStore;
+
+    fn outbox(&self) -> PgStore {
+        self.store.clone()
+    }
+
+    async fn handoff_count(&self) -> u64 {
+        u64::try_from(self.count("handoffs").await).expect("a count is not negative")
     }
 }
 

@@ -44,12 +44,13 @@
 //!   ([`Error::Storage`]).
 //! - **The handoff.** [`submit`](crate::TaskStore::submit) writes a handoff
 //!   row in the same statement as the task (a transactional outbox).
-//!   [`PgStore::dispatch`] publishes them;
-//!   [`dispatch_due`](crate::dispatch::dispatch_due) re-publishes tasks
-//!   whose lease expired or whose backoff passed. A
+//!   The dispatcher, [`Outbox::dispatch`](crate::dispatch::Outbox::dispatch)
+//!   (the one loop on this backend's [`OutboxBackend`](crate::backend::OutboxBackend)
+//!   steps), publishes them; [`republish_due`](crate::republish::republish_due)
+//!   publishes again the tasks whose lease expired or whose backoff passed. A
 //!   [`reopen`](crate::TaskStore::reopen) writes a fresh handoff with the
-//!   reopening, and [`PgStore::redispatch`] writes one for tasks whose
-//!   message was lost ([`Inspect::stranded`](crate::inspect::Inspect::stranded)).
+//!   reopening, and [`redispatch`](crate::dispatch::Outbox::redispatch)
+//!   writes one for tasks whose message was lost ([`Inspect::stranded`](crate::inspect::Inspect::stranded)).
 //! - **Operator queries.** [`Inspect`](crate::inspect::Inspect) reads through
 //!   indexes in id order (keyset pages, never an offset); counting every task
 //!   reads one whole index, index-only.
@@ -59,7 +60,7 @@
 //! | `store` | [`PgStore`], [`PgStoreBuilder`], the pool path of every operation |
 //! | `conn` | [`OnConnection`]: every operation on the caller's connection |
 //! | `ops` | the operations themselves, on one connection, input already checked |
-//! | `dispatch` | the handoff dispatcher ([`PgStore::dispatch`]) |
+//! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps under [`Outbox`](crate::dispatch::Outbox) (`dispatch`, `dispatch_batches`, `redispatch`) |
 //! | `schema` | [`DEFAULT_SCHEMA`], validated schema names |
 //! | `sql` | the statements, rendered per schema ([`PgStore::statements`]) |
 //! | `row` | rows to domain values: the only place that knows column types |

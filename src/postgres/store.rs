@@ -10,13 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool};
-use tracing::Instrument;
 
-use crate::backend::{Backend, InspectBackend, entry};
+use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Page, Story, TaskQuery};
-use crate::limits;
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -260,38 +258,8 @@ impl PgStore {
         OnConnection::new(self, conn)
     }
 
-    /// Writes a fresh, unpublished handoff for each of `ids` that is still
-    /// pending, so the running dispatcher ([`dispatch`](Self::dispatch))
-    /// publishes it again: what an operator does with the tasks
-    /// [`stranded`](crate::inspect::Inspect::stranded) lists, whose queue message was lost.
-    /// Returns how many handoffs were written; unknown and no longer pending
-    /// tasks are skipped (a task claimed meanwhile needs no message). A
-    /// duplicate message is harmless: claims decide who works.
-    ///
-    /// Ids must be distinct and at most [`limits::MAX_BATCH`]; bad input is a
-    /// typed error and writes nothing.
-    ///
-    /// ```no_run
-    /// # async fn f(store: taskfence::PgStore) -> taskfence::Result<()> {
-    /// use std::time::Duration;
-    /// use taskfence::inspect::Inspect;
-    /// let lost: Vec<_> = store.stranded(Duration::from_secs(3600), 100).await?.iter().map(|t| t.id).collect();
-    /// let written = store.redispatch(&lost).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn redispatch(&self, ids: &[TaskId]) -> Result<u64> {
-        limits::check_batch(ids.iter().copied())?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let span = entry::span("redispatch", None);
-        async move { ops::redispatch(&self.sql, &mut *self.acquire().await?, ids).await }
-            .instrument(span)
-            .await
-    }
-
     /// A pooled connection, once the schema is known to be current.
-    async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    pub(super) async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
         let mut conn = self.pool.acquire().await.map_err(db)?;
         self.check_schema(&mut conn).await?;
         Ok(conn)

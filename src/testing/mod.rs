@@ -15,10 +15,11 @@
 //!
 //! | item | what it is for |
 //! | --- | --- |
-//! | [`conformance_suite!`], [`inspection_suite!`] | one test per scenario of [`scenarios`] |
+//! | [`conformance_suite!`], [`inspection_suite!`], [`dispatch_suite!`] | one test per scenario of [`scenarios`] |
 //! | [`model_suite!`] | random interleavings checked against the reference [`model`], plus its kept counterexamples |
 //! | [`new_task`], [`acquire`], [`fail_accepted`], [`one_winner`], [`race`], [`runtime`] | the test kit |
 //! | [`MemoryFixture`], `PgFixture`, `TempSchema`, `DynamoFixture` | fixtures of this crate's backends |
+//! | [`Fixture`], [`InspectFixture`], [`OutboxFixture`], [`FencedWritesFixture`] | what a backend gives each suite: a store, its queries, its outbox, the application's fenced writes |
 //!
 //! The expression is a future, evaluated once per test, that yields a value
 //! implementing [`Fixture`] (so a backend can create a database or schema). Each scenario panics with a message naming
@@ -30,6 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::clock::ManualClock;
+use crate::dispatch::Outbox;
 use crate::inspect::Inspect;
 use crate::memory::MemoryStore;
 use crate::store::{Fenced, Lease, TaskStore};
@@ -40,6 +42,7 @@ pub mod model;
 pub mod scenarios;
 
 pub use crate::__conformance_suite as conformance_suite;
+pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
 pub use crate::__model_suite as model_suite;
 pub use kit::{
@@ -165,6 +168,8 @@ macro_rules! __conformance_suite {
             cancel_stops_running_worker,
             record_operation_is_visible_in_attempts,
             due_lists_expired_leases_and_passed_backoffs,
+            expired_leases_are_republished_live_ones_are_not,
+            republished_tasks_carry_their_id_and_version,
             purge_removes_only_expired_records,
             unknown_task_is_not_found,
             strings_are_stored_verbatim,
@@ -290,6 +295,56 @@ macro_rules! __inspection_suite {
             stranded_counts_from_the_latest_reopening,
             every_task_needing_a_worker_is_found,
             bad_queries_are_refused,
+        );
+    };
+}
+
+/// A [`Fixture`] whose store has a transactional outbox (an
+/// [`Outbox`]): what the [`dispatch_suite!`] needs. A store without one
+/// (such as [`MemoryStore`]) has no dispatch scenarios to pass.
+///
+/// ```no_run
+/// # async fn f(fixture: impl taskfence::testing::OutboxFixture) {
+/// use taskfence::testing::OutboxFixture;
+/// assert_eq!(fixture.handoff_count().await, 0);
+/// # }
+/// ```
+#[async_trait]
+pub trait OutboxFixture: InspectFixture {
+    /// The store's own type: the dispatcher runs on it, and a scenario may
+    /// move a clone of it into a task of its own.
+    type Store: Outbox + TaskStore + Inspect + Clone + 'static;
+
+    /// The same store as [`Fixture::store`], as its own type.
+    fn outbox(&self) -> Self::Store;
+
+    /// How many handoffs the store holds, published or not.
+    async fn handoff_count(&self) -> u64;
+}
+
+/// Generates one `#[tokio::test]` per dispatch scenario (the outbox:
+/// [`scenarios::dispatch`]); the argument is a future yielding a fresh
+/// [`OutboxFixture`], evaluated once per test.
+///
+/// ```no_run
+/// // tests/dispatch.rs of a backend with an outbox
+/// # #[cfg(feature = "postgres")]
+/// taskfence::testing::dispatch_suite!(taskfence::testing::PgFixture::new());
+/// # fn main() {}
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __dispatch_suite {
+    ($fixture:expr) => {
+        $crate::__conformance_suite!(@tests $fixture;
+            submitted_tasks_are_published_once_in_order_and_marked,
+            crash_between_publish_and_mark_republishes_the_same_task,
+            a_failed_publish_stops_the_round_and_stays_pending,
+            batches_publish_a_round_in_chunks_and_a_failed_batch_stays_pending_whole,
+            tasks_without_a_handoff_get_none_and_share_the_store_with_broker_tasks,
+            messages_are_stamped_with_the_task_id_and_version,
+            redispatch_hands_pending_tasks_to_the_dispatcher_again,
+            purge_deletes_the_handoffs_with_their_task,
         );
     };
 }

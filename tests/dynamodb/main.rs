@@ -5,7 +5,7 @@ mod bad_input;
 mod budget;
 mod clock_skew;
 mod conformance;
-mod dispatcher;
+mod dispatch;
 mod effects;
 mod faults;
 mod inspection;

@@ -2,7 +2,6 @@
 //! binary.
 
 mod conformance;
-mod dispatch;
 mod effects;
 mod inspection;
 mod model;

@@ -7,7 +7,7 @@ mod common;
 
 mod bad_input;
 mod conformance;
-mod dispatcher;
+mod dispatch;
 mod effects;
 mod fencing;
 mod inspection;

@@ -1,4 +1,4 @@
-//! `migrate`, `purge`, `stranded`, `dispatch-due`: the store as a whole.
+//! `migrate`, `purge`, `stranded`, `republish-due`: the store as a whole.
 
 use std::io::IsTerminal;
 
@@ -7,7 +7,7 @@ use taskfence::TaskId;
 use taskfence::limits::MAX_PAGE;
 
 use crate::backend::{Backend, Store, Target, table_exists};
-use crate::cli::{DispatchDueArgs, MigrateArgs, PurgeArgs, StrandedArgs};
+use crate::cli::{MigrateArgs, PurgeArgs, RepublishDueArgs, StrandedArgs};
 use crate::error::{CliError, chain};
 use crate::output::{Report, TableStatus};
 
@@ -223,7 +223,7 @@ pub(super) async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report
 
 /// The ids to publish again: due tasks (a backoff passed, a lease expired)
 /// and, with `--stranded-older-than`, stranded ones (at most 1000), each once.
-pub(super) async fn dispatch_due(store: &Store, args: DispatchDueArgs) -> Result<Report, CliError> {
+pub(super) async fn republish_due(store: &Store, args: RepublishDueArgs) -> Result<Report, CliError> {
     let due = store
         .inspect
         .due(usize::try_from(args.limit).unwrap_or(usize::MAX))

@@ -5,7 +5,7 @@
 //! | --- | --- |
 //! | `read` | `stats`, `list`, `show`: reading only |
 //! | `repair` | `reopen`, `cancel`: one task, one fenced change; or by filter, counted and confirmed |
-//! | `maintain` | `migrate`, `purge`, `stranded`, `dispatch-due`: the store as a whole |
+//! | `maintain` | `migrate`, `purge`, `stranded`, `republish-due`: the store as a whole |
 
 use time::OffsetDateTime;
 
@@ -40,7 +40,7 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Cancel(args) => repair::cancel(&store, args).await,
         Command::Purge(args) => maintain::purge(&store, args).await,
         Command::Stranded(args) => maintain::stranded(&store, args).await,
-        Command::DispatchDue(args) => maintain::dispatch_due(&store, args).await,
+        Command::RepublishDue(args) => maintain::republish_due(&store, args).await,
         // `main` runs it (it serves, with no report): never here.
         Command::Web(_) => Err(CliError::Usage("`web` is run by itself".into())),
     }?;

@@ -139,11 +139,23 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
     pub dispatch_idle: Duration,
 
-    /// With --dispatch: how often to re-publish the tasks that are due (a
-    /// backoff that passed, an expired lease, an operator's reopening) for
-    /// which the queue may hold no message any more.
-    #[arg(long, env = "TASKFENCE_REDISPATCH_INTERVAL", default_value = "30s", value_parser = parse_duration)]
-    pub redispatch_interval: Duration,
+    /// With --dispatch: how often to publish again the tasks that are due
+    /// (a backoff that passed, an expired lease, an operator's reopening)
+    /// for which the queue may hold no message any more.
+    #[arg(long, env = "TASKFENCE_REPUBLISH_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub republish_interval: Duration,
+
+    /// The former name of --republish-interval (and of its variable), still
+    /// read so an older deployment keeps its setting: see
+    /// [`republish_every`](Self::republish_every).
+    #[arg(
+        long = "redispatch-interval",
+        env = "TASKFENCE_REDISPATCH_INTERVAL",
+        hide = true,
+        value_parser = parse_duration,
+        conflicts_with = "republish_interval"
+    )]
+    redispatch_interval: Option<Duration>,
 
     /// Serve Prometheus metrics (`taskfence_operations_total`, latencies,
     /// terminal failures…) at `http://<addr>/metrics`. Off by default; use
@@ -184,6 +196,12 @@ impl Settings {
             let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sqs-worker".into());
             format!("{host}-{}", std::process::id())
         })
+    }
+
+    /// How often to republish due tasks: --republish-interval, or its
+    /// former name --redispatch-interval when that is given.
+    pub fn republish_every(&self) -> Duration {
+        self.redispatch_interval.unwrap_or(self.republish_interval)
     }
 
     /// The worker's settings.
@@ -230,6 +248,30 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3d").is_err());
+    }
+
+    #[test]
+    fn the_former_republish_flag_still_sets_the_interval() {
+        use clap::Parser;
+        let base = [
+            "sqs-worker",
+            "--database-url",
+            "postgres://db",
+            "--queue-url",
+            "http://q",
+        ];
+        let parse =
+            |extra: &[&str]| Settings::try_parse_from(base.iter().chain(extra)).map(|s| s.republish_every());
+        assert_eq!(parse(&[]).unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            parse(&["--republish-interval", "5s"]).unwrap(),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            parse(&["--redispatch-interval", "7s"]).unwrap(),
+            Duration::from_secs(7)
+        );
+        assert!(parse(&["--republish-interval", "5s", "--redispatch-interval", "7s"]).is_err());
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! The dispatcher: publishes the handoffs that `submit` wrote to the outbox
 //! in the same transaction as the task (taskfence's, on PostgreSQL and on
 //! DynamoDB alike), so an accepted request can never
-//! be lost between the database and the queue; and re-publishes the tasks
-//! that need a worker again ([`Dispatcher::redispatch_round`]).
+//! be lost between the database and the queue; and republishes the tasks
+//! that need a worker again ([`Dispatcher::republish_round`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use taskfence::dispatch::dispatch_due;
 use taskfence::metrics::observe;
+use taskfence::republish::republish_due;
 use taskfence::wire::Stamp;
 use taskfence::{DynamoStore, PgStore, TaskId, TaskStore};
 use tokio::sync::watch;
@@ -41,8 +41,8 @@ enum Outbox {
 /// its ten stay pending. There is no row lock to skip: two dispatchers on
 /// one table may both send a handoff, a duplicate like any other.
 ///
-/// It also re-dispatches ([`redispatch_round`](Self::redispatch_round),
-/// [`run_redispatch`](Self::run_redispatch)): tasks that are
+/// It also republishes ([`republish_round`](Self::republish_round),
+/// [`run_republish`](Self::run_republish)): tasks that are
 /// [`due`](TaskStore::due) — a backoff that passed, a lease that expired,
 /// a task an operator reopened with `reopen` — get a new message. The queue
 /// already redelivers most of them (a failed attempt's message stays hidden
@@ -58,7 +58,7 @@ pub struct Dispatcher {
     sent: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
     due: Arc<dyn TaskStore>,
-    redispatched: Arc<AtomicU64>,
+    republished: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -98,22 +98,22 @@ impl Dispatcher {
             sent: Arc::default(),
             requests: Arc::default(),
             due,
-            redispatched: Arc::default(),
+            republished: Arc::default(),
         }
     }
 
-    /// The store the DynamoDB re-dispatch reads [`due`](TaskStore::due)
+    /// The store the DynamoDB republish round reads [`due`](TaskStore::due)
     /// from: the service passes its instrumented store, so the reads and
     /// the ids count in the metrics. The same tasks as the outbox's store.
-    /// (On PostgreSQL the round is [`dispatch_due`] on the observed store.)
+    /// (On PostgreSQL the round is [`republish_due`] on the observed store.)
     pub fn due_from(mut self, store: Arc<dyn TaskStore>) -> Self {
         self.due = store;
         self
     }
 
     /// Due tasks re-published so far (duplicates included).
-    pub fn redispatched(&self) -> u64 {
-        self.redispatched.load(Ordering::Relaxed)
+    pub fn republished(&self) -> u64 {
+        self.republished.load(Ordering::Relaxed)
     }
 
     /// How long [`run`](Self::run) waits after a round that found nothing to
@@ -181,18 +181,18 @@ impl Dispatcher {
         Ok(round.published)
     }
 
-    /// One re-dispatch round: publishes up to `batch` tasks that are
+    /// One republish round: publishes up to `batch` tasks that are
     /// [`due`](TaskStore::due) and returns them. On PostgreSQL it is
-    /// [`dispatch_due`] (one `SendMessage` per task); on DynamoDB,
+    /// [`republish_due`] (one `SendMessage` per task); on DynamoDB,
     /// `due` then ten per `SendMessageBatch`. A failed send stops the round:
     /// the rest stay due and go next round. A task stays due until a worker
     /// claims it, so one still waiting for its (hidden or queued) message
     /// may be sent twice: the claim makes the copy harmless.
-    pub async fn redispatch_round(&self) -> Result<Vec<TaskId>, BoxError> {
+    pub async fn republish_round(&self) -> Result<Vec<TaskId>, BoxError> {
         let published = match &self.outbox {
             Outbox::Postgres(store) => {
                 // Through the wrapper, so the metrics see what it re-published.
-                let round = dispatch_due(&observe(store.clone()), self.batch, |stamp| {
+                let round = republish_due(&observe(store.clone()), self.batch, |stamp| {
                     let queue = self.queue.clone();
                     async move { queue.publish(stamp).await }
                 })
@@ -205,7 +205,7 @@ impl Dispatcher {
             Outbox::Dynamo(_) => {
                 let due = self.due.due(self.batch).await?;
                 // Each with its version for the stamp (a task purged
-                // meanwhile is skipped), as `dispatch_due` reads it.
+                // meanwhile is skipped), as `republish_due` reads it.
                 let mut stamps = Vec::with_capacity(due.len());
                 for task_id in due {
                     if let Some(task) = self.due.get(task_id).await? {
@@ -226,25 +226,25 @@ impl Dispatcher {
                 published
             }
         };
-        self.redispatched
+        self.republished
             .fetch_add(published.len() as u64, Ordering::Relaxed);
         Ok(published)
     }
 
-    /// Runs [`redispatch_round`](Self::redispatch_round) every `every` until
+    /// Runs [`republish_round`](Self::republish_round) every `every` until
     /// `shutdown` turns true (a full round goes again at once).
-    pub async fn run_redispatch(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
+    pub async fn run_republish(self, every: Duration, mut shutdown: watch::Receiver<bool>) {
         while !*shutdown.borrow() {
-            let wait = match self.redispatch_round().await {
+            let wait = match self.republish_round().await {
                 Ok(published) if published.len() >= self.batch => Duration::ZERO,
                 Ok(published) => {
                     if !published.is_empty() {
-                        tracing::info!(tasks = published.len(), "re-dispatched due tasks");
+                        tracing::info!(tasks = published.len(), "republished due tasks");
                     }
                     every
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "re-dispatch round failed");
+                    tracing::warn!(%error, "republish round failed");
                     every
                 }
             };

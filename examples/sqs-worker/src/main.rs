@@ -145,11 +145,11 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let consumer = tokio::spawn(worker.run());
     let (shutdown, shutting_down) = watch::channel(false);
     // Publishing needs sqs:SendMessage: both loops run with --dispatch.
-    let redispatcher = settings.dispatch.then(|| {
+    let republisher = settings.dispatch.then(|| {
         tokio::spawn(
             dispatcher
                 .clone()
-                .run_redispatch(settings.redispatch_interval, shutting_down.clone()),
+                .run_republish(settings.republish_every(), shutting_down.clone()),
         )
     });
     let dispatcher = settings
@@ -174,7 +174,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         stop.now();
     });
     let stopped = consumer.await??;
-    for task in [dispatcher, redispatcher].into_iter().flatten() {
+    for task in [dispatcher, republisher].into_iter().flatten() {
         // A dispatch round is one transaction: cut short, its handoffs are sent again later.
         if tokio::time::timeout_at(stop_by, task).await.is_err() {
             tracing::warn!("a dispatcher did not stop in time; abandoning it");

@@ -1,4 +1,4 @@
-//! The service's Prometheus endpoint (`--metrics-addr`) and its re-dispatch
+//! The service's Prometheus endpoint (`--metrics-addr`) and its republish
 //! loop, against moto's SQS and PostgreSQL: after the service has processed
 //! some messages, `/metrics` counts them; a task whose message is gone and
 //! whose lease expired is re-published by the service and finished.
@@ -72,13 +72,13 @@ fn sum(text: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_redispatched() {
+async fn metrics_endpoint_counts_what_the_service_did_and_due_tasks_are_republished() {
     let moto = Moto::start_or_env();
     let queue = new_queue(&moto, "taskfence-metrics").await;
     let fixture = fixture().await;
 
     // A task whose message is gone: its handoff was published elsewhere,
-    // then a worker claimed it and vanished. Only the re-dispatch finds it.
+    // then a worker claimed it and vanished. Only the republish loop finds it.
     let lost = submit(&fixture, format!("lost-{}", TaskId::new())).await;
     let elsewhere = new_queue(&moto, "taskfence-metrics-elsewhere").await;
     let outbox = Dispatcher::new(fixture.pg_store().clone(), elsewhere.clone(), 50);

@@ -1,11 +1,13 @@
-//! Guarantee 10 and re-dispatch: `due` and `purge_expired`.
+//! Guarantee 10 and republishing: `due`, `republish_due` and `purge_expired`.
 
 use std::time::Duration;
 
 use super::*;
 use crate::policy::{Failure, RetryPolicy};
+use crate::republish::republish_due;
 use crate::task::Response;
 use crate::testing::Fixture;
+use crate::wire::Stamp;
 
 /// `due` lists expired leases and passed backoffs, nothing else.
 pub async fn due_lists_expired_leases_and_passed_backoffs(f: &dyn Fixture) {
@@ -99,4 +101,75 @@ pub async fn purge_removes_only_expired_records(f: &dyn Fixture) {
     assert!(replay.is_created());
     assert_ne!(replay.task().id, short.id);
     assert_eq!(store.purge_expired(100).await.unwrap(), 0);
+}
+
+/// A publish callback that records each stamp it is handed and accepts it.
+fn recording(
+    sent: &std::sync::Mutex<Vec<Stamp>>,
+) -> impl FnMut(Stamp) -> std::future::Ready<Result<(), std::io::Error>> + Send + '_ {
+    move |stamp| {
+        sent.lock().expect("sent").push(stamp);
+        std::future::ready(Ok(()))
+    }
+}
+
+/// `republish_due` publishes a task whose lease expired (its worker
+/// crashed), not one whose lease is live, nor one taken over since.
+pub async fn expired_leases_are_republished_live_ones_are_not(f: &dyn Fixture) {
+    let store = f.store();
+    let crashed = submit(&*store, new_task("crashed")).await.id;
+    let live = submit(&*store, new_task("live")).await.id;
+    for id in [crashed, live] {
+        acquire(&*store, id, "w").await;
+    }
+    let sent = std::sync::Mutex::default();
+    let round = republish_due(&*store, 10, recording(&sent)).await.unwrap();
+    assert!(round.published.is_empty());
+    assert!(
+        sent.lock().unwrap().is_empty(),
+        "nothing due while leases are live"
+    );
+    f.advance(PAST_LEASE).await;
+    acquire(&*store, live, "w2").await; // expired: taken over
+    let sent = std::sync::Mutex::default();
+    let round = republish_due(&*store, 10, recording(&sent)).await.unwrap();
+    assert_eq!(round.published, [crashed]);
+    let sent: Vec<TaskId> = sent.into_inner().unwrap().iter().map(|s| s.task_id).collect();
+    assert_eq!(sent, [crashed]);
+}
+
+/// Every task `republish_due` publishes comes with its stamp: the task's
+/// id and its assignment version as the round read it; the claim the
+/// message leads to gets a higher version.
+pub async fn republished_tasks_carry_their_id_and_version(f: &dyn Fixture) {
+    let store = f.store();
+    let a = submit(&*store, new_task("a")).await.id;
+    let b = submit(&*store, new_task("b")).await.id;
+    // `a` is claimed twice (a takeover after its first lease ran out), `b` once.
+    acquire(&*store, a, "w").await;
+    f.advance(PAST_LEASE).await;
+    acquire(&*store, a, "w").await;
+    acquire(&*store, b, "w").await;
+    f.advance(PAST_LEASE).await;
+
+    let sent = std::sync::Mutex::default();
+    let round = republish_due(&*store, 10, recording(&sent)).await.unwrap();
+    let mut published = round.published.clone();
+    published.sort();
+    let mut both = vec![a, b];
+    both.sort();
+    assert_eq!(published, both);
+    let mut sent = sent.into_inner().unwrap();
+    sent.sort_by_key(|stamp| stamp.task_id);
+    let mut expected = vec![Stamp::new(a, 2), Stamp::new(b, 1)];
+    expected.sort_by_key(|stamp| stamp.task_id);
+    assert_eq!(sent, expected, "each task's id and its version as read");
+    for stamp in &sent {
+        assert_eq!(*stamp, Stamp::from(&task(&*store, stamp.task_id).await));
+    }
+    let lease = acquire(&*store, b, "w").await;
+    assert!(
+        lease.version() > expected.iter().find(|s| s.task_id == b).unwrap().version,
+        "the claim the message leads to gets a higher version"
+    );
 }

@@ -10,13 +10,14 @@
 //! | [`fencing`] | Guarantees 1, 5 and 8: only the current, live assignment may write, and one response is saved. |
 //! | [`budget`] | Guarantee 7: the retry budget (attempts, deadline, backoff, failure kinds) lives with the task. |
 //! | [`lifecycle`] | The rest of a task's life: release, cancel, operation ids, unknown ids, stored text. |
-//! | [`maintenance`] | Guarantee 10 and re-dispatch: `due` and `purge_expired`. |
+//! | [`maintenance`] | Guarantee 10 and republishing: `due`, `republish_due` and `purge_expired`. |
 //! | [`bad_input`] | Guarantee 11: bad input gets a typed error and writes nothing. |
 //! | [`acceptance`] | Guarantees 1 and 5 under each acceptance rule, stored with the task. |
 //! | [`batch`] | Batches decide each task as the single operation would. |
 //! | [`next`] | The store as the queue: `claim_next` hands each task that needs a worker to one caller, oldest first; `renew_many`. |
 //! | [`reopen`] | An operator's reopening: a fresh budget, old leases still fenced. |
 //! | [`effects`] | Effects beyond the response: the effect journal (one key per effect, intent and outcome fenced, ambiguity by policy) and the application's own fenced writes. |
+//! | [`dispatch`] | Guarantee 9 on a store with an outbox: the dispatcher publishes each handoff at least once, in order, stamped; `redispatch` ([`dispatch_suite!`](crate::testing::dispatch_suite)). |
 //! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::testing::inspection_suite)). |
 //!
 //! ```
@@ -37,6 +38,7 @@ pub mod batch;
 pub mod budget;
 pub mod claim;
 pub mod dedup;
+pub mod dispatch;
 pub mod effects;
 pub mod fencing;
 pub mod inspection;
@@ -51,6 +53,7 @@ pub use batch::*;
 pub use budget::*;
 pub use claim::*;
 pub use dedup::*;
+pub use dispatch::*;
 pub use effects::*;
 pub use fencing::*;
 pub use inspection::*;
