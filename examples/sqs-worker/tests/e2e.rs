@@ -16,5 +16,5 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
     let moto = support::Moto::start_or_env();
     let fixture = fixture_with(30).await;
     let backend = Backend::Postgres(fixture.pg_store().clone());
-    support::e2e::run_and_check(&moto, "taskfence-e2e", backend, fixture.store()).await;
+    support::e2e::run_and_check(&moto, "taskfence-e2e", 200, backend, fixture.store()).await;
 }

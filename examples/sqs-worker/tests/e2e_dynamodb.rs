@@ -1,7 +1,8 @@
-//! The end-to-end scenario of `tests/e2e.rs` on the all-AWS stack: tasks in
-//! DynamoDB (`DynamoStore`), handoffs in taskfence's outbox in the same
-//! table (written by `submit` in the task's transaction, published by
-//! `DynamoStore::dispatch_batches`), SQS for the messages; moto serves both.
+//! The end-to-end scenario of `tests/e2e.rs`, at 100 tasks, on the all-AWS
+//! stack: tasks in DynamoDB (`DynamoStore`), handoffs in taskfence's outbox
+//! in the same table (written by `submit` in the task's transaction,
+//! published by `DynamoStore::dispatch_batches`), SQS for the messages (moto
+//! serves both, in `scripts/test` from two processes).
 //! Then the table is read back: one task item per submitted task, one
 //! attempt item per claim, no handoff left unpublished.
 
@@ -28,9 +29,13 @@ async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failu
         .build()
         .expect("a valid table name");
     let shared: Arc<dyn TaskStore> = Arc::new(store.clone());
+    // Half the PostgreSQL run's tasks: moto copies the whole table in each
+    // transaction, one request at a time, so its cost grows with the table
+    // (a claim or a save at 1,000 items takes about 0.1 s of its one thread).
     let report = support::e2e::run_and_check(
         &moto,
         "taskfence-e2e-dynamodb",
+        100,
         Backend::Dynamo(store.clone()),
         shared,
     )
