@@ -57,7 +57,7 @@ pub use proptest as __proptest;
 pub use crate::dynamodb::fixture::DynamoFixture;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::postgres::fixture::{PgFixture, TempSchema};
+pub use crate::postgres::fixture::{PgFixture, PgTxFixture, TempSchema};
 
 /// What a backend gives the conformance suite.
 ///
