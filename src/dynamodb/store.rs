@@ -181,11 +181,13 @@ impl DynamoStore {
         &self.client
     }
 
-    /// The writes that can carry the application's own items in the same
-    /// `TransactWriteItems` (the user's message with its task, the reply with
-    /// its completion): all of them are written, or none. DynamoDB's
-    /// counterpart of `PgStore::on` (the operations in the caller's
-    /// PostgreSQL transaction); see [`WithItems`].
+    /// This store with the application's own items for its next write, in
+    /// the same `TransactWriteItems` (the user's message with its task, the
+    /// reply with its completion): all of them are written, or none. A
+    /// [`TaskStore`](crate::TaskStore) as far as one transaction allows —
+    /// [`WithItems`] says which operations carry the items and which are
+    /// refused. DynamoDB's counterpart of `PgStore::on` (the store in the
+    /// caller's PostgreSQL transaction).
     ///
     /// ```no_run
     /// # async fn f(store: taskfence::DynamoStore, new: taskfence::NewTask) -> taskfence::Result<()> {
@@ -196,6 +198,7 @@ impl DynamoStore {
     ///     .item("body", AttributeValue::S("What are the key decisions?".into()))
     ///     .build()
     ///     .expect("table and item are set");
+    /// use taskfence::TaskStore;
     /// let items = vec![TransactWriteItem::builder().put(message).build()];
     /// let task = store.with(items).submit(new).await?.into_task();
     /// # Ok(()) }
