@@ -196,16 +196,8 @@ impl Fixture for PgFixture {
 
     async fn advance(&self, by: Duration) {
         let mut offset = self.offset.lock().await;
-        // Round up to the server's microsecond: the clock moves by at least `by`.
-        *offset += Duration::from_micros(u64::try_from(by.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX));
-        let sql = format!(
-            "CREATE OR REPLACE FUNCTION \"{}\".store_clock() RETURNS timestamptz
-                 LANGUAGE sql VOLATILE PARALLEL SAFE
-                 AS $$ SELECT clock_timestamp() + interval '{} microseconds' $$",
-            self.schema(),
-            offset.as_micros()
-        );
-        sqlx::raw_sql(AssertSqlSafe(sql))
+        *offset += round_up_to_micros(by);
+        sqlx::raw_sql(AssertSqlSafe(clock_at(self.schema(), *offset)))
             .execute(self.store.pool())
             .await
             .expect("move the store clock");
@@ -289,7 +281,7 @@ impl FencedWritesFixture for PgFixture {
 /// statements of that transaction, which is never committed (dropping the
 /// fixture closes its connection, which rolls it back). The record count is
 /// read inside the transaction too, so a suite's "nothing written" checks see
-/// its uncommitted writes.
+/// its uncommitted writes, and the clock is moved inside it.
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() {
@@ -301,6 +293,7 @@ impl FencedWritesFixture for PgFixture {
 pub struct PgTxFixture {
     // First: dropped before the schema, it closes the connection (a rollback).
     store: Arc<PgConnStore<'static>>,
+    offset: tokio::sync::Mutex<Duration>,
     base: PgFixture,
 }
 
@@ -330,6 +323,7 @@ impl PgTxFixture {
             .expect("begin the transaction");
         Self {
             store: Arc::new(store),
+            offset: tokio::sync::Mutex::new(Duration::ZERO),
             base,
         }
     }
@@ -347,8 +341,17 @@ impl Fixture for PgTxFixture {
         self.store.clone()
     }
 
+    /// Moves the clock inside the transaction: a connection that already
+    /// holds its locks does not take in another session's redefinition of
+    /// `store_clock()` until its transaction ends, and this one never ends.
     async fn advance(&self, by: Duration) {
-        self.base.advance(by).await;
+        let mut offset = self.offset.lock().await;
+        *offset += round_up_to_micros(by);
+        let mut conn = self.store.conn().await.expect("the transaction's connection");
+        sqlx::raw_sql(AssertSqlSafe(clock_at(self.base.schema(), *offset)))
+            .execute(&mut *conn)
+            .await
+            .expect("move the store clock");
     }
 
     async fn record_count(&self) -> u64 {
@@ -474,6 +477,21 @@ impl Drop for TempSchema {
         });
         let _ = dropper.join();
     }
+}
+
+/// Redefines `schema`'s store clock as `clock_timestamp()` plus `offset`.
+fn clock_at(schema: &str, offset: Duration) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{schema}\".store_clock() RETURNS timestamptz
+             LANGUAGE sql VOLATILE PARALLEL SAFE
+             AS $$ SELECT clock_timestamp() + interval '{} microseconds' $$",
+        offset.as_micros()
+    )
+}
+
+/// `by` rounded up to the server's microsecond: the clock moves by at least `by`.
+fn round_up_to_micros(by: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(by.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX))
 }
 
 fn unix_secs() -> u64 {

@@ -278,7 +278,13 @@ async fn fail_release_and_record_operation_carry_the_items_or_write_nothing() {
 
     let lease = acquire(store, task.id, "w1").await;
     let handle = store.with(vec![app.put_new("op-1", "provider call")]);
-    assert!(handle.record_operation(&lease, "resp_1").await.unwrap().is_accepted());
+    assert!(
+        handle
+            .record_operation(&lease, "resp_1")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     assert_eq!(app.body("op-1").await.as_deref(), Some("provider call"));
     assert_eq!(
         handle.get(task.id).await.unwrap().unwrap().status,
@@ -349,10 +355,17 @@ async fn operations_that_cannot_carry_the_items_are_refused_and_write_nothing() 
     let handle = store.with(vec![app.put_new("reply-1", "mine")]);
     cannot_carry(handle.claim(other.id, request()).await, "claim");
     cannot_carry(handle.claim_many(&[other.id], request()).await, "claim_many");
-    cannot_carry(handle.claim_next(ClaimNext::new("w", Duration::from_secs(30), 1)).await, "claim_next");
+    cannot_carry(
+        handle
+            .claim_next(ClaimNext::new("w", Duration::from_secs(30), 1))
+            .await,
+        "claim_next",
+    );
     cannot_carry(handle.renew(&mut lease, Duration::from_secs(30)).await, "renew");
     cannot_carry(
-        handle.renew_many(std::slice::from_mut(&mut lease), Duration::from_secs(30)).await,
+        handle
+            .renew_many(std::slice::from_mut(&mut lease), Duration::from_secs(30))
+            .await,
         "renew_many",
     );
     cannot_carry(handle.cancel(other.id, "no").await, "cancel");
@@ -376,12 +389,22 @@ async fn operations_that_cannot_carry_the_items_are_refused_and_write_nothing() 
         "complete_many",
     );
     cannot_carry(handle.purge_expired(10).await, "purge_expired");
-    assert_eq!(f.record_count().await, before, "no refused operation wrote anything");
+    assert_eq!(
+        f.record_count().await,
+        before,
+        "no refused operation wrote anything"
+    );
     assert_eq!(app.body("reply-1").await, None);
-    assert_eq!(store.get(other.id).await.unwrap().unwrap().status, Status::Pending);
+    assert_eq!(
+        store.get(other.id).await.unwrap().unwrap().status,
+        Status::Pending
+    );
 
     // The items are still there for the one write that carries them…
-    let saved = handle.complete(lease.clone(), Response::from("answer")).await.unwrap();
+    let saved = handle
+        .complete(lease.clone(), Response::from("answer"))
+        .await
+        .unwrap();
     assert!(saved.is_accepted());
     assert_eq!(app.body("reply-1").await.as_deref(), Some("mine"));
     // …and only for it.

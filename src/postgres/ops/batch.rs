@@ -206,7 +206,6 @@ pub(crate) async fn complete_many(
     Ok(out)
 }
 
-/// Rows of a batch statement by task id (with the store clock, when read).
 /// The refused rows of a batch with the store clock (`read_many`), by id,
 /// to say why each was refused; no round trip when none was.
 async fn read_refused(
@@ -227,6 +226,7 @@ async fn read_refused(
     rows_by_id(rows)
 }
 
+/// Rows of a batch statement by task id (with the store clock, when read).
 fn rows_by_id(rows: Vec<PgRow>) -> Result<HashMap<TaskId, PgRow>> {
     rows.into_iter()
         .map(|row| Ok((TaskId::from_uuid(row.try_get("id").map_err(db)?), row)))

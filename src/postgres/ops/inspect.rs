@@ -16,11 +16,6 @@ use crate::postgres::db;
 use crate::postgres::row::{self, interval};
 use crate::postgres::sql::{ListShape, Statements};
 
-// Read-only, index-driven statements (plans at 10⁶ rows in
-// `docs/POSTGRES.md`): listings are keyset pages on the primary key's order,
-// one statement per combination of filters; counting one scope reads that
-// scope's index entries, counting all reads every entry of one index.
-
 pub(crate) async fn list(sql: &Statements, conn: &mut PgConnection, query: &TaskQuery) -> Result<Page> {
     let shape = ListShape {
         status: query.status.is_some(),
