@@ -46,7 +46,8 @@ pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
 pub use crate::__model_suite as model_suite;
 pub use kit::{
-    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, key, new_task, one_winner, request, runtime,
+    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, forged_lease, key, new_task, one_winner, request,
+    runtime,
 };
 
 #[doc(hidden)]
