@@ -337,7 +337,7 @@ async fn operations_that_cannot_carry_the_items_are_refused_and_write_nothing() 
     fn cannot_carry<T: std::fmt::Debug>(r: taskfence::Result<T>, op: &str) {
         match r {
             Err(Error::InvalidInput(InvalidInput::CannotCarryItems { operation, .. })) => {
-                assert_eq!(operation, op)
+                assert_eq!(operation, op);
             }
             other => panic!("{op}: expected CannotCarryItems, got {other:?}"),
         }
