@@ -37,6 +37,7 @@ pub mod effect;
 pub mod error;
 pub mod inspect;
 pub mod intercept;
+mod lease;
 pub mod limits;
 pub mod memory;
 pub mod offsets;
