@@ -22,8 +22,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
+#[cfg(doc)]
+use crate::error::InvalidInput;
 use crate::error::Result;
 pub use crate::lease::Lease;
+#[cfg(doc)]
+use crate::limits;
 use crate::policy::Failure;
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 pub use history::{Attempt, AttemptOutcome, Reopening};
