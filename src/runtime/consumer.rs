@@ -13,12 +13,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::commit::Committer;
+use super::disposition::{rejected, retry_at, settled, terminal_ack};
 use super::held::{Held, renew_loop};
 use super::source::{Delivery, Source, StoreQueue};
 use super::stop::{Phase, Stop, reached};
-use super::{
-    AckReason, Disposition, LeaveReason, RetryReason, WorkContext, rejected, retry_at, settled, terminal_ack,
-};
+use super::{AckReason, Disposition, LeaveReason, RetryReason, WorkContext};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{InvalidInput, Result};
 use crate::limits;
