@@ -77,6 +77,7 @@
 //! | `consumer` | [`Consumer`], [`ConsumerConfig`], [`Stopped`]: the whole worker loop |
 //! | `source` | [`Source`], [`StoreQueue`], [`Delivery`], [`Wake`]: where a consumer's work comes from |
 //! | `stop` | [`Stop`]: the consumer's stop switch |
+//! | `failure` | a work function's failure or panic made fit to report |
 //! | `held` | the leases a consumer holds and their renewal rounds |
 //! | `commit` | the consumer's group commit of completions |
 
@@ -85,6 +86,7 @@ mod config;
 mod consumer;
 mod context;
 mod disposition;
+mod failure;
 mod held;
 mod hooks;
 mod source;

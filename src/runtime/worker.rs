@@ -11,8 +11,8 @@ use time::OffsetDateTime;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::consumer;
 use super::disposition::{rejected, retry_at, settled, terminal_ack};
+use super::failure::panic_failure;
 use super::{AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, WorkContext, WorkerConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::error::InvalidInput;
@@ -297,7 +297,7 @@ impl Worker {
                 Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
                 Err(payload) => Err(payload),
             };
-            returned.unwrap_or_else(|payload| Err(consumer::panic_failure(payload)))
+            returned.unwrap_or_else(|payload| Err(panic_failure(payload)))
         };
         tokio::pin!(work);
         let outcome = tokio::select! {
