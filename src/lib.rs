@@ -35,6 +35,7 @@ pub mod clock;
 pub mod dispatch;
 pub mod effect;
 pub mod error;
+mod id;
 pub mod inspect;
 pub mod intercept;
 mod lease;
@@ -43,9 +44,11 @@ pub mod memory;
 pub mod offsets;
 pub mod policy;
 pub mod republish;
+mod response;
 pub mod store;
 pub mod task;
 pub mod trace;
+mod trace_context;
 pub mod wire;
 
 #[cfg(feature = "serde")]
