@@ -10,6 +10,11 @@ use std::time::Duration;
 use crate::error::InvalidInput;
 use crate::limits;
 
+/// [`Plan`] lives beneath the policy that produces it; its public path is
+/// `taskfence::backend::Plan`, beside the rules that act on it.
+pub(crate) mod plan;
+use plan::Plan;
+
 /// What a task does after an [ambiguous](FailureKind::Ambiguous) failure: the
 /// request may have reached the provider and no answer came back.
 ///
@@ -454,29 +459,6 @@ impl Failure {
         }
         Ok(())
     }
-}
-
-/// What [`rules::plan`](crate::backend::rules::plan) decided for a failed attempt:
-/// a value of the policy, beneath the backends that act on it.
-///
-/// ```
-/// use std::time::Duration;
-/// use taskfence::backend::Plan;
-/// use taskfence::policy::StopReason;
-/// fn describe(plan: Plan) -> String {
-///     match plan {
-///         Plan::RetryAfter(delay) => format!("again in {delay:?}"),
-///         Plan::Stop(reason) => format!("failed: {}", reason.as_str()),
-///     }
-/// }
-/// assert_eq!(describe(Plan::Stop(StopReason::Permanent)), "failed: permanent failure");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    /// Schedule another attempt after this delay (the store still checks the deadline).
-    RetryAfter(Duration),
-    /// Make the task terminally `Failed`.
-    Stop(StopReason),
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
-pub use crate::policy::Plan;
+pub use crate::policy::plan::Plan;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
