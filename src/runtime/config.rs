@@ -24,7 +24,7 @@ pub struct WorkerConfig {
     /// Recorded with every attempt, for tracing.
     pub worker_id: String,
     /// Lease length asked for at claim and at every renewal (store clock).
-    pub lease: Duration,
+    pub lease_duration: Duration,
     /// Renewal interval: shorter than the lease, so a late renewal still lands
     /// in time. Defaults to a third of the lease.
     pub renew_every: Duration,
@@ -38,12 +38,12 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// A config for `worker_id` with leases of `lease`, renewed every third of it.
-    pub fn new(worker_id: impl Into<String>, lease: Duration) -> Self {
+    /// A config for `worker_id` with leases of `lease_duration`, renewed every third of it.
+    pub fn new(worker_id: impl Into<String>, lease_duration: Duration) -> Self {
         Self {
             worker_id: worker_id.into(),
-            lease,
-            renew_every: lease / 3,
+            lease_duration,
+            renew_every: lease_duration / 3,
             stop_grace: Duration::from_secs(5),
             min_retry_delay: Duration::from_secs(1),
         }
@@ -70,9 +70,9 @@ impl WorkerConfig {
     /// Checks the worker id and lease like a claim would, and that renewals
     /// come strictly before the lease runs out.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        ClaimRequest::new(self.worker_id.clone(), self.lease).validate()?;
-        crate::limits::check_duration("renew_every", self.renew_every, self.lease)?;
-        if self.renew_every >= self.lease {
+        ClaimRequest::new(self.worker_id.clone(), self.lease_duration).validate()?;
+        crate::limits::check_duration("renew_every", self.renew_every, self.lease_duration)?;
+        if self.renew_every >= self.lease_duration {
             return Err(InvalidInput::Inconsistent(
                 "renew_every must be shorter than the lease",
             ));

@@ -244,7 +244,7 @@ impl Worker {
     }
 
     fn claim_request(&self) -> ClaimRequest {
-        ClaimRequest::new(self.config.worker_id.clone(), self.config.lease)
+        ClaimRequest::new(self.config.worker_id.clone(), self.config.lease_duration)
     }
 
     /// The protocol once the task is acquired: keep the lease alive while
@@ -357,7 +357,7 @@ impl Worker {
         let every = self.config.renew_every;
         loop {
             tokio::time::sleep(every).await;
-            match tokio::time::timeout(every, self.store.renew(lease, self.config.lease)).await {
+            match tokio::time::timeout(every, self.store.renew(lease, self.config.lease_duration)).await {
                 Ok(Ok(Fenced::Accepted(()))) => hooks.on_renewed(lease).await,
                 Ok(Ok(Fenced::Rejected(rejection))) => return Some(rejection),
                 Ok(Err(error)) => {

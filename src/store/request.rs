@@ -26,7 +26,7 @@ pub struct ClaimNext {
     /// The worker's id, recorded with each attempt.
     pub worker: String,
     /// Lease length of each claimed task, measured on the store's clock.
-    pub lease: Duration,
+    pub lease_duration: Duration,
     /// At most this many leases (`1..=`[`limits::MAX_BATCH`]).
     pub limit: usize,
     /// Only tasks of these operations; empty: any.
@@ -36,11 +36,11 @@ pub struct ClaimNext {
 }
 
 impl ClaimNext {
-    /// Up to `limit` due tasks for `worker`, each for a lease of `lease`.
-    pub fn new(worker: impl Into<String>, lease: Duration, limit: usize) -> Self {
+    /// Up to `limit` due tasks for `worker`, each for a lease of `lease_duration`.
+    pub fn new(worker: impl Into<String>, lease_duration: Duration, limit: usize) -> Self {
         Self {
             worker: worker.into(),
-            lease,
+            lease_duration,
             limit,
             operations: Vec::new(),
             scopes: Vec::new(),
@@ -79,7 +79,7 @@ impl ClaimNext {
     /// assert_eq!(next.request(), taskfence::ClaimRequest::new("w", Duration::from_secs(30)));
     /// ```
     pub fn request(&self) -> ClaimRequest {
-        ClaimRequest::new(self.worker.clone(), self.lease)
+        ClaimRequest::new(self.worker.clone(), self.lease_duration)
     }
 
     /// Checks the worker, the lease, the limit and each operation and scope
@@ -114,22 +114,22 @@ pub struct ClaimRequest {
     /// The worker's id, recorded with the attempt.
     pub worker: String,
     /// Lease length, measured on the store's clock.
-    pub lease: Duration,
+    pub lease_duration: Duration,
 }
 
 impl ClaimRequest {
-    /// A claim by `worker` for a lease of `lease`.
-    pub fn new(worker: impl Into<String>, lease: Duration) -> Self {
+    /// A claim by `worker` for a lease of `lease_duration`.
+    pub fn new(worker: impl Into<String>, lease_duration: Duration) -> Self {
         Self {
             worker: worker.into(),
-            lease,
+            lease_duration,
         }
     }
 
     /// Checks the worker id and the lease length against [`limits`].
     pub fn validate(&self) -> Result<(), InvalidInput> {
         limits::check_text("worker", &self.worker, limits::MAX_WORKER_LEN)?;
-        limits::check_duration("lease", self.lease, limits::MAX_LEASE)
+        limits::check_duration("lease", self.lease_duration, limits::MAX_LEASE)
     }
 }
 

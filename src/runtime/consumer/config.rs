@@ -27,7 +27,7 @@ pub struct ConsumerConfig {
     /// Recorded with every attempt.
     pub worker_id: String,
     /// Lease length asked for at claim and at every renewal (store clock).
-    pub lease: Duration,
+    pub lease_duration: Duration,
     /// How many work functions run at once. Default 16.
     pub concurrency: usize,
     /// How many tasks beyond those running the consumer holds ready (leased,
@@ -71,15 +71,15 @@ pub struct ConsumerConfig {
 }
 
 impl ConsumerConfig {
-    /// A consumer `worker_id` holding leases of `lease`, with the defaults.
-    pub fn new(worker_id: impl Into<String>, lease: Duration) -> Self {
+    /// A consumer `worker_id` holding leases of `lease_duration`, with the defaults.
+    pub fn new(worker_id: impl Into<String>, lease_duration: Duration) -> Self {
         Self {
             worker_id: worker_id.into(),
-            lease,
+            lease_duration,
             concurrency: 16,
             prefetch: 16,
             fetch: 32,
-            renew_every: lease / 3,
+            renew_every: lease_duration / 3,
             commit_batch: 64,
             commit_window: Duration::from_millis(2),
             idle_min: Duration::from_millis(50),
@@ -154,7 +154,7 @@ impl ConsumerConfig {
     /// Checks the worker id and lease as a claim would, the counts against
     /// [`limits::MAX_BATCH`], and that renewals come before the lease runs out.
     pub fn validate(&self) -> std::result::Result<(), InvalidInput> {
-        ClaimRequest::new(self.worker_id.clone(), self.lease).validate()?;
+        ClaimRequest::new(self.worker_id.clone(), self.lease_duration).validate()?;
         if self.prefetch > limits::MAX_BATCH {
             return Err(InvalidInput::OutOfRange {
                 field: "prefetch",
@@ -177,8 +177,8 @@ impl ConsumerConfig {
                 });
             }
         }
-        limits::check_duration("renew_every", self.renew_every, self.lease)?;
-        if self.renew_every >= self.lease {
+        limits::check_duration("renew_every", self.renew_every, self.lease_duration)?;
+        if self.renew_every >= self.lease_duration {
             return Err(InvalidInput::Inconsistent(
                 "renew_every must be shorter than the lease",
             ));
@@ -188,6 +188,6 @@ impl ConsumerConfig {
     }
 
     pub(super) fn claim(&self) -> ClaimRequest {
-        ClaimRequest::new(self.worker_id.clone(), self.lease)
+        ClaimRequest::new(self.worker_id.clone(), self.lease_duration)
     }
 }

@@ -30,7 +30,7 @@ use crate::error::{InvalidInput, Result};
 use crate::policy::Failure;
 use crate::runtime::WorkContext;
 use crate::runtime::commit::Committer;
-use crate::runtime::held::{Held, renew_loop};
+use crate::runtime::held::{HeldLeases, renew_loop};
 use crate::runtime::source::{Source, StoreQueue};
 use crate::runtime::stop::{Phase, Stop, reached};
 use crate::store::TaskStore;
@@ -228,7 +228,7 @@ impl<S: Source> Consumer<S> {
             config.commit_window,
             Arc::clone(&running),
         );
-        let held = Arc::new(Held::new());
+        let held = Arc::new(HeldLeases::new());
         // In a set, so dropping `run` (aborted, say) stops the renewals too:
         // a consumer that is gone must not keep its leases alive.
         let mut renewals = JoinSet::new();
@@ -238,7 +238,7 @@ impl<S: Source> Consumer<S> {
             Arc::clone(&held),
             Arc::clone(&self.clock),
             config.renew_every,
-            config.lease,
+            config.lease_duration,
         ));
         let shared = Arc::new(Shared {
             working: Arc::new(Semaphore::new(config.concurrency)),

@@ -12,7 +12,7 @@ use super::stopped::Tally;
 use crate::clock::Clock;
 use crate::runtime::commit::Committer;
 use crate::runtime::disposition::retry_at;
-use crate::runtime::held::Held;
+use crate::runtime::held::HeldLeases;
 use crate::runtime::source::Source;
 use crate::runtime::stop::Stop;
 use crate::runtime::{Disposition, RetryReason};
@@ -26,7 +26,7 @@ pub(super) struct Shared<S: Source, F> {
     pub(super) source: Arc<S>,
     pub(super) config: Arc<ConsumerConfig>,
     pub(super) clock: Arc<dyn Clock>,
-    pub(super) held: Arc<Held<S::Receipt>>,
+    pub(super) held: Arc<HeldLeases<S::Receipt>>,
     /// Work functions running now (what the committer waits for).
     pub(super) running: Arc<AtomicUsize>,
     pub(super) committer: Committer,

@@ -13,7 +13,7 @@ use super::shared::{Shared, give_back};
 use crate::policy::Failure;
 use crate::runtime::disposition::{rejected, terminal_ack};
 use crate::runtime::failure::{fit, panic_failure};
-use crate::runtime::held::Held;
+use crate::runtime::held::HeldLeases;
 use crate::runtime::source::Source;
 use crate::runtime::stop::{Phase, reached};
 use crate::runtime::{AckReason, Disposition, LeaveReason, RetryReason, WorkContext};
@@ -163,7 +163,7 @@ where
 }
 
 /// Stops holding a task's lease when dropped (a no-op when the run already did).
-struct LetGo<'h, R: Clone>(&'h Held<R>, TaskId);
+struct LetGo<'h, R: Clone>(&'h HeldLeases<R>, TaskId);
 
 impl<R: Clone> Drop for LetGo<'_, R> {
     fn drop(&mut self) {

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use sqs_worker::sim::SimulatedConfig;
-use sqs_worker::sim::scenario::{self, StoreChoice, Scenario};
+use sqs_worker::sim::scenario::{self, Scenario, StoreChoice};
 use sqs_worker::{BoxError, SqsQueue, queue, sim, store};
 
 fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {

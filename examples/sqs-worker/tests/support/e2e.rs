@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_worker::sim::scenario::{self, StoreChoice, Report, Scenario};
+use sqs_worker::sim::scenario::{self, Report, Scenario, StoreChoice};
 use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
 use sqs_worker::{SqsQueue, WorkerSettings};
 use taskfence::policy::FailureKind;
