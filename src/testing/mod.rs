@@ -46,8 +46,8 @@ pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
 pub use crate::__model_suite as model_suite;
 pub use kit::{
-    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, key, new_task, one_winner, prompt_retry, request,
-    runtime, task_in,
+    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, forged_lease, key, new_task, one_winner,
+    prompt_retry, request, runtime, task_in,
 };
 
 #[doc(hidden)]
