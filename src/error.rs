@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::task::TaskId;
+use crate::id::TaskId;
 
 /// `Result` with this crate's [`Error`].
 ///

@@ -36,17 +36,21 @@ pub mod clock;
 pub mod dispatch;
 pub mod effect;
 pub mod error;
+mod id;
 pub mod inspect;
 pub mod intercept;
+mod lease;
 pub mod limits;
 pub mod memory;
 pub mod offsets;
 pub mod policy;
 pub mod prelude;
 pub mod republish;
+mod response;
 pub mod store;
 pub mod task;
 pub mod trace;
+mod trace_context;
 pub mod wire;
 
 #[cfg(feature = "serde")]

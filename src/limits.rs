@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use crate::error::InvalidInput;
-use crate::task::{Response, TaskId};
+use crate::id::TaskId;
+use crate::response::Response;
 
 /// Longest scope, in bytes.
 pub const MAX_SCOPE_LEN: usize = 255;

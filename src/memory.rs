@@ -212,7 +212,7 @@ impl State {
             }
             ClaimRule::Take => {
                 self.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
-                let expires_at = now + request.lease;
+                let expires_at = now + request.lease_duration;
                 let task = self.task_mut(id);
                 task.version += 1;
                 task.status = Status::Running;

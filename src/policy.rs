@@ -7,9 +7,13 @@
 
 use std::time::Duration;
 
-use crate::backend::Plan;
 use crate::error::InvalidInput;
 use crate::limits;
+
+/// [`Plan`] lives beneath the policy that produces it; its public path is
+/// `taskfence::backend::Plan`, beside the rules that act on it.
+pub(crate) mod plan;
+use plan::Plan;
 
 /// What a task does after an [ambiguous](FailureKind::Ambiguous) failure: the
 /// request may have reached the provider and no answer came back.

@@ -14,10 +14,35 @@
 
 use std::future::Future;
 
-use crate::dispatch::Published;
 use crate::error::Result;
 use crate::store::TaskStore;
+use crate::task::TaskId;
 use crate::wire::Stamp;
+
+/// What one publishing round did: a dispatch of the outbox
+/// ([`Outbox::dispatch`](crate::dispatch::Outbox::dispatch),
+/// [`Outbox::dispatch_batches`](crate::dispatch::Outbox::dispatch_batches)) or a
+/// [`republish_due`] round.
+///
+/// ```
+/// # fn f(round: taskfence::dispatch::Published<std::io::Error>) {
+/// println!("published {} tasks", round.published.len());
+/// if let Some((task, err)) = round.failed {
+///     eprintln!("publishing {task} failed, will retry next round: {err}");
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Published<E> {
+    /// The tasks published (and, for handoffs, marked published), in order.
+    pub published: Vec<TaskId>,
+    /// The first task whose publication failed (with `dispatch_batches`, the
+    /// first task of the batch that failed), with the error; the round
+    /// stopped there, and those tasks stay pending (their handoffs
+    /// unpublished, or still due) for the next round.
+    pub failed: Option<(TaskId, E)>,
+}
 
 /// Publishes again up to `limit` tasks that need a worker again: leases
 /// that expired (a worker crashed) and backoffs that passed (see

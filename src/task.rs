@@ -6,87 +6,14 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
-use uuid::Uuid;
 
 use crate::error::InvalidInput;
 use crate::limits;
 use crate::policy::{AcceptanceRule, RetryPolicy};
-use crate::trace::TraceContext;
+use crate::trace_context::TraceContext;
 
-macro_rules! uuid_id {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(transparent))]
-        pub struct $name(Uuid);
-
-        impl $name {
-            /// A new, time-ordered (UUID v7) id.
-            pub fn new() -> Self {
-                Self(Uuid::now_v7())
-            }
-
-            /// Wraps an existing UUID, e.g. one read back from storage or a queue message.
-            pub const fn from_uuid(uuid: Uuid) -> Self {
-                Self(uuid)
-            }
-
-            /// The underlying UUID.
-            pub const fn as_uuid(&self) -> Uuid {
-                self.0
-            }
-        }
-
-        impl Default for $name {
-            fn default() -> Self {
-                Self::new()
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0.fmt(f)
-            }
-        }
-
-        impl std::str::FromStr for $name {
-            type Err = uuid::Error;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                Uuid::parse_str(s).map(Self)
-            }
-        }
-
-        impl From<Uuid> for $name {
-            fn from(uuid: Uuid) -> Self {
-                Self(uuid)
-            }
-        }
-    };
-}
-
-uuid_id! {
-    /// The stable identity of one piece of logical work. Queue messages carry it;
-    /// every redelivery and every attempt refers to the same `TaskId`.
-    ///
-    /// ```
-    /// use taskfence::TaskId;
-    /// let id = TaskId::new();
-    /// let parsed: TaskId = id.to_string().parse().unwrap();
-    /// assert_eq!(id, parsed);
-    /// ```
-    TaskId
-}
-
-uuid_id! {
-    /// The identity of one attempt (one claim) of a task, for tracing. It never
-    /// replaces the [`TaskId`]: several attempts belong to one task.
-    ///
-    /// ```
-    /// use taskfence::task::AttemptId;
-    /// assert_ne!(AttemptId::new(), AttemptId::new());
-    /// ```
-    AttemptId
-}
+pub use crate::id::{AttemptId, TaskId};
+pub use crate::response::Response;
 
 /// Where a task is in its life.
 ///
@@ -157,75 +84,6 @@ impl std::str::FromStr for Status {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown task status {0:?}")]
 pub struct UnknownStatus(pub String);
-
-/// The accepted result of a task. Once saved it never changes.
-///
-/// Bytes, so any encoding works; helpers cover the common text case.
-///
-/// ```
-/// use taskfence::Response;
-/// let r = Response::from("Here are the key decisions…");
-/// assert_eq!(r.as_str(), Some("Here are the key decisions…"));
-/// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Response(Vec<u8>);
-
-impl Response {
-    /// Wraps response bytes.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(bytes.into())
-    }
-
-    /// The raw bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// The bytes as UTF-8 text, if they are.
-    pub fn as_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.0).ok()
-    }
-
-    /// Takes the bytes out.
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.0
-    }
-
-    /// Byte length.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// `true` when empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Response {
-    // Responses can hold user data: never print their content in logs.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Response({} bytes)", self.0.len())
-    }
-}
-
-impl From<&str> for Response {
-    fn from(s: &str) -> Self {
-        Self(s.as_bytes().to_vec())
-    }
-}
-
-impl From<String> for Response {
-    fn from(s: String) -> Self {
-        Self(s.into_bytes())
-    }
-}
-
-impl From<Vec<u8>> for Response {
-    fn from(b: Vec<u8>) -> Self {
-        Self(b)
-    }
-}
 
 /// A SHA-256 digest of the inputs that define the work, bound to the request
 /// key at first use so a reused key with other inputs is caught.

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use crate::store::Lease;
+use crate::lease::Lease;
 use crate::task::{Task, TaskId};
 
 /// The header (SQS message attribute) naming the task: a hyphenated UUID.

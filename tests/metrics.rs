@@ -12,8 +12,8 @@ use taskfence::inspect::{Inspect, TaskQuery};
 use taskfence::intercept::Intercepted;
 use taskfence::metrics::{self, Observed, Recorder};
 use taskfence::store::ReopenRequest;
-use taskfence::testing::acquire;
 use taskfence::testing::{Fixture, InspectFixture, MemoryFixture};
+use taskfence::testing::{acquire, task_in};
 use taskfence::*;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -260,22 +260,14 @@ where
 
 const LEASE: Duration = Duration::from_secs(30);
 
-/// Not the kit's `new_task`: the spans and warnings below are checked for scope "tenant-1".
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("tenant-1", "chat.reply", key),
-        InputHash::of([key]),
-    )
-}
-
 // ---------------------------------------------------------------------------
 // Metrics.
 
 #[test]
 fn fenced_writes_count_accepted_and_rejected_by_reason() {
     let seen = observe(|store, clock| async move {
-        let task = store.submit(new_task("a")).await?.into_task();
-        assert!(!store.submit(new_task("a")).await?.is_created());
+        let task = store.submit(task_in("tenant-1", "a")).await?.into_task();
+        assert!(!store.submit(task_in("tenant-1", "a")).await?.is_created());
 
         let first = acquire(&store, task.id, "w1").await;
         clock.advance(LEASE * 2);
@@ -342,7 +334,7 @@ fn fenced_writes_count_accepted_and_rejected_by_reason() {
 #[test]
 fn errors_count_by_kind() {
     let seen = observe(|store, _clock| async move {
-        let task = store.submit(new_task("a")).await?.into_task();
+        let task = store.submit(task_in("tenant-1", "a")).await?.into_task();
         let conflict = NewTask::new(task.key.clone(), InputHash::of(["other input"]));
         assert!(matches!(
             store.submit(conflict).await,
@@ -399,12 +391,15 @@ fn terminal_failures_reopenings_and_warnings() {
         async move {
             let once = RetryPolicy::default().max_attempts(1);
             // Exhausted by a failure report.
-            let a = store.submit(new_task("a").policy(once)).await?.into_task();
+            let a = store
+                .submit(task_in("tenant-1", "a").policy(once))
+                .await?
+                .into_task();
             let lease = acquire(&store, a.id, "w").await;
             let retry = store.fail(lease, Failure::retryable("provider down")).await?;
             assert!(matches!(retry, Fenced::Accepted(Retry::Exhausted(_))));
             // A permanent failure.
-            let b = store.submit(new_task("b")).await?.into_task();
+            let b = store.submit(task_in("tenant-1", "b")).await?.into_task();
             let lease = acquire(&store, b.id, "w").await;
             let retry = store.fail(lease, Failure::permanent("400 bad prompt")).await?;
             assert!(matches!(retry, Fenced::Accepted(Retry::Exhausted(_))));
@@ -430,7 +425,7 @@ fn terminal_failures_reopenings_and_warnings() {
             let claims = store.claim_many(&[a.id], ClaimRequest::new("w", LEASE)).await?;
             assert!(matches!(claims[..], [Claim::Failed(_)]));
             // Reopening a live task is refused.
-            let c = store.submit(new_task("c")).await?.into_task();
+            let c = store.submit(task_in("tenant-1", "c")).await?.into_task();
             assert!(matches!(
                 store
                     .reopen(c.id, ReopenRequest::new("alice", "why"))
@@ -495,19 +490,22 @@ fn redispatch_and_purge_counts() {
         let short = Duration::from_secs(60);
         // Two completed tasks past their retention, one still within it.
         for key in ["p1", "p2"] {
-            let task = store.submit(new_task(key).retention(short)).await?.into_task();
+            let task = store
+                .submit(task_in("tenant-1", key).retention(short))
+                .await?
+                .into_task();
             let lease = acquire(&store, task.id, "w").await;
             assert!(store.complete(lease, Response::from("ok")).await?.is_accepted());
         }
-        let kept = store.submit(new_task("kept")).await?.into_task();
+        let kept = store.submit(task_in("tenant-1", "kept")).await?.into_task();
         let lease = acquire(&store, kept.id, "w").await;
         assert!(store.complete(lease, Response::from("ok")).await?.is_accepted());
         // One backing off, one stranded (never claimed).
-        let retried = store.submit(new_task("r")).await?.into_task();
+        let retried = store.submit(task_in("tenant-1", "r")).await?.into_task();
         let lease = acquire(&store, retried.id, "w").await;
         let answer = store.fail(lease, Failure::retryable("429")).await?;
         assert!(matches!(answer, Fenced::Accepted(Retry::Scheduled { .. })));
-        let stranded = store.submit(new_task("s")).await?.into_task();
+        let stranded = store.submit(task_in("tenant-1", "s")).await?.into_task();
 
         clock.advance(Duration::from_secs(3600));
         assert_eq!(store.due(10).await?, vec![retried.id]);
@@ -551,9 +549,9 @@ fn redispatch_and_purge_counts() {
 #[test]
 fn batches_count_each_task() {
     let seen = observe(|store, clock| async move {
-        let a = store.submit(new_task("a")).await?.into_task();
-        let b = store.submit(new_task("b")).await?.into_task();
-        let c = store.submit(new_task("c")).await?.into_task();
+        let a = store.submit(task_in("tenant-1", "a")).await?.into_task();
+        let b = store.submit(task_in("tenant-1", "b")).await?.into_task();
+        let c = store.submit(task_in("tenant-1", "c")).await?.into_task();
         let claims = store
             .claim_many(&[a.id, b.id, c.id, TaskId::new()], ClaimRequest::new("w", LEASE))
             .await?;
@@ -619,7 +617,7 @@ fn spans_are_named_per_operation_with_task_fields() {
     let seen = observe(|store, clock| {
         let id = &mut id;
         async move {
-            let task = store.submit(new_task("a")).await?.into_task();
+            let task = store.submit(task_in("tenant-1", "a")).await?.into_task();
             *id = Some(task.id);
             let first = acquire(&store, task.id, "w1").await;
             clock.advance(LEASE * 2);

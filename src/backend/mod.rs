@@ -48,7 +48,8 @@ use tracing::Instrument;
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
-use crate::policy::{Failure, StopReason};
+use crate::policy::Failure;
+pub use crate::policy::plan::Plan;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
@@ -427,28 +428,6 @@ pub fn new_lease(task: Task, attempt_id: AttemptId, worker: String, expires_at: 
 /// ```
 pub fn renewed(lease: &mut Lease, expires_at: OffsetDateTime) {
     lease.set_expires_at(expires_at);
-}
-
-/// What [`rules::plan`] decided for a failed attempt.
-///
-/// ```
-/// use std::time::Duration;
-/// use taskfence::backend::Plan;
-/// use taskfence::policy::StopReason;
-/// fn describe(plan: Plan) -> String {
-///     match plan {
-///         Plan::RetryAfter(delay) => format!("again in {delay:?}"),
-///         Plan::Stop(reason) => format!("failed: {}", reason.as_str()),
-///     }
-/// }
-/// assert_eq!(describe(Plan::Stop(StopReason::Permanent)), "failed: permanent failure");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    /// Schedule another attempt after this delay (the store still checks the deadline).
-    RetryAfter(Duration),
-    /// Make the task terminally `Failed`.
-    Stop(StopReason),
 }
 
 /// A jitter draw in `[0, 1)` derived from an attempt id, so backends need no

@@ -300,7 +300,7 @@ impl DynamoStore {
                     None
                 }
                 ClaimRule::Take => {
-                    let until = now + request.lease;
+                    let until = now + request.lease_duration;
                     next.version += 1;
                     next.status = Status::Running;
                     next.lease_until = Some(until);

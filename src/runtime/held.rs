@@ -24,11 +24,11 @@ struct Entry<R> {
 }
 
 /// The held leases, by task.
-pub(crate) struct Held<R> {
+pub(crate) struct HeldLeases<R> {
     entries: Mutex<HashMap<TaskId, Entry<R>>>,
 }
 
-impl<R: Clone> Held<R> {
+impl<R: Clone> HeldLeases<R> {
     pub(crate) fn new() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
@@ -126,10 +126,10 @@ fn answer_within(batch: &[Lease], now: time::OffsetDateTime, every: Duration) ->
 pub(crate) async fn renew_loop<S: Source>(
     store: Arc<dyn TaskStore>,
     source: Arc<S>,
-    held: Arc<Held<S::Receipt>>,
+    held: Arc<HeldLeases<S::Receipt>>,
     clock: Arc<dyn Clock>,
     every: Duration,
-    lease: Duration,
+    lease_duration: Duration,
 ) where
     S::Receipt: Clone,
 {
@@ -143,7 +143,7 @@ pub(crate) async fn renew_loop<S: Source>(
         for chunk in all.chunks(limits::MAX_BATCH) {
             let mut batch = chunk.to_vec();
             let wait = answer_within(&batch, clock.now(), every);
-            match tokio::time::timeout(wait, store.renew_many(&mut batch, lease)).await {
+            match tokio::time::timeout(wait, store.renew_many(&mut batch, lease_duration)).await {
                 Ok(Ok(answers)) => {
                     let receipts: Vec<S::Receipt> = batch
                         .iter()
@@ -151,7 +151,7 @@ pub(crate) async fn renew_loop<S: Source>(
                         .filter_map(|(lease, answer)| held.renewed(lease, answer))
                         .collect();
                     if !receipts.is_empty() {
-                        source.renewed(receipts.iter().collect(), lease).await;
+                        source.renewed(receipts.iter().collect(), lease_duration).await;
                     }
                 }
                 Ok(Err(error)) => tracing::warn!(%error, leases = batch.len(), "lease renewal failed"),

@@ -77,11 +77,11 @@ pub trait Source: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The leases of these deliveries were renewed for another `lease`: a
+    /// The leases of these deliveries were renewed for another `lease_duration`: a
     /// broker extends its own message timer (SQS visibility). The default does
     /// nothing.
-    async fn renewed(&self, receipts: Vec<&Self::Receipt>, lease: Duration) {
-        let _ = (receipts, lease);
+    async fn renewed(&self, receipts: Vec<&Self::Receipt>, lease_duration: Duration) {
+        let _ = (receipts, lease_duration);
     }
 
     /// What wakes the consumer before its idle wait is over (new work in
@@ -263,7 +263,7 @@ impl Source for StoreQueue {
     type Receipt = ();
 
     async fn fetch(&self, max: usize, claim: &ClaimRequest) -> Result<Vec<Delivery<()>>> {
-        let mut next = ClaimNext::new(claim.worker.clone(), claim.lease, max);
+        let mut next = ClaimNext::new(claim.worker.clone(), claim.lease_duration, max);
         next.operations.clone_from(&self.operations);
         next.scopes.clone_from(&self.scopes);
         let leases = self.store.claim_next(next).await?;

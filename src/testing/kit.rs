@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crate::policy::Failure;
+use crate::policy::{Failure, RetryPolicy};
 use crate::store::{Claim, ClaimRequest, Fenced, Lease, Retry, TaskStore};
 use crate::task::{InputHash, NewTask, RequestKey, Task, TaskId};
 
@@ -49,10 +49,36 @@ pub fn new_task(key: &str) -> NewTask {
     NewTask::new(self::key(key), InputHash::of(["conversation-1", key])).payload(format!("payload of {key}"))
 }
 
+/// A submission of `key` in `scope` (operation [`OPERATION`]), its inputs
+/// bound to the key, no payload: for tests that check what is reported or
+/// kept per scope.
+///
+/// ```
+/// let new = taskfence::testing::task_in("tenant-1", "send-1");
+/// assert_eq!((new.key.scope.as_str(), new.key.key.as_str()), ("tenant-1", "send-1"));
+/// ```
+pub fn task_in(scope: &str, key: &str) -> NewTask {
+    NewTask::new(RequestKey::new(scope, OPERATION, key), InputHash::of([key]))
+}
+
+/// A retry policy whose first retry is due one second after a failure,
+/// without jitter: for tests that advance a clock to the retry.
+///
+/// ```
+/// use std::time::Duration;
+/// let policy = taskfence::testing::prompt_retry();
+/// assert_eq!(policy, taskfence::RetryPolicy::default().jitter(0.0).initial_backoff(Duration::from_secs(1)));
+/// ```
+pub fn prompt_retry() -> RetryPolicy {
+    RetryPolicy::default()
+        .jitter(0.0)
+        .initial_backoff(Duration::from_secs(1))
+}
+
 /// A claim by `worker` for [`LEASE`].
 ///
 /// ```
-/// assert_eq!(taskfence::testing::request("w").lease, taskfence::testing::LEASE);
+/// assert_eq!(taskfence::testing::request("w").lease_duration, taskfence::testing::LEASE);
 /// ```
 pub fn request(worker: &str) -> ClaimRequest {
     ClaimRequest::new(worker, LEASE)

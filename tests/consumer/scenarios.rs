@@ -13,9 +13,10 @@ use taskfence::runtime::{
     AckReason, Consumer, ConsumerConfig, Delivery, Disposition, Source, Stopped, StoreQueue,
 };
 use taskfence::store::AttemptOutcome;
+use taskfence::testing::task_in;
 use taskfence::{
-    ClaimNext, ClaimRequest, Failure, Fenced, InputHash, Lease, NewTask, RequestKey, Response, Result,
-    RetryPolicy, Status, Task, TaskId, TaskStore,
+    ClaimNext, ClaimRequest, Failure, Fenced, Lease, Response, Result, RetryPolicy, Status, Task, TaskId,
+    TaskStore,
 };
 use tokio::time::Instant;
 
@@ -26,15 +27,6 @@ const LEASE: Duration = Duration::from_secs(30);
 /// speed requirement).
 const WITHIN: Duration = Duration::from_secs(60);
 
-fn new_task(key: &str) -> NewTask {
-    NewTask::new(
-        RequestKey::new("tenant-1", "chat.reply", key),
-        InputHash::of([key]),
-    )
-    .payload(key.to_owned())
-    .without_handoff()
-}
-
 fn config() -> ConsumerConfig {
     ConsumerConfig::new("consumer-1", LEASE).idle(Duration::from_millis(10), Duration::from_millis(100))
 }
@@ -42,7 +34,14 @@ fn config() -> ConsumerConfig {
 async fn submit_all(store: &dyn TaskStore, keys: impl IntoIterator<Item = String>) -> Vec<TaskId> {
     let mut ids = Vec::new();
     for key in keys {
-        ids.push(store.submit(new_task(&key)).await.unwrap().into_task().id);
+        ids.push(
+            store
+                .submit(task_in("tenant-1", &key).without_handoff())
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
     }
     ids
 }
@@ -240,7 +239,7 @@ pub(crate) async fn a_panicking_work_function_is_a_failure_within_the_budget(sto
         .jitter(0.0)
         .initial_backoff(Duration::from_millis(100));
     let t = store
-        .submit(new_task("explodes").policy(policy))
+        .submit(task_in("tenant-1", "explodes").without_handoff().policy(policy))
         .await
         .unwrap()
         .into_task();
@@ -286,7 +285,11 @@ pub(crate) async fn a_work_closure_that_panics_before_its_future_is_a_failure_wi
         .jitter(0.0)
         .initial_backoff(Duration::from_millis(100));
     let t = store
-        .submit(new_task("explodes-early").policy(policy))
+        .submit(
+            task_in("tenant-1", "explodes-early")
+                .without_handoff()
+                .policy(policy),
+        )
         .await
         .unwrap()
         .into_task();
@@ -377,7 +380,11 @@ pub(crate) async fn a_requested_retry_delay_replaces_the_backoff(store: Arc<dyn 
         .jitter(0.0)
         .initial_backoff(Duration::from_secs(60));
     let t = store
-        .submit(new_task("rate-limited").policy(policy))
+        .submit(
+            task_in("tenant-1", "rate-limited")
+                .without_handoff()
+                .policy(policy),
+        )
         .await
         .unwrap()
         .into_task();
@@ -412,7 +419,7 @@ pub(crate) async fn a_stop_lets_running_work_finish_and_fetches_no_more(store: A
     let (running, started) = start_counted(consumer, 4, Duration::from_millis(500)).await;
     stop.request();
     let late = store
-        .submit(new_task("after-the-stop"))
+        .submit(task_in("tenant-1", "after-the-stop").without_handoff())
         .await
         .unwrap()
         .into_task();
@@ -476,7 +483,11 @@ pub(crate) async fn work_past_the_grace_is_released_for_another_process(store: A
 /// A second stop request does not wait for the grace: the work is dropped
 /// and its lease released at once.
 pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskStore>) {
-    let t = store.submit(new_task("stuck")).await.unwrap().into_task();
+    let t = store
+        .submit(task_in("tenant-1", "stuck").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
     let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(5));
     let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
     let stop = consumer.stop().clone();
@@ -505,7 +516,11 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
 pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_deadline(
     store: Arc<dyn TaskStore>,
 ) {
-    let t = store.submit(new_task("hung")).await.unwrap().into_task();
+    let t = store
+        .submit(task_in("tenant-1", "hung").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
     let hang = Arc::new(AtomicBool::new(false));
     let fetches_hung = Arc::new(AtomicUsize::new(0));
     let hangs = Hangs(hang.clone(), fetches_hung.clone());
@@ -593,7 +608,7 @@ impl Intercept for Hangs {
 /// after the lost grace, and nothing is saved.
 pub(crate) async fn a_lost_lease_stops_the_work_and_saves_nothing(store: Arc<dyn TaskStore>) {
     let t = store
-        .submit(new_task("cancelled-midway"))
+        .submit(task_in("tenant-1", "cancelled-midway").without_handoff())
         .await
         .unwrap()
         .into_task();
@@ -675,8 +690,16 @@ impl Source for Messages {
 pub(crate) async fn broker_deliveries_are_claimed_together_and_settled_after_the_store(
     store: Arc<dyn TaskStore>,
 ) {
-    let fresh = store.submit(new_task("fresh")).await.unwrap().into_task();
-    let done = store.submit(new_task("done")).await.unwrap().into_task();
+    let fresh = store
+        .submit(task_in("tenant-1", "fresh").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
+    let done = store
+        .submit(task_in("tenant-1", "done").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
     let lease = match store
         .claim(done.id, ClaimRequest::new("earlier", LEASE))
         .await
@@ -754,7 +777,11 @@ pub(crate) async fn a_submission_wakes_an_idle_consumer(store: Arc<dyn TaskStore
     let running = tokio::spawn(consumer.run(|_ctx| async move { Ok(Response::from("woken")) }));
     // Let the first (empty) fetch happen, so the consumer is in its idle wait.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let t = submit.submit(new_task("wake-up")).await.unwrap().into_task();
+    let t = submit
+        .submit(task_in("tenant-1", "wake-up").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
     tokio::time::timeout(
         Duration::from_secs(30),
         all_reach(&*store, &[t.id], Status::Completed),

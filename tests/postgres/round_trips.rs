@@ -13,19 +13,10 @@ use std::time::Duration;
 
 use common::{Wire, WireProxy};
 use taskfence::effect::EffectOutcome;
-use taskfence::testing::Fixture;
-use taskfence::{Claim, ClaimRequest, Failure, NewTask, PgStore, Response, RetryPolicy, TaskStore};
+use taskfence::testing::{Fixture, prompt_retry};
+use taskfence::{Claim, ClaimRequest, Failure, PgStore, Response, TaskStore};
 
 const LEASE: Duration = Duration::from_secs(30);
-
-/// The kit's task with a 1 s backoff and no jitter, so a retry is due after the 2 s advance.
-fn new_task(key: &str) -> NewTask {
-    common::new_task(key).policy(
-        RetryPolicy::default()
-            .jitter(0.0)
-            .initial_backoff(Duration::from_secs(1)),
-    )
-}
 
 /// A claim that replaces an earlier attempt (here a retry after a failure):
 /// the first-claim statement leaves the row, a read finds it available, and
@@ -46,7 +37,11 @@ fn statements(op: &str) -> u64 {
 /// Every operation once, on one connection: submit, claim, renew,
 /// record_operation, begin_effect, finish_effect, complete; submit, claim, fail; a retry's claim, release.
 async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut seen: impl FnMut(&str)) {
-    let task = store.submit(new_task(key)).await.unwrap().into_task();
+    let task = store
+        .submit(common::new_task(key).policy(prompt_retry()))
+        .await
+        .unwrap()
+        .into_task();
     seen("submit");
     let mut lease = common::acquire(store, task.id, "w").await;
     seen("claim");
@@ -87,7 +82,7 @@ async fn every_operation(store: &PgStore, fixture: &impl Fixture, key: &str, mut
     seen("complete");
 
     let other = store
-        .submit(new_task(&format!("{key}-b")))
+        .submit(common::new_task(&format!("{key}-b")).policy(prompt_retry()))
         .await
         .unwrap()
         .into_task();
@@ -174,7 +169,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
     proxy.take();
     let task = store
         .on(&mut conn)
-        .submit(new_task("k"))
+        .submit(common::new_task("k").policy(prompt_retry()))
         .await
         .unwrap()
         .into_task();
@@ -199,7 +194,7 @@ async fn in_the_callers_connection_each_operation_is_exactly_one_request() {
     assert_eq!(proxy.take(), exactly_one, "on(conn).complete");
     let other = store
         .on(&mut conn)
-        .submit(new_task("k2"))
+        .submit(common::new_task("k2").policy(prompt_retry()))
         .await
         .unwrap()
         .into_task();
@@ -230,7 +225,11 @@ async fn resubmits_are_one_round_trip_and_duplicate_deliveries_and_rejections_tw
     let store = proxy.store(&f, 1).await;
     every_operation(&store, &f, "warm", |_| {}).await; // prepare every statement
 
-    let task = store.submit(new_task("k")).await.unwrap().into_task();
+    let task = store
+        .submit(common::new_task("k").policy(prompt_retry()))
+        .await
+        .unwrap()
+        .into_task();
     let lease = common::acquire(&store, task.id, "w").await;
     let copy = lease.clone();
     assert!(
@@ -250,7 +249,13 @@ async fn resubmits_are_one_round_trip_and_duplicate_deliveries_and_rejections_tw
     );
     proxy.take();
 
-    assert!(!store.submit(new_task("k")).await.unwrap().is_created());
+    assert!(
+        !store
+            .submit(common::new_task("k").policy(prompt_retry()))
+            .await
+            .unwrap()
+            .is_created()
+    );
     assert_eq!(proxy.take().round_trips(), 1, "a repeated submit: one round trip");
     assert!(matches!(
         store
@@ -298,7 +303,7 @@ async fn a_batch_of_ten_is_one_round_trip_to_claim_and_one_to_complete() {
             ids.push(
                 store
                     .on(&mut conn)
-                    .submit(new_task(&key))
+                    .submit(common::new_task(&key).policy(prompt_retry()))
                     .await
                     .unwrap()
                     .into_task()

@@ -20,7 +20,8 @@ use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::ConsumerConfig;
 use taskfence::{Claim, ClaimRequest, Result, Status, TaskId, TaskStore};
 
-use support::{GroupProbe, KafkaBroker, new_task, topic_and_group, wait_until};
+use support::{GroupProbe, KafkaBroker, topic_and_group, wait_until};
+use taskfence::testing::task_in;
 
 const TASKS: usize = 60;
 const PARTITIONS: i32 = 2;
@@ -106,7 +107,9 @@ async fn a_poll_is_claimed_in_batches_and_every_task_is_saved_once() {
     let store: Arc<dyn TaskStore> = counter.clone();
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let submitted = pg.submit(new_task(i, format!("message {i}"))).await;
+        let submitted = pg
+            .submit(task_in("user-1", &format!("req-{i}")).payload(format!("message {i}")))
+            .await;
         tasks.push(submitted.expect("submit").into_task());
     }
 

@@ -15,7 +15,8 @@ use taskfence::runtime::ConsumerConfig;
 use taskfence::testing::PgFixture;
 use taskfence::{MemoryStore, RetryPolicy, Status, TaskId, TaskStore};
 
-use support::{GroupProbe, KafkaBroker, new_task, topic_and_group, wait_until};
+use support::{GroupProbe, KafkaBroker, topic_and_group, wait_until};
+use taskfence::testing::task_in;
 
 const TASKS: usize = 200;
 const PARTITIONS: i32 = 4;
@@ -88,7 +89,9 @@ async fn scenario(mode: Mode) {
         .jitter(0.5);
     let mut tasks = Vec::new();
     for i in 0..TASKS {
-        let task = new_task(i, payload(i)).policy(policy);
+        let task = task_in("user-1", &format!("req-{i}"))
+            .payload(payload(i))
+            .policy(policy);
         tasks.push(store.submit(task).await.expect("submit").into_task());
     }
 

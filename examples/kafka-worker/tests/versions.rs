@@ -22,7 +22,8 @@ use taskfence::runtime::ConsumerConfig;
 use taskfence::wire::Stamp;
 use taskfence::{Status, TaskId, TaskStore};
 
-use support::{KafkaBroker, new_task, topic_and_group, wait_until};
+use support::{KafkaBroker, topic_and_group, wait_until};
+use taskfence::testing::task_in;
 
 /// Reads partition 0 of `topic` from the start until `count` records came
 /// (bounded: 60 s), without joining a group.
@@ -69,7 +70,7 @@ async fn handoffs_and_results_carry_the_task_id_and_version_and_stale_results_ar
     // The dispatcher publishes the outbox: one handoff, stamped with the
     // task's id and version 0 (never claimed).
     let task = pg
-        .submit(new_task(0, "message 0".into()))
+        .submit(task_in("user-1", "req-0").payload("message 0"))
         .await
         .expect("submit")
         .into_task();

@@ -199,7 +199,7 @@ impl Source for SqsSource {
     async fn fetch(&self, max: usize, claim: &ClaimRequest) -> taskfence::Result<Vec<Delivery<Receipt>>> {
         // Hidden for the lease (and the slack) from the receive on, so the
         // claim and the first renewal come well within it.
-        let hide_for = claim.lease + self.slack;
+        let hide_for = claim.lease_duration + self.slack;
         let mut stopping = self.stopping.clone();
         let messages = tokio::select! {
             received = self.queue.receive(max.min(MAX_BATCH), self.poll_wait, hide_for) => {
@@ -249,9 +249,12 @@ impl Source for SqsSource {
         Ok(())
     }
 
-    async fn renewed(&self, receipts: Vec<&Receipt>, lease: Duration) {
+    async fn renewed(&self, receipts: Vec<&Receipt>, lease_duration: Duration) {
         for receipt in receipts {
-            self.act(receipt.handle.clone(), Action::Extend(lease + self.slack));
+            self.act(
+                receipt.handle.clone(),
+                Action::Extend(lease_duration + self.slack),
+            );
         }
     }
 }

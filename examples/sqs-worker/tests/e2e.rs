@@ -7,7 +7,7 @@
 
 mod support;
 
-use sqs_worker::sim::scenario::Backend;
+use sqs_worker::sim::scenario::StoreChoice;
 use taskfence::testing::Fixture;
 use taskfence_test_support::fixture_with;
 
@@ -15,6 +15,6 @@ use taskfence_test_support::fixture_with;
 async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
     let moto = support::Moto::start_or_env();
     let fixture = fixture_with(30).await;
-    let backend = Backend::Postgres(fixture.pg_store().clone());
-    support::e2e::run_and_check(&moto, "taskfence-e2e", 200, backend, fixture.store()).await;
+    let store_choice = StoreChoice::Postgres(fixture.pg_store().clone());
+    support::e2e::run_and_check(&moto, "taskfence-e2e", 200, store_choice, fixture.store()).await;
 }

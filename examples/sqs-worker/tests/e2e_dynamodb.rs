@@ -10,7 +10,7 @@ mod support;
 
 use std::sync::Arc;
 
-use sqs_worker::sim::scenario::Backend;
+use sqs_worker::sim::scenario::StoreChoice;
 use taskfence::TaskStore;
 use taskfence::clock::SystemClock;
 use taskfence::testing::DynamoFixture;
@@ -36,7 +36,7 @@ async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failu
         &moto,
         "taskfence-e2e-dynamodb",
         100,
-        Backend::Dynamo(store.clone()),
+        StoreChoice::Dynamo(store.clone()),
         shared,
     )
     .await;

@@ -148,7 +148,7 @@ async fn claim_row(
     sql.query()
         .bind(id.as_uuid())
         .bind(attempt_id.as_uuid())
-        .bind(interval(request.lease))
+        .bind(interval(request.lease_duration))
         .bind(&request.worker)
         .bind(StopReason::AttemptsExhausted.as_str())
         .bind(StopReason::DeadlineExhausted.as_str())

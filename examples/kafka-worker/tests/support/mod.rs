@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use kafka_worker::ensure_topic;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
-use taskfence::testing::PgFixture;
-use taskfence::{InputHash, NewTask, PgStore, RequestKey, Task, TaskId, TaskStore};
+use taskfence::testing::{PgFixture, task_in};
+use taskfence::{PgStore, Task, TaskId, TaskStore};
 use taskfence_test_support::process::ChildProcess;
 
 pub(crate) use taskfence_test_support::kafka::KafkaBroker;
@@ -42,16 +42,6 @@ pub(crate) fn topic_and_group() -> (String, String) {
     (format!("handoffs-{run}"), format!("reply-workers-{run}"))
 }
 
-/// The `i`th task of a test: request `req-{i}` of `user-1`, carrying `payload`
-/// (the simulated provider's script).
-pub(crate) fn new_task(i: usize, payload: String) -> NewTask {
-    NewTask::new(
-        RequestKey::new("user-1", "chat.reply", format!("req-{i}")),
-        InputHash::of([format!("message-{i}")]),
-    )
-    .payload(payload)
-}
-
 /// What the tests of the service binary start from: a broker, a fresh
 /// schema, a topic and group of their own, and the tasks submitted before
 /// the service starts (its dispatcher publishes them from the outbox).
@@ -75,7 +65,10 @@ impl ServiceRun {
             .expect("topic");
         let mut tasks = Vec::new();
         for (i, payload) in payloads.into_iter().enumerate() {
-            let submitted = fixture.pg_store().submit(new_task(i, payload)).await;
+            let submitted = fixture
+                .pg_store()
+                .submit(task_in("user-1", &format!("req-{i}")).payload(payload))
+                .await;
             tasks.push(submitted.expect("submit").into_task());
         }
         Self {

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use sqs_worker::sim::SimulatedConfig;
-use sqs_worker::sim::scenario::{self, Backend, Scenario};
+use sqs_worker::sim::scenario::{self, Scenario, StoreChoice};
 use sqs_worker::{BoxError, SqsQueue, queue, sim, store};
 
 fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
@@ -54,7 +54,7 @@ async fn main() -> Result<(), BoxError> {
     let database_url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?;
     let store = store::connect(&database_url, "taskfence", 30).await?;
     store.migrate().await?;
-    let (report, _llm) = scenario::run(&scenario, Backend::Postgres(store), queue.clone()).await?;
+    let (report, _llm) = scenario::run(&scenario, StoreChoice::Postgres(store), queue.clone()).await?;
     println!("{report}");
     queue.delete_queue().await?;
     Ok(())

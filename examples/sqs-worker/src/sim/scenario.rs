@@ -22,14 +22,14 @@ use crate::worker::{SqsWorker, Stats, WorkerSettings};
 
 /// The store a run uses, with its outbox.
 #[derive(Debug, Clone)]
-pub enum Backend {
+pub enum StoreChoice {
     /// PostgreSQL: `submit` writes the handoff row.
     Postgres(PgStore),
     /// DynamoDB: `submit` writes the handoff item in the task's transaction.
     Dynamo(DynamoStore),
 }
 
-impl Backend {
+impl StoreChoice {
     /// The DynamoDB backend on `store`'s table.
     pub fn dynamo(store: DynamoStore) -> Self {
         Self::Dynamo(store)
@@ -189,15 +189,15 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// Submits `scenario.tasks` tasks to `backend` (each with its handoff),
+/// Submits `scenario.tasks` tasks to `store_choice` (each with its handoff),
 /// starts the fleet, dispatches the handoffs to `queue`, waits until every
 /// task is terminal and the queue is empty (or the deadline passes), and stops.
 pub async fn run(
     scenario: &Scenario,
-    backend: Backend,
+    store_choice: StoreChoice,
     queue: SqsQueue,
 ) -> Result<(Report, SimulatedLlm), BoxError> {
-    let store = backend.store();
+    let store = store_choice.store();
     let llm = SimulatedLlm::new(scenario.provider.clone());
     let stats = Arc::new(Stats::default());
     let run_id = TaskId::new();
@@ -212,7 +212,7 @@ pub async fn run(
         )
         .payload(format!("question #{i}"))
         .policy(scenario.policy);
-        task_ids.push(backend.submit(task).await?.into_task().id);
+        task_ids.push(store_choice.submit(task).await?.into_task().id);
     }
 
     let started = Instant::now();
@@ -237,7 +237,7 @@ pub async fn run(
         })
     };
 
-    let dispatcher = backend.dispatcher(queue.clone(), scenario.dispatch_batch);
+    let dispatcher = store_choice.dispatcher(queue.clone(), scenario.dispatch_batch);
     let acks_lost = Mutex::new(HashSet::new());
     let lose_ack = |tasks: &[TaskId]| -> Result<(), BoxError> {
         if scenario.lose_first_send_ack {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_worker::sim::scenario::{self, Backend, Report, Scenario};
+use sqs_worker::sim::scenario::{self, Report, Scenario, StoreChoice};
 use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
 use sqs_worker::{SqsQueue, WorkerSettings};
 use taskfence::policy::FailureKind;
@@ -52,14 +52,14 @@ pub(crate) fn scenario(tasks: usize) -> Scenario {
     }
 }
 
-/// Runs [`scenario`] of `tasks` tasks on `backend` against a fresh queue on
+/// Runs [`scenario`] of `tasks` tasks on `store_choice` against a fresh queue on
 /// `moto`, checks every task and the run (reading the tasks back through
 /// `store`, the backend's store), deletes the queue, and returns the report.
 pub(crate) async fn run_and_check(
     moto: &Moto,
     prefix: &str,
     tasks: usize,
-    backend: Backend,
+    store_choice: StoreChoice,
     store: Arc<dyn TaskStore>,
 ) -> Report {
     let client = local_sqs_client(&moto.endpoint).await;
@@ -68,7 +68,7 @@ pub(crate) async fn run_and_check(
     let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility)
         .await
         .expect("create the queue");
-    let (report, llm) = scenario::run(&scenario, backend, queue.clone())
+    let (report, llm) = scenario::run(&scenario, store_choice, queue.clone())
         .await
         .expect("the run");
     println!("{report}");
