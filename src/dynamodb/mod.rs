@@ -92,15 +92,12 @@
 //! | `with` | [`WithItems`] (a `TaskStore` whose next write carries the application's items), [`ExtraRefused`] |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
-//! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
 
 mod dispatch;
 mod effect;
 mod expr;
-#[cfg(feature = "testing")]
-pub(crate) mod fixture;
 mod inspect;
-mod item;
+pub(crate) mod item;
 mod purge;
 mod read;
 mod reopen;

@@ -69,20 +69,17 @@
 //! | `sql` | the statements, rendered per schema ([`PgStore::statements`]) |
 //! | `row` | rows to domain values: the only place that knows column types |
 //! | `migrate` | [`migrate`], the embedded migrations on sqlx's migrator, their [`MigrationStatus`] and [`UpgradeNote`]s |
-//! | `fixture` | [`PgFixture`](crate::testing::PgFixture), [`TempSchema`](crate::testing::TempSchema) (feature `testing`) |
 
 use crate::error::Error;
 
 mod backend;
 mod conn;
 mod dispatch;
-#[cfg(feature = "testing")]
-pub(crate) mod fixture;
 mod migrate;
 mod ops;
 mod row;
 mod schema;
-mod site;
+pub(crate) mod site;
 mod sql;
 mod store;
 

@@ -37,8 +37,12 @@ use crate::memory::MemoryStore;
 use crate::store::{Fenced, Lease, TaskStore};
 
 pub mod chaos;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 mod kit;
 pub mod model;
+#[cfg(feature = "postgres")]
+mod postgres;
 pub mod scenarios;
 
 pub use crate::__conformance_suite as conformance_suite;
@@ -55,10 +59,10 @@ pub use proptest as __proptest;
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
-pub use crate::dynamodb::fixture::DynamoFixture;
+pub use dynamodb::DynamoFixture;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::postgres::fixture::{PgFixture, PgTxFixture, TempSchema};
+pub use postgres::{PgFixture, PgTxFixture, TempSchema};
 
 /// What a backend gives the conformance suite.
 ///

@@ -120,9 +120,9 @@ impl DynamoFixture {
         self.client
             .delete_item()
             .table_name(self.table())
-            .set_key(Some(super::item::key_of(
-                super::item::key_pk(key),
-                super::item::KEY_SK,
+            .set_key(Some(crate::dynamodb::item::key_of(
+                crate::dynamodb::item::key_pk(key),
+                crate::dynamodb::item::KEY_SK,
             )))
             .send()
             .await
@@ -242,7 +242,7 @@ impl OutboxFixture for DynamoFixture {
     }
 
     async fn handoff_count(&self) -> u64 {
-        self.count(super::item::HANDOFF_PREFIX).await
+        self.count(crate::dynamodb::item::HANDOFF_PREFIX).await
     }
 }
 

@@ -12,8 +12,8 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 
-use super::site::Site;
 use crate::inspect::Inspect;
+use crate::postgres::site::Site;
 use crate::postgres::{PgConnStore, PgStore};
 use crate::store::{Fenced, Lease, TaskStore};
 use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
