@@ -68,7 +68,7 @@ use async_trait::async_trait;
 use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -267,6 +267,10 @@ pub trait Intercept: Send + Sync {
     /// [`Inspect::counts`]; forwards to `inner` unless overridden.
     async fn counts(&self, inner: &dyn Inspect, scope: Option<&str>) -> Result<Counts> {
         inner.counts(scope).await
+    }
+    /// [`Inspect::counts_up_to`]; forwards to `inner` unless overridden.
+    async fn counts_up_to(&self, inner: &dyn Inspect, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        inner.counts_up_to(scope, cap).await
     }
     /// [`Inspect::story`]; forwards to `inner` unless overridden.
     async fn story(&self, inner: &dyn Inspect, id: TaskId) -> Result<Option<Story>> {
@@ -617,6 +621,12 @@ impl Outcome for Counts {
     }
 }
 
+impl Outcome for CappedCounts {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+}
+
 impl Outcome for Option<Story> {
     fn summary(&self) -> (&'static str, Option<&'static str>) {
         (if self.is_some() { "found" } else { "absent" }, None)
@@ -920,6 +930,13 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
         let run = hooks.counts(self.inner.inspector(), scope);
         hooks
             .around(Call::new("counts").scope(scope), Box::pin(run))
+            .await
+    }
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let hooks = &self.interceptor;
+        let run = hooks.counts_up_to(self.inner.inspector(), scope, cap);
+        hooks
+            .around(Call::new("counts_up_to").scope(scope), Box::pin(run))
             .await
     }
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {

@@ -92,6 +92,7 @@
 //! | `table` | the table definition, [`create_table`] |
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |
 
+mod bounded;
 mod dispatch;
 mod effect;
 mod expr;

@@ -75,6 +75,7 @@ mod dispatch;
 pub(crate) mod fixture;
 mod migrate;
 mod ops;
+mod reads;
 mod row;
 mod schema;
 mod sql;
@@ -82,6 +83,7 @@ mod store;
 
 pub use conn::OnConnection;
 pub use migrate::{Migration, MigrationState, MigrationStatus, UpgradeNote, migrate};
+pub use reads::DEFAULT_READ_TIMEOUT;
 pub use schema::DEFAULT_SCHEMA;
 pub use store::{PgStore, PgStoreBuilder};
 

@@ -878,7 +878,7 @@ pub(super) async fn list(sql: &Statements, conn: &mut PgConnection, query: &Task
         .fetch_all(conn)
         .await
         .map_err(db)?;
-    Ok(Page::from_overfetch(tasks(&rows)?, query.limit))
+    Ok(Page::from_overfetch(super::reads::summaries(&rows)?, query.limit))
 }
 
 pub(super) async fn counts(sql: &Statements, conn: &mut PgConnection, scope: Option<&str>) -> Result<Counts> {

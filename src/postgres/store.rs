@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnection, PgPool};
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -22,7 +22,7 @@ use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 use super::conn::OnConnection;
 use super::schema::{DEFAULT_SCHEMA, Schema};
 use super::sql::Statements;
-use super::{db, migrate, ops};
+use super::{db, migrate, ops, reads};
 
 /// The PostgreSQL [`TaskStore`](crate::TaskStore): durable, safe under any number of concurrent
 /// workers and API replicas, one round trip per operation.
@@ -60,6 +60,8 @@ pub struct PgStore {
     pub(super) migrated: Arc<AtomicBool>,
     /// The channel submissions notify, if they do.
     pub(super) notify: Option<String>,
+    /// The statement timeout of every [`Inspect`](crate::inspect::Inspect) read.
+    pub(super) read_timeout: Duration,
 }
 
 /// The channel of a schema's submissions: `<schema>_submitted`, the schema
@@ -76,6 +78,7 @@ impl fmt::Debug for PgStore {
         f.debug_struct("PgStore")
             .field("schema", &self.schema.name())
             .field("pool", &self.pool)
+            .field("read_timeout", &self.read_timeout)
             .finish()
     }
 }
@@ -94,6 +97,7 @@ pub struct PgStoreBuilder {
     pool: PgPool,
     schema: String,
     notify: bool,
+    read_timeout: Duration,
 }
 
 impl PgStoreBuilder {
@@ -123,6 +127,22 @@ impl PgStoreBuilder {
         self
     }
 
+    /// How long each of the operator's reads ([`Inspect`](crate::inspect::Inspect):
+    /// listings, counts, stories, stranded tasks) may run before the server
+    /// cancels it (`SET LOCAL statement_timeout` in the read's transaction)
+    /// and the call answers [`Error::ReadTimeout`](crate::Error::ReadTimeout).
+    /// Default [`DEFAULT_READ_TIMEOUT`](super::DEFAULT_READ_TIMEOUT) (5 s); at least a millisecond.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// let store = taskfence::PgStore::builder(pool).read_timeout(std::time::Duration::from_secs(2)).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_timeout(mut self, limit: Duration) -> Self {
+        self.read_timeout = limit.max(Duration::from_millis(1));
+        self
+    }
+
     /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`](crate::error::InvalidInput::NotAnIdentifier) for a bad schema name.
     pub fn build(self) -> Result<PgStore> {
         let schema = Schema::new(&self.schema)?;
@@ -133,6 +153,7 @@ impl PgStoreBuilder {
             pool: self.pool,
             schema,
             migrated: Arc::default(),
+            read_timeout: self.read_timeout,
         })
     }
 }
@@ -166,6 +187,7 @@ impl PgStore {
             pool,
             schema: DEFAULT_SCHEMA.to_owned(),
             notify: false,
+            read_timeout: super::DEFAULT_READ_TIMEOUT,
         }
     }
 
@@ -395,18 +417,37 @@ impl Backend for PgStore {
 #[async_trait]
 impl InspectBackend for PgStore {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
-        ops::list(&self.sql, &mut *self.acquire().await?, query).await
+        let mut conn = self.acquire().await?;
+        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
+        let page = ops::list(&self.sql, &mut tx, query).await;
+        reads::finish(tx, page, self.read_timeout).await
     }
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
-        ops::counts(&self.sql, &mut *self.acquire().await?, scope).await
+        let mut conn = self.acquire().await?;
+        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
+        let counts = ops::counts(&self.sql, &mut tx, scope).await;
+        reads::finish(tx, counts, self.read_timeout).await
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let mut conn = self.acquire().await?;
+        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
+        let counts = reads::counts_up_to(&self.sql, &mut tx, scope, cap).await;
+        reads::finish(tx, counts, self.read_timeout).await
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
-        ops::story(&self.sql, &mut *self.acquire().await?, id).await
+        let mut conn = self.acquire().await?;
+        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
+        let story = ops::story(&self.sql, &mut tx, id).await;
+        reads::finish(tx, story, self.read_timeout).await
     }
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
-        ops::stranded(&self.sql, &mut *self.acquire().await?, older_than, limit).await
+        let mut conn = self.acquire().await?;
+        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
+        let stranded = ops::stranded(&self.sql, &mut tx, older_than, limit).await;
+        reads::finish(tx, stranded, self.read_timeout).await
     }
 }
