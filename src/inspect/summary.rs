@@ -80,14 +80,31 @@ impl TaskSummary {
         u32::try_from(self.version).unwrap_or(u32::MAX)
     }
 
+    /// Attempts made in the current retry budget, as [`Task::attempts_in_budget`].
+    ///
+    /// ```
+    /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.attempts_in_budget(); }
+    /// ```
+    pub fn attempts_in_budget(&self) -> u32 {
+        u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX)
+    }
+
     /// Attempts still allowed in the current budget, as [`Task::attempts_left`].
     ///
     /// ```
     /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.attempts_left(); }
     /// ```
     pub fn attempts_left(&self) -> u32 {
-        let used = u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX);
-        self.policy.max_attempts.saturating_sub(used)
+        self.policy.max_attempts.saturating_sub(self.attempts_in_budget())
+    }
+
+    /// The elapsed-time deadline, if the policy has one, as [`Task::deadline_at`].
+    ///
+    /// ```
+    /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.deadline_at(); }
+    /// ```
+    pub fn deadline_at(&self) -> Option<OffsetDateTime> {
+        self.policy.deadline.map(|d| self.budget_started_at + d)
     }
 }
 

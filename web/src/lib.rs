@@ -15,6 +15,7 @@ mod assets;
 mod auth;
 pub mod dashboard;
 mod error;
+mod gate;
 mod html;
 mod pages;
 pub mod redispatch;
