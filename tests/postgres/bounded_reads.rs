@@ -66,12 +66,13 @@ async fn a_read_past_its_timeout_is_cancelled_and_typed() {
     assert_eq!(setting, "0");
 }
 
-/// `EXPLAIN VERBOSE` of `sql` with the session's sequential scans priced out
-/// (`enable_seqscan = off`), so the plan on a fresh, empty schema shows the
-/// path the planner takes when an index can serve the query — and a
-/// sequential scan only when none can.
+/// `EXPLAIN VERBOSE` of `sql` with the session's sequential and bitmap scans
+/// priced out (`enable_seqscan`, `enable_bitmapscan` off: on a fresh, empty
+/// schema they are the cheapest way to read nothing), so the plan shows the
+/// index walk the planner takes on a large table — and a sequential scan,
+/// or a sort of every match, only when no index can serve the query.
 async fn plan(conn: &mut sqlx::PgConnection, sql: &str, args: &str, types: &str) -> Vec<String> {
-    sqlx::raw_sql("SET enable_seqscan = off; DEALLOCATE ALL")
+    sqlx::raw_sql("SET enable_seqscan = off; SET enable_bitmapscan = off; DEALLOCATE ALL")
         .execute(&mut *conn)
         .await
         .unwrap();
@@ -93,8 +94,9 @@ async fn plan(conn: &mut sqlx::PgConnection, sql: &str, args: &str, types: &str)
 }
 
 /// The listing statements by their filters: each filter alone is an index
-/// condition (no `Filter:` line re-checking rows, no sequential scan), and no
-/// listing reads `payload` or `response`.
+/// condition walked in id order (no `Filter:` line re-checking rows, no
+/// Sort, no sequential scan), and no listing reads `payload` or `response`;
+/// each capped count scans under its `LIMIT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_and_capped_counts_are_index_driven_and_bounded() {
     let f = common::fixture().await;
@@ -119,6 +121,9 @@ async fn listings_and_capped_counts_are_index_driven_and_bounded() {
         let text = plan.join("\n");
         assert!(!text.contains("Seq Scan"), "{name}: a sequential scan:\n{text}");
         assert!(text.contains("Limit"), "{name}: no LIMIT:\n{text}");
+        // In id order straight from the index: a Sort would read every
+        // matching row before returning the first.
+        assert!(!text.contains("Sort"), "{name}: sorts its matches:\n{text}");
         if let Some(column) = filtered {
             assert!(
                 plan.iter().any(|l| l.contains("Index Cond") && l.contains(column)),
