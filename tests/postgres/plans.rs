@@ -39,6 +39,8 @@ const OPERATOR_READS: &[&str] = &[
     "list_created",
     "counts",
     "counts_scope",
+    "counts_up_to",
+    "counts_up_to_scope",
     "story",
     "stranded",
 ];
@@ -216,6 +218,8 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         ),
         "counts" => ("", String::new()),
         "counts_scope" => ("text", "'scope-7'".into()),
+        "counts_up_to" => ("int8", "10000".into()),
+        "counts_up_to_scope" => ("text, int8", "'scope-7', 10000".into()),
         "story" => ("uuid", id),
         "stranded" => ("interval, int8", "'1 hour', 50".into()),
         other => panic!("no parameters for {other}"),
@@ -349,6 +353,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         }
         "counts" => q,
         "counts_scope" => q.bind("scope-7"),
+        "counts_up_to" => q.bind(10_000_i64),
+        "counts_up_to_scope" => q.bind("scope-7").bind(10_000_i64),
         "story" => q.bind(id),
         "stranded" => q.bind(interval(3600)).bind(50_i64),
         other => panic!("no binds for {other}"),
