@@ -212,7 +212,9 @@ pub enum InvalidInput {
     /// `status` index serves the status; scope, operation and submission
     /// window are filtered after the read). Narrow it: a status, a scope
     /// or window with more matches, a smaller page.
-    #[error("the filters matched too few of the {examined} index entries a listing may examine; narrow the query")]
+    #[error(
+        "the filters matched too few of the {examined} index entries a listing may examine; narrow the query"
+    )]
     TooBroad {
         /// How many index entries it examined.
         examined: usize,

@@ -548,7 +548,11 @@ impl InspectBackend for MemoryStore {
         if query.order == Order::NewestFirst {
             tasks.reverse();
         }
-        let tasks = tasks.into_iter().take(query.limit + 1).map(TaskSummary::from).collect();
+        let tasks = tasks
+            .into_iter()
+            .take(query.limit + 1)
+            .map(TaskSummary::from)
+            .collect();
         Ok(Page::from_overfetch(tasks, query.limit))
     }
 

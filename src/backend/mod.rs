@@ -303,7 +303,9 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
 
     async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
         let span = entry::counts_up_to(scope, cap)?;
-        InspectBackend::counts_up_to(self, scope, cap).instrument(span).await
+        InspectBackend::counts_up_to(self, scope, cap)
+            .instrument(span)
+            .await
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {

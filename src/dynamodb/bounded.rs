@@ -54,7 +54,9 @@ const SUMMARY_ATTRIBUTES: [&str; 25] = [
 /// The refusal of a filtered listing that examined [`MAX_EXAMINED`] entries
 /// of one status without filling its page.
 pub(super) fn too_broad() -> Error {
-    Error::InvalidInput(InvalidInput::TooBroad { examined: MAX_EXAMINED })
+    Error::InvalidInput(InvalidInput::TooBroad {
+        examined: MAX_EXAMINED,
+    })
 }
 
 impl DynamoStore {
@@ -137,7 +139,12 @@ impl DynamoStore {
     /// Tasks in `status` (of `scope`), counted up to `cap`: `Select=COUNT`
     /// pages of the status's index partition that evaluate at most `cap`
     /// entries in all. [`Count::AtLeast`] what matched when it stopped there.
-    pub(super) async fn count_status_up_to(&self, status: Status, scope: Option<String>, cap: u64) -> Result<Count> {
+    pub(super) async fn count_status_up_to(
+        &self,
+        status: Status,
+        scope: Option<String>,
+        cap: u64,
+    ) -> Result<Count> {
         let (mut matched, mut examined) = (0u64, 0u64);
         let mut start = None;
         loop {

@@ -37,7 +37,11 @@ impl Count {
     /// The count of `n` entries found by a scan that stopped at `cap`:
     /// exact below the cap, [`AtLeast`](Self::AtLeast) at it.
     pub fn up_to(n: u64, cap: u64) -> Self {
-        if n >= cap { Self::AtLeast(n) } else { Self::Exact(n) }
+        if n >= cap {
+            Self::AtLeast(n)
+        } else {
+            Self::Exact(n)
+        }
     }
 
     /// The number counted (a lower bound when [`AtLeast`](Self::AtLeast)).
@@ -64,7 +68,11 @@ impl std::ops::Add for Count {
     /// Exact only if both are.
     fn add(self, other: Count) -> Count {
         let n = self.value().saturating_add(other.value());
-        if self.is_exact() && other.is_exact() { Count::Exact(n) } else { Count::AtLeast(n) }
+        if self.is_exact() && other.is_exact() {
+            Count::Exact(n)
+        } else {
+            Count::AtLeast(n)
+        }
     }
 }
 

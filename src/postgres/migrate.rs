@@ -122,7 +122,9 @@ const FILES: &[File] = &[
         sql: include_str!("../../migrations/0010_operation_index.sql"),
         notes: &[UpgradeNote::BuildIndexesConcurrently {
             table: "tasks",
-            statements: &["CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_operation_id ON tasks (operation, id);"],
+            statements: &[
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_operation_id ON tasks (operation, id);",
+            ],
         }],
     },
 ];

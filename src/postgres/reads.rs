@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::inspect::{CappedCounts, Count, STATUSES, TaskSummary};
 use crate::task::Status;
 
-use super::{db, row};
 use super::sql::Statements;
+use super::{db, row};
 
 /// How long one operator read may run by default: an overview or a page
 /// answers in milliseconds on an index; five seconds is a scan gone wrong.
@@ -37,7 +37,11 @@ pub(super) async fn begin(conn: &mut PgConnection, limit: Duration) -> Result<Tr
 
 /// Ends the read: commits after an answer; after a failure, lets the
 /// transaction roll back and names a statement timeout as such.
-pub(super) async fn finish<T>(tx: Transaction<'_, Postgres>, answer: Result<T>, limit: Duration) -> Result<T> {
+pub(super) async fn finish<T>(
+    tx: Transaction<'_, Postgres>,
+    answer: Result<T>,
+    limit: Duration,
+) -> Result<T> {
     match answer {
         Ok(value) => {
             tx.commit().await.map_err(db)?;
@@ -57,14 +61,16 @@ fn timed_out(err: Error, limit: Duration) -> Error {
             .is_some_and(|code| code == QUERY_CANCELED),
         _ => false,
     };
-    if canceled { Error::ReadTimeout { limit } } else { err }
+    if canceled {
+        Error::ReadTimeout { limit }
+    } else {
+        err
+    }
 }
 
 /// A listing's rows as summaries.
 pub(super) fn summaries(rows: &[PgRow]) -> Result<Vec<TaskSummary>> {
-    rows.iter()
-        .map(|r| row::summary(r).map_err(db))
-        .collect()
+    rows.iter().map(|r| row::summary(r).map_err(db)).collect()
 }
 
 /// [`Inspect::counts_up_to`](crate::inspect::Inspect::counts_up_to): all
@@ -100,7 +106,11 @@ pub(super) async fn counts_up_to(
     // sample is full, every status may have more beyond it.
     let sample_full = scope.is_some() && found.iter().sum::<u64>() >= cap;
     for (status, n) in STATUSES.into_iter().zip(found) {
-        let count = if sample_full { Count::AtLeast(n) } else { Count::up_to(n, cap) };
+        let count = if sample_full {
+            Count::AtLeast(n)
+        } else {
+            Count::up_to(n, cap)
+        };
         counts.set(status, count);
     }
     Ok(counts)

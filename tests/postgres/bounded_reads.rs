@@ -38,9 +38,18 @@ async fn a_read_past_its_timeout_is_cancelled_and_typed() {
     .execute(&mut *locker)
     .await
     .unwrap();
-    let reads: [(&str, std::pin::Pin<Box<dyn std::future::Future<Output = taskfence::Result<()>> + Send + '_>>); 3] = [
-        ("list", Box::pin(async { store.list(&TaskQuery::new()).await.map(drop) })),
-        ("counts_up_to", Box::pin(async { store.counts_up_to(None, 100).await.map(drop) })),
+    let reads: [(
+        &str,
+        std::pin::Pin<Box<dyn std::future::Future<Output = taskfence::Result<()>> + Send + '_>>,
+    ); 3] = [
+        (
+            "list",
+            Box::pin(async { store.list(&TaskQuery::new()).await.map(drop) }),
+        ),
+        (
+            "counts_up_to",
+            Box::pin(async { store.counts_up_to(None, 100).await.map(drop) }),
+        ),
         ("counts", Box::pin(async { store.counts(None).await.map(drop) })),
     ];
     for (name, read) in reads {
@@ -53,7 +62,11 @@ async fn a_read_past_its_timeout_is_cancelled_and_typed() {
             "{name}: {answer:?}"
         );
         assert!(answer.unwrap_err().is_retryable());
-        assert!(started.elapsed() < Duration::from_secs(5), "{name}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{name}: {:?}",
+            started.elapsed()
+        );
     }
     locker.rollback().await.unwrap();
     assert_eq!(store.list(&TaskQuery::new()).await.unwrap().tasks.len(), 1);
@@ -76,20 +89,33 @@ async fn plan(conn: &mut sqlx::PgConnection, sql: &str, args: &str, types: &str)
         .execute(&mut *conn)
         .await
         .unwrap();
-    let types = if types.is_empty() { String::new() } else { format!("({types})") };
-    let args = if args.is_empty() { String::new() } else { format!("({args})") };
+    let types = if types.is_empty() {
+        String::new()
+    } else {
+        format!("({types})")
+    };
+    let args = if args.is_empty() {
+        String::new()
+    } else {
+        format!("({args})")
+    };
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("PREPARE bounded {types} AS {sql}")))
         .execute(&mut *conn)
         .await
         .unwrap_or_else(|e| panic!("PREPARE {sql}: {e}"));
-    let plan = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("EXPLAIN (VERBOSE) EXECUTE bounded {args}")))
-        .fetch_all(&mut *conn)
+    let plan = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN (VERBOSE) EXECUTE bounded {args}"
+    )))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"))
+    .iter()
+    .map(|r| r.get::<String, _>(0))
+    .collect();
+    sqlx::raw_sql("DEALLOCATE bounded")
+        .execute(&mut *conn)
         .await
-        .unwrap_or_else(|e| panic!("EXPLAIN {sql}: {e}"))
-        .iter()
-        .map(|r| r.get::<String, _>(0))
-        .collect();
-    sqlx::raw_sql("DEALLOCATE bounded").execute(&mut *conn).await.unwrap();
+        .unwrap();
     plan
 }
 
@@ -113,9 +139,24 @@ async fn listings_and_capped_counts_are_index_driven_and_bounded() {
     let max = uuid::Uuid::max();
     for (name, types, args, filtered) in [
         ("list", "uuid, int8", format!("'{max}', 51"), None),
-        ("list_status", "text, uuid, int8", format!("'failed', '{max}', 51"), Some("status")),
-        ("list_scope", "text, uuid, int8", format!("'scope-7', '{max}', 51"), Some("scope")),
-        ("list_operation", "text, uuid, int8", format!("'chat.reply', '{max}', 51"), Some("operation")),
+        (
+            "list_status",
+            "text, uuid, int8",
+            format!("'failed', '{max}', 51"),
+            Some("status"),
+        ),
+        (
+            "list_scope",
+            "text, uuid, int8",
+            format!("'scope-7', '{max}', 51"),
+            Some("scope"),
+        ),
+        (
+            "list_operation",
+            "text, uuid, int8",
+            format!("'chat.reply', '{max}', 51"),
+            Some("operation"),
+        ),
     ] {
         let plan = plan(&mut conn, &sql(name), &args, types).await;
         let text = plan.join("\n");
@@ -126,11 +167,14 @@ async fn listings_and_capped_counts_are_index_driven_and_bounded() {
         assert!(!text.contains("Sort"), "{name}: sorts its matches:\n{text}");
         if let Some(column) = filtered {
             assert!(
-                plan.iter().any(|l| l.contains("Index Cond") && l.contains(column)),
+                plan.iter()
+                    .any(|l| l.contains("Index Cond") && l.contains(column)),
                 "{name}: {column} is not an index condition:\n{text}"
             );
             assert!(
-                !plan.iter().any(|l| l.trim_start().starts_with("Filter:") && l.contains(column)),
+                !plan
+                    .iter()
+                    .any(|l| l.trim_start().starts_with("Filter:") && l.contains(column)),
                 "{name}: rows are re-checked for {column} after the index:\n{text}"
             );
         }
@@ -151,9 +195,15 @@ async fn listings_and_capped_counts_are_index_driven_and_bounded() {
         assert!(!text.contains("Seq Scan"), "{name}: a sequential scan:\n{text}");
         let scans = plan
             .iter()
-            .filter(|l| (l.contains("Index Scan") || l.contains("Index Only Scan") || l.contains("Bitmap Heap Scan")) && !l.contains("Bitmap Index Scan"))
+            .filter(|l| {
+                (l.contains("Index Scan") || l.contains("Index Only Scan") || l.contains("Bitmap Heap Scan"))
+                    && !l.contains("Bitmap Index Scan")
+            })
             .count();
         let limits = plan.iter().filter(|l| l.contains("->  Limit")).count();
-        assert!(scans >= 1 && limits >= scans, "{name}: a count without a LIMIT over its scan:\n{text}");
+        assert!(
+            scans >= 1 && limits >= scans,
+            "{name}: a count without a LIMIT over its scan:\n{text}"
+        );
     }
 }

@@ -132,7 +132,9 @@ pub(crate) async fn context(State(shared): State<Arc<Shared>>, mut request: Requ
                 response
                     .headers()
                     .iter()
-                    .filter(|(name, _)| name.as_str().starts_with("www-") || *name == axum::http::header::RETRY_AFTER)
+                    .filter(|(name, _)| {
+                        name.as_str().starts_with("www-") || *name == axum::http::header::RETRY_AFTER
+                    })
                     .map(|(n, v)| (n.clone(), v.clone())),
             );
             page

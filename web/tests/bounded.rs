@@ -71,7 +71,9 @@ async fn a_page_size_beyond_the_limit_is_400() {
             .await
             .page(StatusCode::BAD_REQUEST, "limit");
     }
-    get(&router, "/tasks?limit=1000", None).await.page(StatusCode::OK, "Tasks");
+    get(&router, "/tasks?limit=1000", None)
+        .await
+        .page(StatusCode::OK, "Tasks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,7 +90,9 @@ async fn a_read_past_the_store_timeout_is_503_with_retry_after() {
         assert_eq!(answer.headers[header::RETRY_AFTER], "1", "{path}");
     }
     locker.rollback().await.unwrap();
-    get(&router, "/tasks", None).await.page(StatusCode::OK, "chat.reply");
+    get(&router, "/tasks", None)
+        .await
+        .page(StatusCode::OK, "chat.reply");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,5 +121,7 @@ async fn pages_beyond_the_concurrent_read_limit_are_refused_at_once() {
     locker.rollback().await.unwrap();
     first.await.unwrap().page(StatusCode::OK, "chat.reply");
     // The permit is back.
-    get(&router, "/tasks", None).await.page(StatusCode::OK, "chat.reply");
+    get(&router, "/tasks", None)
+        .await
+        .page(StatusCode::OK, "chat.reply");
 }

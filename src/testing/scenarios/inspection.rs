@@ -530,7 +530,10 @@ pub async fn list_rows_are_summaries_without_payload_or_response(f: &dyn Inspect
         .unwrap()
         .accepted()
         .expect("the only lease saves");
-    assert_eq!((saved.payload.len(), saved.response.as_ref().map(Response::len)), (big.len(), Some(big.len())));
+    assert_eq!(
+        (saved.payload.len(), saved.response.as_ref().map(Response::len)),
+        (big.len(), Some(big.len()))
+    );
     populate(f).await;
     let page = store.list(&TaskQuery::new()).await.unwrap();
     assert_eq!(page.tasks.len(), 13);
@@ -551,24 +554,43 @@ pub async fn counts_up_to_stop_at_the_cap(f: &dyn InspectFixture) {
     let store = f.inspector();
     for cap in [0, limits::MAX_COUNT_CAP + 1] {
         let refused = store.counts_up_to(None, cap).await;
-        assert!(matches!(refused, Err(Error::InvalidInput(_))), "cap {cap}: {refused:?}");
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "cap {cap}: {refused:?}"
+        );
     }
-    assert_eq!(store.counts_up_to(None, 10).await.unwrap(), CappedCounts::default());
+    assert_eq!(
+        store.counts_up_to(None, 10).await.unwrap(),
+        CappedCounts::default()
+    );
     populate(f).await;
     let exact = store.counts(None).await.unwrap();
     let b = store.counts(Some("scope-b")).await.unwrap();
     // Below the cap: every count exact, in all scopes and in one.
-    for (scope, expected) in [(None, exact), (Some("scope-b"), b), (Some("nobody"), Counts::default())] {
+    for (scope, expected) in [
+        (None, exact),
+        (Some("scope-b"), b),
+        (Some("nobody"), Counts::default()),
+    ] {
         let counts = store.counts_up_to(scope, 100).await.unwrap();
         for status in STATUSES {
-            assert_eq!(counts.get(status), Count::Exact(expected.get(status)), "{scope:?} {status}");
+            assert_eq!(
+                counts.get(status),
+                Count::Exact(expected.get(status)),
+                "{scope:?} {status}"
+            );
         }
         assert_eq!(counts.total(), Count::Exact(expected.total()));
     }
     // 8 pending tasks, one of each other status: a cap of 3 stops the pending count.
     let capped = store.counts_up_to(None, 3).await.unwrap();
     assert_eq!(capped.get(Status::Pending), Count::AtLeast(3));
-    for status in [Status::Running, Status::Completed, Status::Failed, Status::Cancelled] {
+    for status in [
+        Status::Running,
+        Status::Completed,
+        Status::Failed,
+        Status::Cancelled,
+    ] {
         assert_eq!(capped.get(status), Count::Exact(1), "{status}");
     }
     assert_eq!(capped.total(), Count::AtLeast(7));
@@ -583,7 +605,10 @@ pub async fn counts_up_to_stop_at_the_cap(f: &dyn InspectFixture) {
                 Count::AtLeast(n) => assert!(n <= actual, "{scope:?} {status}: at least {n} of {actual}"),
             }
             if actual >= 2 {
-                assert!(!counts.get(status).is_exact(), "{scope:?} {status}: {actual} reach the cap");
+                assert!(
+                    !counts.get(status).is_exact(),
+                    "{scope:?} {status}: {actual} reach the cap"
+                );
             }
         }
     }
