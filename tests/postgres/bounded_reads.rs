@@ -8,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use sqlx::Row;
 use taskfence::inspect::{Inspect, TaskQuery};
-use taskfence::testing::{Fixture, new_task};
+use taskfence::testing::new_task;
 use taskfence::{Error, PgStore, TaskStore};
 
 use crate::common;
+
+/// One read of the store, its answer dropped.
+type Read<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = taskfence::Result<()>> + Send + 'a>>;
 
 /// A store on `f`'s schema whose reads may run `limit`.
 fn store_with_timeout(f: &taskfence::testing::PgFixture, limit: Duration) -> PgStore {
@@ -38,10 +41,7 @@ async fn a_read_past_its_timeout_is_cancelled_and_typed() {
     .execute(&mut *locker)
     .await
     .unwrap();
-    let reads: [(
-        &str,
-        std::pin::Pin<Box<dyn std::future::Future<Output = taskfence::Result<()>> + Send + '_>>,
-    ); 3] = [
+    let reads: [(&str, Read<'_>); 3] = [
         (
             "list",
             Box::pin(async { store.list(&TaskQuery::new()).await.map(drop) }),
