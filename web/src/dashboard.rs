@@ -94,7 +94,7 @@ impl Dashboard {
     }
 
     /// The overview counts each status up to this many tasks and shows
-    /// `10000+` beyond ([`Inspect::counts_up_to`](taskfence::inspect::Inspect::counts_up_to);
+    /// `10000+` beyond ([`Inspect::counts_up_to`];
     /// default [`DEFAULT_COUNT_CAP`], within 1 to [`taskfence::limits::MAX_COUNT_CAP`]).
     ///
     /// ```
