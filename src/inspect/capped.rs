@@ -36,6 +36,10 @@ pub enum Count {
 impl Count {
     /// The count of `n` entries found by a scan that stopped at `cap`:
     /// exact below the cap, [`AtLeast`](Self::AtLeast) at it.
+    ///
+    /// ```
+    /// assert!(taskfence::inspect::Count::up_to(9, 10).is_exact());
+    /// ```
     pub fn up_to(n: u64, cap: u64) -> Self {
         if n >= cap {
             Self::AtLeast(n)
@@ -45,6 +49,10 @@ impl Count {
     }
 
     /// The number counted (a lower bound when [`AtLeast`](Self::AtLeast)).
+    ///
+    /// ```
+    /// assert_eq!(taskfence::inspect::Count::AtLeast(10).value(), 10);
+    /// ```
     pub fn value(self) -> u64 {
         match self {
             Self::Exact(n) | Self::AtLeast(n) => n,
@@ -52,6 +60,10 @@ impl Count {
     }
 
     /// Whether this is the exact count.
+    ///
+    /// ```
+    /// assert!(!taskfence::inspect::Count::AtLeast(10).is_exact());
+    /// ```
     pub fn is_exact(self) -> bool {
         matches!(self, Self::Exact(_))
     }
@@ -115,16 +127,32 @@ pub struct CappedCounts {
 
 impl CappedCounts {
     /// The count of one status.
+    ///
+    /// ```
+    /// use taskfence::{inspect::{CappedCounts, Count}, Status};
+    /// assert_eq!(CappedCounts::default().get(Status::Pending), Count::Exact(0));
+    /// ```
     pub fn get(&self, status: Status) -> Count {
         *self.slot(status)
     }
 
-    /// Sets the count of `status`.
+    /// Sets the count of `status` (a backend's answer).
+    ///
+    /// ```
+    /// use taskfence::{inspect::{CappedCounts, Count}, Status};
+    /// let mut counts = CappedCounts::default();
+    /// counts.set(Status::Running, Count::Exact(4));
+    /// assert_eq!(counts.running, Count::Exact(4));
+    /// ```
     pub fn set(&mut self, status: Status, count: Count) {
         *self.slot_mut(status) = count;
     }
 
     /// All tasks: exact only if every status is.
+    ///
+    /// ```
+    /// assert_eq!(taskfence::inspect::CappedCounts::default().total(), taskfence::inspect::Count::Exact(0));
+    /// ```
     pub fn total(&self) -> Count {
         self.pending + self.running + self.completed + self.failed + self.cancelled
     }

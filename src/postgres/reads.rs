@@ -17,6 +17,10 @@ use super::{db, row};
 
 /// How long one operator read may run by default: an overview or a page
 /// answers in milliseconds on an index; five seconds is a scan gone wrong.
+///
+/// ```
+/// assert_eq!(taskfence::postgres::DEFAULT_READ_TIMEOUT, std::time::Duration::from_secs(5));
+/// ```
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// PostgreSQL's `query_canceled`: a statement timeout (or a cancel request).
