@@ -219,6 +219,18 @@ pub enum InvalidInput {
         /// How many index entries it examined.
         examined: usize,
     },
+    /// The operation cannot run on a handle that carries the application's
+    /// own writes in one atomic request (DynamoDB's
+    /// `DynamoStore::with`): it is not one
+    /// transaction the items could join, or the items were carried by an
+    /// earlier write of the same handle. Nothing was written.
+    #[error("{operation} cannot carry the application's transaction items: {why}")]
+    CannotCarryItems {
+        /// The operation refused.
+        operation: &'static str,
+        /// Why it cannot carry them.
+        why: &'static str,
+    },
     /// Not a plain lowercase SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
     /// e.g. a PostgreSQL schema name: it is written into SQL, so it must need no quoting.
     #[error("{field} must be a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most 63 bytes)")]

@@ -17,6 +17,7 @@
 //! | [`republish`] | publish again the tasks that need a worker again, on any store |
 //! | [`effect`] | the effect journal: an idempotency key per external effect, its intent and outcome fenced by the lease |
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
+//! | [`prelude`] | what a service or its tests use, in one `use taskfence::prelude::*` |
 //! | `postgres` | [`PgStore`], its transaction handle, migrations, its outbox (feature `postgres`) |
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
 //! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
@@ -41,6 +42,7 @@ pub mod limits;
 pub mod memory;
 pub mod offsets;
 pub mod policy;
+pub mod prelude;
 pub mod republish;
 pub mod store;
 pub mod task;

@@ -8,7 +8,7 @@
 //! | [`problem`] | [`Problem`], [`ProblemTypes`], [`PROBLEM_JSON`] |
 //! | [`submit`] | [`SubmitResponse`], [`TaskBody`] |
 //! | [`fingerprint`](mod@fingerprint) | [`fingerprint()`], [`canonical_json`] |
-//! | [`layer`] | [`IdempotencyLayer`], [`Idempotent`] |
+//! | [`layer`] | [`IdempotencyLayer`], [`KeyScope`], [`Idempotent`] |
 
 mod b64;
 pub mod fingerprint;
@@ -19,6 +19,6 @@ pub mod submit;
 
 pub use fingerprint::{canonical_json, fingerprint};
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, IdempotencyKey, IdempotencyKeyRejection};
-pub use layer::{IdempotencyLayer, Idempotent};
+pub use layer::{IdempotencyLayer, Idempotent, KeyScope};
 pub use problem::{PROBLEM_JSON, Problem, ProblemTypes};
 pub use submit::{SubmitResponse, TaskBody};

@@ -410,7 +410,9 @@ impl ProblemTypes {
     /// - [`Error::KeyConflict`] → **422** `idempotency-key-reused`, with the
     ///   task the key is bound to as the extension member `existing_task_id`
     ///   (the IETF Idempotency-Key draft's status for a key reused with another
-    ///   payload). Nothing was written.
+    ///   payload). Nothing was written. The id is the key's task: send this
+    ///   only where the key's scope is the caller (as `RequestKey::new(caller,
+    ///   …)`), never under a scope several clients share.
     /// - [`Error::InvalidInput`] → **400** `invalid-request`, the limit it broke
     ///   as the detail. 400, not 422: what taskfence checks (the key, its
     ///   scope, the payload's size) is the request's framing, not the meaning

@@ -1,28 +1,68 @@
 //! `IdempotencyLayer` over real HTTP: an axum app on 127.0.0.1:0 called with
 //! reqwest, each scenario on `MemoryStore` and on PostgreSQL (`DATABASE_URL`,
-//! a fresh schema per test).
+//! a fresh schema per test). The app authenticates `Authorization: Bearer
+//! <caller>` and scopes keys per caller, as a deployment should; the client
+//! calls as `ann` unless a test says otherwise.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures_util::StreamExt;
 use serde_json::Value;
 use taskfence::testing::{Fixture, MemoryFixture, PgFixture};
 use taskfence::{Claim, ClaimRequest, RequestKey, Status, TaskStore};
-use taskfence_axum::{IDEMPOTENT_REPLAYED, IdempotencyLayer, ProblemTypes};
+use taskfence_axum::{IDEMPOTENT_REPLAYED, IdempotencyLayer, KeyScope, Problem, ProblemTypes};
 use tokio::sync::{Semaphore, mpsc};
 
+/// The caller the app's authentication verified, in the request's extensions.
+#[derive(Clone)]
+struct Caller(String);
+
+/// The app's authentication: `Authorization: Bearer <caller>` becomes a
+/// [`Caller`]; a request without one goes on without a caller.
+async fn authenticate(mut request: Request, next: Next) -> Response {
+    let caller = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|caller| Caller(caller.to_owned()));
+    if let Some(caller) = caller {
+        request.extensions_mut().insert(caller);
+    }
+    next.run(request).await
+}
+
+/// Keys per authenticated caller; no caller is a 401.
+fn per_caller() -> KeyScope {
+    KeyScope::per_caller(|parts| {
+        parts
+            .extensions
+            .get::<Caller>()
+            .map(|caller| caller.0.clone())
+            .ok_or_else(|| Problem::new(StatusCode::UNAUTHORIZED).with_detail("no caller"))
+    })
+}
+
+/// The caller every request is sent as unless a test says otherwise.
+const ANN: &str = "ann";
+
 /// What the handlers share with the test: how often each ran, a signal when
-/// a slow one started, and the gate it waits at.
+/// a slow one started, the gate it waits at, and how many chunks of a
+/// streamed response were produced.
 struct Probe {
     runs: AtomicUsize,
     started: mpsc::UnboundedSender<()>,
     gate: Semaphore,
+    chunks: AtomicUsize,
 }
 
 type Shared = Arc<Probe>;
@@ -81,6 +121,40 @@ async fn binary() -> Response {
     (StatusCode::OK, vec![0xff_u8, 0x00, 0xfe]).into_response()
 }
 
+/// `POST /stream`: answers 201 at once with a streamed body whose first
+/// run's last chunk waits at the gate: the handler has returned, its
+/// response is still being read.
+async fn stream(State(probe): State<Shared>) -> Response {
+    let run = probe.runs.fetch_add(1, Ordering::SeqCst) + 1;
+    let head = futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(Bytes::from(format!("run {run}: first,")))
+    });
+    let tail = futures_util::stream::once(async move {
+        if run == 1 {
+            let _ = probe.started.send(());
+            probe.gate.acquire().await.unwrap().forget();
+        }
+        Ok(Bytes::from_static(b"last"))
+    });
+    (StatusCode::CREATED, Body::from_stream(head.chain(tail))).into_response()
+}
+
+/// The chunks `/huge` would stream: 16 MiB, sixteen times the default
+/// response limit.
+const HUGE_CHUNKS: usize = 1024;
+const CHUNK: usize = 16 * 1024;
+
+/// `POST /huge`: a 201 whose streamed body is far over the response limit;
+/// counts every chunk it produces.
+async fn huge(State(probe): State<Shared>) -> Response {
+    probe.runs.fetch_add(1, Ordering::SeqCst);
+    let chunks = futures_util::stream::iter(0..HUGE_CHUNKS).map(move |_| {
+        probe.chunks.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; CHUNK]))
+    });
+    (StatusCode::CREATED, Body::from_stream(chunks)).into_response()
+}
+
 struct App {
     base: String,
     client: reqwest::Client,
@@ -91,8 +165,17 @@ struct App {
 }
 
 impl App {
+    /// The app with keys per caller, the layer tuned by `tune`.
     async fn start(
         fixture: Box<dyn Fixture>,
+        tune: impl Fn(IdempotencyLayer<dyn TaskStore>) -> IdempotencyLayer<dyn TaskStore>,
+    ) -> Self {
+        Self::start_scoped(fixture, per_caller(), tune).await
+    }
+
+    async fn start_scoped(
+        fixture: Box<dyn Fixture>,
+        scope: KeyScope,
         tune: impl Fn(IdempotencyLayer<dyn TaskStore>) -> IdempotencyLayer<dyn TaskStore>,
     ) -> Self {
         let store = fixture.store();
@@ -101,15 +184,20 @@ impl App {
             runs: AtomicUsize::new(0),
             started: started_tx,
             gate: Semaphore::new(0),
+            chunks: AtomicUsize::new(0),
         });
-        let layer = tune(IdempotencyLayer::from_arc(Arc::clone(&store)).operation("orders"));
+        let layer = tune(IdempotencyLayer::from_arc(Arc::clone(&store), scope).operation("orders"));
         let app = Router::new()
             .route("/orders", post(create_order))
             .route("/flaky", post(flaky))
             .route("/refuse", post(refuse))
             .route("/panics", post(panics))
             .route("/binary", post(binary))
+            .route("/stream", post(stream))
+            .route("/huge", post(huge))
             .route_layer(layer)
+            // Outside the layer, as in a deployment: the scope reads a verified caller.
+            .route_layer(middleware::from_fn(authenticate))
             .with_state(Arc::clone(&probe));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -125,11 +213,26 @@ impl App {
     }
 
     async fn post(&self, path: &str, key: Option<&str>, content_type: &str, body: &str) -> Reply {
+        self.post_as(Some(ANN), path, key, content_type, body).await
+    }
+
+    /// A request as `caller` (`None`: no credentials).
+    async fn post_as(
+        &self,
+        caller: Option<&str>,
+        path: &str,
+        key: Option<&str>,
+        content_type: &str,
+        body: &str,
+    ) -> Reply {
         let mut request = self
             .client
             .post(format!("{}{path}", self.base))
             .header(header::CONTENT_TYPE, content_type)
             .body(body.to_owned());
+        if let Some(caller) = caller {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {caller}"));
+        }
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
         }
@@ -149,10 +252,15 @@ impl App {
         self.probe.runs.load(Ordering::SeqCst)
     }
 
-    /// The task the layer keeps for `key` (scope `default`, operation `orders`).
+    /// The task the layer keeps for `ann`'s `key` (operation `orders`).
     async fn task(&self, key: &str) -> taskfence::Task {
+        self.task_of(ANN, key).await
+    }
+
+    /// The task the layer keeps for `key` in `scope`.
+    async fn task_of(&self, scope: &str, key: &str) -> taskfence::Task {
         self.store
-            .find(&RequestKey::new("default", "orders", key))
+            .find(&RequestKey::new(scope, "orders", key))
             .await
             .unwrap()
             .expect("the layer submitted a task for the key")
@@ -248,6 +356,7 @@ async fn a_concurrent_duplicate_is_a_409_while_the_first_runs(fixture: Box<dyn F
         tokio::spawn(async move {
             let response = client
                 .post(url)
+                .header("Authorization", "Bearer ann")
                 .header("Idempotency-Key", "\"slow-1\"")
                 .body("slow order")
                 .send()
@@ -286,7 +395,7 @@ async fn a_concurrent_duplicate_is_a_409_while_the_first_runs(fixture: Box<dyn F
 }
 
 /// The same key with another body (or on another path) is the draft's 422,
-/// naming the task; nothing runs and the first response stays the answer.
+/// naming nothing of the first request (no task id); nothing runs and the first response stays the answer.
 async fn a_key_reused_with_another_body_is_a_422(fixture: Box<dyn Fixture>) {
     let app = App::start(fixture, defaults).await;
     let first = app.order("\"o-1\"", "two books").await;
@@ -295,7 +404,8 @@ async fn a_key_reused_with_another_body_is_a_422(fixture: Box<dyn Fixture>) {
 
     let reused = app.order("\"o-1\"", "three books").await;
     let body = reused.problem(422, "/problems/idempotency-key-reused");
-    assert_eq!(body["existing_task_id"], id.to_string());
+    assert_eq!(body.get("existing_task_id"), None, "{body}");
+    assert!(!reused.text().contains(&id.to_string()), "{body}");
     let elsewhere = app
         .post("/flaky", Some("\"o-1\""), "text/plain", "two books")
         .await;
@@ -407,6 +517,7 @@ async fn a_panicking_handler_releases_the_key(fixture: Box<dyn Fixture>) {
     let request = app
         .client
         .post(format!("{}/panics", app.base))
+        .header("Authorization", "Bearer ann")
         .header("Idempotency-Key", "p-1")
         .send()
         .await;
@@ -462,7 +573,11 @@ async fn a_key_whose_runs_ran_out_is_a_410(fixture: Box<dyn Fixture>) {
     );
     let spent = app.post("/flaky", Some("x-1"), "text/plain", "").await;
     let body = spent.problem(410, "https://api.example.com/problems/idempotency-key-exhausted");
-    assert_eq!(body["existing_task_id"], app.task("x-1").await.id.to_string());
+    assert_eq!(body.get("existing_task_id"), None, "{body}");
+    assert!(
+        !spent.text().contains(&app.task("x-1").await.id.to_string()),
+        "{body}"
+    );
     app.post("/orders", None, "text/plain", "")
         .await
         .problem(400, "https://api.example.com/problems/idempotency-key-missing");
@@ -495,6 +610,178 @@ async fn a_binary_response_is_replayed_byte_for_byte(fixture: Box<dyn Fixture>) 
         (replay.status, replay.replayed(), &replay.body),
         (200, true, &first.body)
     );
+}
+
+/// Keys are per authenticated caller: another caller who sends ann's key,
+/// with ann's body or another, gets a run of their own, never ann's saved
+/// response nor a refusal about ann's request.
+async fn a_callers_key_is_never_answered_for_another_caller(fixture: Box<dyn Fixture>) {
+    let app = App::start(fixture, defaults).await;
+    let ann = app.order("\"k-1\"", "two books").await;
+    assert_eq!((ann.status, ann.replayed()), (201, false));
+
+    let bob = app
+        .post_as(Some("bob"), "/orders", Some("\"k-1\""), "text/plain", "two books")
+        .await;
+    assert_eq!((bob.status, bob.replayed()), (201, false), "{}", bob.text());
+    assert_eq!(bob.text(), r#"{"order":2,"input":"two books"}"#);
+    let cid = app
+        .post_as(Some("cid"), "/orders", Some("\"k-1\""), "text/plain", "one pen")
+        .await;
+    assert_eq!((cid.status, cid.replayed()), (201, false), "{}", cid.text());
+    assert_eq!(app.runs(), 3, "each caller's key ran once");
+
+    // Each caller's retry replays their own response.
+    let ann_again = app.order("\"k-1\"", "two books").await;
+    assert_eq!((ann_again.replayed(), &ann_again.body), (true, &ann.body));
+    let bob_again = app
+        .post_as(Some("bob"), "/orders", Some("\"k-1\""), "text/plain", "two books")
+        .await;
+    assert_eq!((bob_again.replayed(), &bob_again.body), (true, &bob.body));
+    assert_ne!(
+        app.task_of("ann", "k-1").await.id,
+        app.task_of("bob", "k-1").await.id
+    );
+    assert_eq!(app.runs(), 3);
+}
+
+/// A request whose caller the scope cannot name gets the scope's problem
+/// (401 here) before anything is read, run or written.
+async fn a_request_without_a_caller_is_refused_and_writes_nothing(fixture: Box<dyn Fixture>) {
+    let app = App::start(fixture, defaults).await;
+    let before = app.fixture.record_count().await;
+    let anonymous = app
+        .post_as(None, "/orders", Some("\"k-1\""), "text/plain", "two books")
+        .await;
+    assert_eq!(anonymous.status, 401, "{}", anonymous.text());
+    assert_eq!(app.runs(), 0);
+    assert_eq!(app.fixture.record_count().await, before, "nothing was written");
+}
+
+/// Under the explicit single-tenant scope, a key reused with another body
+/// by another client is a 422 that names nothing of the first request: no
+/// task id, no body, no path.
+async fn a_shared_scope_refusal_discloses_nothing_of_the_first_request(fixture: Box<dyn Fixture>) {
+    let app = App::start_scoped(fixture, KeyScope::single_tenant(), defaults).await;
+    let ann = app.order("\"k-1\"", "ann's secret order").await;
+    assert_eq!(ann.status, 201);
+    let task = app.task_of("default", "k-1").await;
+
+    let bob = app
+        .post_as(
+            Some("bob"),
+            "/flaky",
+            Some("\"k-1\""),
+            "text/plain",
+            "something else",
+        )
+        .await;
+    let body = bob.problem(422, "/problems/idempotency-key-reused");
+    assert_eq!(body.get("existing_task_id"), None, "{body}");
+    for secret in [
+        task.id.to_string(),
+        "ann's secret".to_owned(),
+        "/orders".to_owned(),
+    ] {
+        assert!(!bob.text().contains(&secret), "{secret} in {body}");
+    }
+    assert_eq!(app.runs(), 1);
+}
+
+/// The key's task keeps `METHOD /path`: a query string (a token, say) is
+/// stored only with `record_query`.
+async fn the_query_string_is_stored_only_when_asked(fixture: Box<dyn Fixture>) {
+    let app = App::start(fixture, defaults).await;
+    let first = app
+        .post("/orders?token=s3cret", Some("q-1"), "text/plain", "x")
+        .await;
+    assert_eq!(first.status, 201);
+    let task = app.task("q-1").await;
+    assert_eq!(String::from_utf8_lossy(&task.payload), "POST /orders");
+    // The query is still part of the request's fingerprint.
+    app.post("/orders?token=other", Some("q-1"), "text/plain", "x")
+        .await
+        .problem(422, "/problems/idempotency-key-reused");
+
+    let fixture = app.fixture;
+    let app = App::start(fixture, |layer| layer.record_query()).await;
+    let kept = app.post("/orders?src=app", Some("q-2"), "text/plain", "x").await;
+    assert_eq!(kept.status, 201);
+    let task = app.task("q-2").await;
+    assert_eq!(String::from_utf8_lossy(&task.payload), "POST /orders?src=app");
+}
+
+/// A handler that returned but whose body streams for longer than the lease
+/// keeps the key: the lease is renewed until the response is saved, so a
+/// concurrent retry is a 409 and the handler never runs a second time. The
+/// store's clock moves three leases on while the body is read.
+async fn a_response_streamed_past_the_lease_never_runs_the_handler_twice(fixture: Box<dyn Fixture>) {
+    let lease = Duration::from_millis(600);
+    let mut app = App::start(fixture, move |layer| layer.lease(lease)).await;
+    let first = {
+        let (client, url) = (app.client.clone(), format!("{}/stream", app.base));
+        tokio::spawn(async move {
+            let response = client
+                .post(url)
+                .header("Authorization", "Bearer ann")
+                .header("Idempotency-Key", "s-1")
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.bytes().await.unwrap())
+        })
+    };
+    app.started
+        .recv()
+        .await
+        .expect("the first run returned and its body is being read");
+    for _ in 0..6 {
+        // Real time for a renewal (every 200 ms), then the store's clock on.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        app.fixture.advance(Duration::from_millis(250)).await;
+    }
+    let retry = app.post("/stream", Some("s-1"), "text/plain", "").await;
+    retry.problem(409, "/problems/idempotency-key-in-flight");
+    assert_eq!(app.runs(), 1, "the retry did not run the handler again");
+
+    app.probe.gate.add_permits(1);
+    let (status, body) = first.await.unwrap();
+    assert_eq!((status, &body[..]), (201, &b"run 1: first,last"[..]));
+    let replay = app.post("/stream", Some("s-1"), "text/plain", "").await;
+    assert_eq!(
+        (replay.status, replay.replayed(), replay.body.as_slice()),
+        (201, true, &body[..])
+    );
+    assert_eq!(app.runs(), 1);
+}
+
+/// A streamed response far over the response limit is refused with a
+/// problem once the limit is passed: the rest of the stream is never
+/// produced, and the key is closed (the handler ran; it must not run again).
+async fn an_over_limit_streamed_response_is_refused_unread(fixture: Box<dyn Fixture>) {
+    let app = App::start(fixture, defaults).await;
+    let refused = app.post("/huge", Some("h-1"), "text/plain", "").await;
+    refused.problem(500, "/problems/response-too-large");
+    let produced = app.probe.chunks.load(Ordering::SeqCst);
+    let limit_chunks = taskfence::limits::MAX_RESPONSE_LEN / CHUNK;
+    assert!(
+        produced <= limit_chunks + 2,
+        "{produced} chunks of {HUGE_CHUNKS} produced; the limit is {limit_chunks}"
+    );
+    assert_eq!(app.task("h-1").await.status, Status::Failed);
+    app.post("/huge", Some("h-1"), "text/plain", "")
+        .await
+        .problem(410, "/problems/idempotency-key-exhausted");
+    assert_eq!(app.runs(), 1);
+
+    // A smaller limit of the layer's own.
+    let fixture = app.fixture;
+    let app = App::start(fixture, |layer| layer.response_limit(CHUNK * 4)).await;
+    app.post("/huge", Some("h-2"), "text/plain", "")
+        .await
+        .problem(500, "/problems/response-too-large");
+    let produced = app.probe.chunks.load(Ordering::SeqCst);
+    assert!(produced <= 6, "{produced} chunks produced past a 4-chunk limit");
 }
 
 macro_rules! on_every_store {
@@ -531,4 +818,10 @@ on_every_store!(
     a_key_whose_runs_ran_out_is_a_410,
     an_optional_key_lets_unkeyed_requests_through,
     a_binary_response_is_replayed_byte_for_byte,
+    a_callers_key_is_never_answered_for_another_caller,
+    a_request_without_a_caller_is_refused_and_writes_nothing,
+    a_shared_scope_refusal_discloses_nothing_of_the_first_request,
+    the_query_string_is_stored_only_when_asked,
+    a_response_streamed_past_the_lease_never_runs_the_handler_twice,
+    an_over_limit_streamed_response_is_refused_unread,
 );

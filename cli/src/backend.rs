@@ -238,6 +238,7 @@ mod tests {
     fn args(url: Option<&str>, table: Option<&str>) -> StoreArgs {
         StoreArgs {
             database_url: url.map(Into::into),
+            database_url_file: None,
             schema: "taskfence".into(),
             dynamodb_table: table.map(Into::into),
             dynamodb_endpoint: None,

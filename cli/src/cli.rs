@@ -40,6 +40,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
     /// PostgreSQL connection URL (postgres://user:password@host:5432/db).
+    /// On the command line it shows in `ps`: prefer `DATABASE_URL` or
+    /// `--database-url-file` when it holds a password.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -48,6 +50,11 @@ pub(crate) struct StoreArgs {
         value_name = "URL"
     )]
     pub database_url: Option<String>,
+
+    /// A file holding the PostgreSQL connection URL (a trailing newline is
+    /// ignored): the password stays out of `ps` and the shell's history.
+    #[arg(long, env = "DATABASE_URL_FILE", global = true, value_name = "PATH")]
+    pub database_url_file: Option<std::path::PathBuf>,
 
     /// PostgreSQL schema holding taskfence's tables.
     #[arg(long, env = "TASKFENCE_SCHEMA", global = true, default_value = DEFAULT_SCHEMA)]
@@ -315,14 +322,11 @@ impl From<StatusArg> for Status {
     }
 }
 
-/// A positive duration: `90s`, `15m`, `1h30m`, `2d`, `1h 5m`.
+/// A positive duration: `90s`, `15m`, `1h30m`, `2d`, `1h 5m`; at most 100
+/// years, so that "now minus it" is always a date. The dashboard reads its
+/// `older_than` and `newer_than` with the same function.
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s.trim())
-        .map_err(|_| "not a duration: expected e.g. 90s, 15m, 1h30m or 2d".to_string())?;
-    if d.is_zero() {
-        return Err("must be a positive duration".into());
-    }
-    Ok(d)
+    taskfence_web::age::parse_age(s).map_err(|e| e.to_string())
 }
 
 /// [`parse_duration`] within the policy's deadline limit.
@@ -384,6 +388,7 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("10").is_err());
+        assert!(parse_duration("100000000y").unwrap_err().contains("out of range"));
     }
 
     #[test]

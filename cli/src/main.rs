@@ -9,6 +9,7 @@
 //! | `commands` | what each command does, as a `Report` |
 //! | `output` | reports as tables or JSON |
 //! | `error` | failures as one line and an exit code |
+//! | `secrets` | secrets from files and the environment; warnings for those on the command line |
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -21,6 +22,7 @@ mod cli;
 mod commands;
 mod error;
 mod output;
+mod secrets;
 
 use backend::{Target, Typed};
 use cli::Cli;
@@ -46,12 +48,31 @@ fn run() -> Result<(), CliError> {
         }
         Err(e) => return Err(CliError::from_clap(&e)),
     };
-    let cli = Cli::from_arg_matches(&matches).map_err(|e| CliError::from_clap(&e))?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| CliError::from_clap(&e))?;
     let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    if let Some(path) = &cli.store.database_url_file {
+        if typed("database_url") {
+            return Err(CliError::Usage(
+                "--database-url and --database-url-file: give one of them".into(),
+            ));
+        }
+        cli.store.database_url = Some(secrets::read_file("--database-url-file", path)?);
+    } else if typed("database_url")
+        && cli
+            .store
+            .database_url
+            .as_deref()
+            .is_some_and(secrets::url_has_password)
+    {
+        secrets::warn(
+            "--database-url holds a password, which other users see in `ps`: \
+             use DATABASE_URL or --database-url-file",
+        );
+    }
     let target = Target::choose(
         &cli.store,
         Typed {
-            database_url: typed("database_url"),
+            database_url: typed("database_url") || typed("database_url_file"),
             dynamodb_table: typed("dynamodb_table"),
         },
     )?;
@@ -61,7 +82,12 @@ fn run() -> Result<(), CliError> {
         .map_err(|e| CliError::Operational(format!("cannot start the async runtime: {e}")))?;
     let command = match cli.command {
         // It serves until stopped and prints no report.
-        cli::Command::Web(args) => return runtime.block_on(commands::web::run(args, &target)),
+        cli::Command::Web(args) => {
+            let token_typed = matches
+                .subcommand_matches("web")
+                .is_some_and(|m| m.value_source("action_token") == Some(ValueSource::CommandLine));
+            return runtime.block_on(commands::web::run(args, token_typed, &target));
+        }
         command => command,
     };
     let (report, now) = runtime.block_on(commands::run(command, &target))?;

@@ -75,9 +75,14 @@ async fn web_serves_postgres_with_actions() {
     );
     let (status, _, body) = http(port, "GET", "/health", None, None);
     assert_eq!((status, body.trim()), (200, "ok"));
-    let (status, _, body) = http(port, "GET", "/", None, None);
+    // Errors are task data: hidden until signed in.
+    let (status, head, body) = http(port, "GET", "/", None, None);
     assert_eq!(status, 200);
-    assert!(body.contains("provider quota exceeded"), "{body}");
+    assert!(!body.contains("provider quota exceeded"), "{body}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
     let (status, _, body) = http(port, "GET", &format!("/tasks/{}", task.id), None, None);
     assert!(status == 200 && body.contains("id=\"timeline\""), "{body}");
     // Sign in, then reopen through the same store operation as `taskfence reopen`.
@@ -95,6 +100,8 @@ async fn web_serves_postgres_with_actions() {
         .and_then(|c| c.split(';').next())
         .expect("a session cookie")
         .to_owned();
+    let (_, _, overview) = http(port, "GET", "/", Some(&cookie), None);
+    assert!(overview.contains("provider quota exceeded"), "{overview}");
     let (_, _, page) = http(port, "GET", "/tasks", Some(&cookie), None);
     let at = page.find("name=\"csrf\" value=\"").expect("a CSRF field") + 19;
     let csrf = &page[at..at + 64];
@@ -128,9 +135,10 @@ async fn web_serves_dynamodb_read_only() {
             .env_remove("AWS_PROFILE")
             .env_remove("TASKFENCE_WEB_TOKEN")
             .args(["--dynamodb-table", f.table(), "--dynamodb-endpoint", &endpoint])
-            .args(["web", "--listen", &format!("127.0.0.1:{port}")]),
+            .args(["web", "--open-reads", "--listen", &format!("127.0.0.1:{port}")]),
         port,
     );
+    // Open reads: task data without signing in (there is no token to sign in with).
     let (status, _, body) = http(port, "GET", &format!("/tasks/{}", task.id), None, None);
     assert!(
         status == 200 && body.contains("provider quota exceeded"),

@@ -73,8 +73,10 @@
 //!   backstop; `purge_expired` still removes expired records itself.
 //! - **The application's writes in the same transaction**:
 //!   [`DynamoStore::with`] takes the application's `TransactWriteItem`s,
-//!   which commit with a submission or a completion or not at all
-//!   ([`WithItems`], side by side with PostgreSQL's transaction handle).
+//!   which commit with the handle's next write (a submission, a completion,
+//!   a failure, a release, a recorded operation) or not at all: a
+//!   [`WithItems`] is a [`TaskStore`](crate::TaskStore) as far as one
+//!   `TransactWriteItems` allows, and says which operations it refuses.
 //!
 //! | module | what it holds |
 //! | --- | --- |
@@ -87,7 +89,7 @@
 //! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps under [`Outbox`](crate::dispatch::Outbox) (`dispatch`, `dispatch_batches`, `redispatch`) |
 //! | `effect` | the effect journal: `begin_effect`, `finish_effect`, `effects`, each a snapshot read and one conditional transaction |
 //! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
-//! | `with` | [`WithItems`], [`ExtraRefused`]: the application's items in the same transaction |
+//! | `with` | [`WithItems`] (a `TaskStore` whose next write carries the application's items), [`ExtraRefused`] |
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
 //! | `fixture` | [`DynamoFixture`](crate::testing::DynamoFixture) (feature `testing`) |

@@ -181,11 +181,13 @@ impl DynamoStore {
         &self.client
     }
 
-    /// The writes that can carry the application's own items in the same
-    /// `TransactWriteItems` (the user's message with its task, the reply with
-    /// its completion): all of them are written, or none. DynamoDB's
-    /// counterpart of `PgStore::on` (the operations in the caller's
-    /// PostgreSQL transaction); see [`WithItems`].
+    /// This store with the application's own items for its next write, in
+    /// the same `TransactWriteItems` (the user's message with its task, the
+    /// reply with its completion): all of them are written, or none. A
+    /// [`TaskStore`](crate::TaskStore) as far as one transaction allows —
+    /// [`WithItems`] says which operations carry the items and which are
+    /// refused. DynamoDB's counterpart of `PgStore::on` (the store in the
+    /// caller's PostgreSQL transaction).
     ///
     /// ```no_run
     /// # async fn f(store: taskfence::DynamoStore, new: taskfence::NewTask) -> taskfence::Result<()> {
@@ -196,6 +198,7 @@ impl DynamoStore {
     ///     .item("body", AttributeValue::S("What are the key decisions?".into()))
     ///     .build()
     ///     .expect("table and item are set");
+    /// use taskfence::TaskStore;
     /// let items = vec![TransactWriteItem::builder().put(message).build()];
     /// let task = store.with(items).submit(new).await?.into_task();
     /// # Ok(()) }
@@ -467,6 +470,123 @@ impl DynamoStore {
         .await
     }
 
+    /// [`TaskStore::fail`](crate::TaskStore::fail), with the application's
+    /// `extra` items in the same transaction.
+    pub(super) async fn fail_items(
+        &self,
+        lease: Lease,
+        failure: Failure,
+        extra: &[TransactWriteItem],
+    ) -> Result<Fenced<Retry>> {
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx_with("fail", rules::fence, &lease, Layout::OWN, extra, |now| {
+            // The fence pins the item to the lease's own state, so the
+            // decision is made on the lease's snapshot.
+            let mut task = lease.task().clone();
+            task.status = Status::Running;
+            let mut e = fence(Expr::default(), lease.version(), now);
+            let mut items = Vec::new();
+            let retry = match rules::after_failure(&task, lease.attempt_id(), &failure, now) {
+                Ok(not_before) => {
+                    e = e
+                        .set(item::STATUS, s(Status::Pending.as_str()))
+                        .set(item::NOT_BEFORE, at(not_before))
+                        .set(item::LAST_ERROR, s(&failure.message))
+                        .set(DUE_SHARD, s(DUE_INDEX))
+                        .set(DUE_AT, at(not_before))
+                        .remove(item::LEASE_UNTIL);
+                    Retry::Scheduled {
+                        not_before,
+                        attempts_left: task.attempts_left(),
+                    }
+                }
+                Err(reason) => {
+                    let message = reason.message(&failure.message);
+                    e = terminal(e, &mut task, Status::Failed, now, Some(message));
+                    items.push(self.dedup_ttl(&task));
+                    Retry::Exhausted(Box::new(task.clone()))
+                }
+            };
+            items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
+            items.push(
+                attempt_update(Expr::default())
+                    .set(item::FINISHED_AT, at(now))
+                    .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
+                    .set(item::ERROR, s(&failure.message))
+                    .update(
+                        &self.table,
+                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                    ),
+            );
+            (items, retry)
+        })
+        .await
+    }
+
+    /// [`TaskStore::release`](crate::TaskStore::release), with the
+    /// application's `extra` items in the same transaction.
+    pub(super) async fn release_items(
+        &self,
+        lease: Lease,
+        extra: &[TransactWriteItem],
+    ) -> Result<Fenced<()>> {
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx_with("release", rules::fence, &lease, Layout::OWN, extra, |now| {
+            // Due again from now on: in the due index, so `due` and
+            // `claim_next` find it.
+            let task = fence(Expr::default(), lease.version(), now)
+                .set(item::STATUS, s(Status::Pending.as_str()))
+                .remove(item::LEASE_UNTIL)
+                .set(item::NOT_BEFORE, at(now))
+                .set(DUE_SHARD, s(DUE_INDEX))
+                .set(DUE_AT, at(now));
+            let attempt = attempt_update(Expr::default())
+                .set(item::FINISHED_AT, at(now))
+                .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
+            let items = vec![
+                task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                attempt.update(
+                    &self.table,
+                    item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                ),
+            ];
+            (items, ())
+        })
+        .await
+    }
+
+    /// [`TaskStore::record_operation`](crate::TaskStore::record_operation),
+    /// with the application's `extra` items in the same transaction.
+    pub(super) async fn record_operation_items(
+        &self,
+        lease: &Lease,
+        operation_id: &str,
+        extra: &[TransactWriteItem],
+    ) -> Result<Fenced<()>> {
+        let pk = item::task_pk(lease.task_id());
+        self.fenced_tx_with(
+            "record_operation",
+            rules::fence,
+            lease,
+            Layout::OWN,
+            extra,
+            |now| {
+                let items = vec![
+                    fence(Expr::default(), lease.version(), now)
+                        .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
+                    attempt_update(Expr::default())
+                        .set(item::OPERATION_ID, s(operation_id))
+                        .update(
+                            &self.table,
+                            item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
+                        ),
+                ];
+                (items, ())
+            },
+        )
+        .await
+    }
+
     /// Sets the dedup record's TTL as its task turns terminal, so DynamoDB
     /// expires it even if nobody runs `purge_expired`; never while the task is live.
     fn dedup_ttl(&self, task: &Task) -> TransactWriteItem {
@@ -595,75 +715,11 @@ impl Backend for DynamoStore {
     }
 
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("fail", rules::fence, &lease, Layout::OWN, |now| {
-            // The fence pins the item to the lease's own state, so the
-            // decision is made on the lease's snapshot.
-            let mut task = lease.task().clone();
-            task.status = Status::Running;
-            let mut e = fence(Expr::default(), lease.version(), now);
-            let mut items = Vec::new();
-            let retry = match rules::after_failure(&task, lease.attempt_id(), &failure, now) {
-                Ok(not_before) => {
-                    e = e
-                        .set(item::STATUS, s(Status::Pending.as_str()))
-                        .set(item::NOT_BEFORE, at(not_before))
-                        .set(item::LAST_ERROR, s(&failure.message))
-                        .set(DUE_SHARD, s(DUE_INDEX))
-                        .set(DUE_AT, at(not_before))
-                        .remove(item::LEASE_UNTIL);
-                    Retry::Scheduled {
-                        not_before,
-                        attempts_left: task.attempts_left(),
-                    }
-                }
-                Err(reason) => {
-                    let message = reason.message(&failure.message);
-                    e = terminal(e, &mut task, Status::Failed, now, Some(message));
-                    items.push(self.dedup_ttl(&task));
-                    Retry::Exhausted(Box::new(task.clone()))
-                }
-            };
-            items.insert(0, e.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)));
-            items.push(
-                attempt_update(Expr::default())
-                    .set(item::FINISHED_AT, at(now))
-                    .set(item::OUTCOME, s(AttemptOutcome::Failed(failure.kind).as_str()))
-                    .set(item::ERROR, s(&failure.message))
-                    .update(
-                        &self.table,
-                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                    ),
-            );
-            (items, retry)
-        })
-        .await
+        self.fail_items(lease, failure, &[]).await
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("release", rules::fence, &lease, Layout::OWN, |now| {
-            // Due again from now on: in the due index, so `due` and
-            // `claim_next` find it.
-            let task = fence(Expr::default(), lease.version(), now)
-                .set(item::STATUS, s(Status::Pending.as_str()))
-                .remove(item::LEASE_UNTIL)
-                .set(item::NOT_BEFORE, at(now))
-                .set(DUE_SHARD, s(DUE_INDEX))
-                .set(DUE_AT, at(now));
-            let attempt = attempt_update(Expr::default())
-                .set(item::FINISHED_AT, at(now))
-                .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
-            let items = vec![
-                task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                attempt.update(
-                    &self.table,
-                    item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                ),
-            ];
-            (items, ())
-        })
-        .await
+        self.release_items(lease, &[]).await
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
@@ -702,21 +758,7 @@ impl Backend for DynamoStore {
     }
 
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        let pk = item::task_pk(lease.task_id());
-        self.fenced_tx("record_operation", rules::fence, lease, Layout::OWN, |now| {
-            let items = vec![
-                fence(Expr::default(), lease.version(), now)
-                    .check(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
-                attempt_update(Expr::default())
-                    .set(item::OPERATION_ID, s(operation_id))
-                    .update(
-                        &self.table,
-                        item::key_of(pk.clone(), &item::attempt_sk(lease.version())),
-                    ),
-            ];
-            (items, ())
-        })
-        .await
+        self.record_operation_items(lease, operation_id, &[]).await
     }
 
     async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {

@@ -212,9 +212,29 @@ impl DynamoStore {
         layout: Layout,
         items: impl Fn(OffsetDateTime) -> (Vec<TransactWriteItem>, T),
     ) -> Result<Fenced<T>> {
+        self.fenced_tx_with(op, check, lease, layout, &[], items).await
+    }
+
+    /// [`fenced_tx`](Self::fenced_tx) with the application's `extra` items
+    /// after taskfence's own (when there are any, they set the layout).
+    pub(super) async fn fenced_tx_with<T>(
+        &self,
+        op: &'static str,
+        check: LeaseCheck,
+        lease: &Lease,
+        layout: Layout,
+        extra: &[TransactWriteItem],
+        items: impl Fn(OffsetDateTime) -> (Vec<TransactWriteItem>, T),
+    ) -> Result<Fenced<T>> {
         for _ in 0..RACE_RETRIES {
             let now = self.now();
-            let (items, value) = items(now);
+            let (mut items, value) = items(now);
+            let layout = if extra.is_empty() {
+                layout
+            } else {
+                Layout::extra_from(items.len())
+            };
+            items.extend(extra.iter().cloned());
             match self.transact(op, items, layout).await? {
                 Tx::Written => return Ok(Fenced::Accepted(value)),
                 Tx::Refused(None) => return Err(Error::NotFound(lease.task_id())),

@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::task::TaskId;
 use crate::wire::Stamp;
 
+use super::site::Site;
 use super::{PgStore, db, ops};
 
 /// A dispatch round on PostgreSQL: its transaction, which holds the row
@@ -92,6 +93,6 @@ impl OutboxBackend for PgStore {
     /// still pending (with a handoff of its own), checked in the same
     /// statement.
     async fn write_handoffs(&self, ids: &[TaskId]) -> Result<u64> {
-        ops::redispatch(&self.sql, &mut *self.acquire().await?, ids).await
+        ops::redispatch(&self.sql, &mut *self.conn().await?, ids).await
     }
 }

@@ -1,6 +1,7 @@
 //! [`PgFixture`]: the conformance [`Fixture`] for [`PgStore`] on a real
 //! PostgreSQL server, one fresh schema per fixture so tests run in parallel;
-//! and [`TempSchema`], the schema that drops itself, which it is built on.
+//! [`PgTxFixture`], the same store on one transaction (`PgStore::on`); and
+//! [`TempSchema`], the schema that drops itself, which they are built on.
 //! Re-exported from [`crate::testing`] (features `postgres` and `testing`).
 
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 
+use super::site::Site;
 use crate::inspect::Inspect;
-use crate::postgres::PgStore;
+use crate::postgres::{PgConnStore, PgStore};
 use crate::store::{Fenced, Lease, TaskStore};
 use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
 
@@ -194,16 +196,8 @@ impl Fixture for PgFixture {
 
     async fn advance(&self, by: Duration) {
         let mut offset = self.offset.lock().await;
-        // Round up to the server's microsecond: the clock moves by at least `by`.
-        *offset += Duration::from_micros(u64::try_from(by.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX));
-        let sql = format!(
-            "CREATE OR REPLACE FUNCTION \"{}\".store_clock() RETURNS timestamptz
-                 LANGUAGE sql VOLATILE PARALLEL SAFE
-                 AS $$ SELECT clock_timestamp() + interval '{} microseconds' $$",
-            self.schema(),
-            offset.as_micros()
-        );
-        sqlx::raw_sql(AssertSqlSafe(sql))
+        *offset += round_up_to_micros(by);
+        sqlx::raw_sql(AssertSqlSafe(clock_at(self.schema(), *offset)))
             .execute(self.store.pool())
             .await
             .expect("move the store clock");
@@ -245,7 +239,7 @@ impl OutboxFixture for PgFixture {
 }
 
 /// The application's rows live in `app_rows` of the fixture's schema,
-/// written in one transaction with [`fence`](crate::postgres::OnConnection::fence):
+/// written in one transaction with [`fence`](crate::postgres::PgConnStore::fence):
 /// the row goes first, so a refused fence shows the rollback.
 #[async_trait]
 impl FencedWritesFixture for PgFixture {
@@ -279,6 +273,106 @@ impl FencedWritesFixture for PgFixture {
             .fetch_all(self.store.pool())
             .await
             .unwrap_or_default()
+    }
+}
+
+/// A [`Fixture`] whose store is a [`PgFixture`]'s store on one open
+/// transaction ([`PgStore::on`]): every operation of a suite runs as
+/// statements of that transaction, which is never committed (dropping the
+/// fixture closes its connection, which rolls it back). The record count is
+/// read inside the transaction too, so a suite's "nothing written" checks see
+/// its uncommitted writes, and the clock is moved inside it.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() {
+/// use taskfence::testing::{Fixture, PgFixture, PgTxFixture};
+/// let fixture = PgTxFixture::new(PgFixture::connect("postgres://postgres@127.0.0.1:5432/test").await).await;
+/// assert_eq!(fixture.record_count().await, 0);
+/// # }
+/// ```
+pub struct PgTxFixture {
+    // First: dropped before the schema, it closes the connection (a rollback).
+    store: Arc<PgConnStore<'static>>,
+    offset: tokio::sync::Mutex<Duration>,
+    base: PgFixture,
+}
+
+impl std::fmt::Debug for PgTxFixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTxFixture")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgTxFixture {
+    /// `base`'s store on a connection of its own, in a transaction begun now.
+    ///
+    /// # Panics
+    ///
+    /// When the connection cannot be made or the transaction begun.
+    pub async fn new(base: PgFixture) -> Self {
+        let options: PgConnectOptions = base.url().parse().expect("a valid PostgreSQL URL");
+        let conn = options
+            .disable_statement_logging()
+            .connect()
+            .await
+            .expect("connect the transaction fixture");
+        let store = PgConnStore::owning(base.pg_store().clone(), conn)
+            .await
+            .expect("begin the transaction");
+        Self {
+            store: Arc::new(store),
+            offset: tokio::sync::Mutex::new(Duration::ZERO),
+            base,
+        }
+    }
+
+    /// The fixture the store and its schema come from (its pool sees only
+    /// what the transaction has not yet written).
+    pub fn base(&self) -> &PgFixture {
+        &self.base
+    }
+}
+
+#[async_trait]
+impl Fixture for PgTxFixture {
+    fn store(&self) -> Arc<dyn TaskStore> {
+        self.store.clone()
+    }
+
+    /// Moves the clock inside the transaction: a connection that already
+    /// holds its locks does not take in another session's redefinition of
+    /// `store_clock()` until its transaction ends, and this one never ends.
+    async fn advance(&self, by: Duration) {
+        let mut offset = self.offset.lock().await;
+        *offset += round_up_to_micros(by);
+        let mut conn = self.store.conn().await.expect("the transaction's connection");
+        sqlx::raw_sql(AssertSqlSafe(clock_at(self.base.schema(), *offset)))
+            .execute(&mut *conn)
+            .await
+            .expect("move the store clock");
+    }
+
+    async fn record_count(&self) -> u64 {
+        let s = self.base.schema();
+        let mut conn = self.store.conn().await.expect("the transaction's connection");
+        let n: i64 = sqlx::query(AssertSqlSafe(format!(
+            "SELECT (SELECT count(*) FROM \"{s}\".tasks) + (SELECT count(*) FROM \"{s}\".attempts)
+                  + (SELECT count(*) FROM \"{s}\".handoffs) + (SELECT count(*) FROM \"{s}\".reopenings)
+                  + (SELECT count(*) FROM \"{s}\".effects)"
+        )))
+        .fetch_one(&mut *conn)
+        .await
+        .expect("count rows")
+        .get(0);
+        u64::try_from(n).expect("a count is not negative")
+    }
+}
+
+impl InspectFixture for PgTxFixture {
+    fn inspector(&self) -> Arc<dyn Inspect> {
+        self.store.clone()
     }
 }
 
@@ -383,6 +477,21 @@ impl Drop for TempSchema {
         });
         let _ = dropper.join();
     }
+}
+
+/// Redefines `schema`'s store clock as `clock_timestamp()` plus `offset`.
+fn clock_at(schema: &str, offset: Duration) -> String {
+    format!(
+        "CREATE OR REPLACE FUNCTION \"{schema}\".store_clock() RETURNS timestamptz
+             LANGUAGE sql VOLATILE PARALLEL SAFE
+             AS $$ SELECT clock_timestamp() + interval '{} microseconds' $$",
+        offset.as_micros()
+    )
+}
+
+/// `by` rounded up to the server's microsecond: the clock moves by at least `by`.
+fn round_up_to_micros(by: Duration) -> Duration {
+    Duration::from_micros(u64::try_from(by.as_nanos().div_ceil(1000)).unwrap_or(u64::MAX))
 }
 
 fn unix_secs() -> u64 {

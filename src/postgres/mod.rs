@@ -35,11 +35,13 @@
 //!   plain guarded `UPDATE` would not, when the lock holder only locked the
 //!   row. The argument step by step, the SQL and the plans at 10⁶ rows are in
 //!   `docs/POSTGRES.md` in the repository.
-//! - **Inside the caller's transaction.** [`PgStore::on`] gives every
-//!   operation on a `&mut PgConnection` — typically `&mut *tx` — so the
-//!   application's own writes and the task's commit or roll back together
-//!   ([`OnConnection`]). The pool path runs the same code on a pooled
-//!   connection. Use Read Committed (PostgreSQL's default): under Repeatable
+//! - **Inside the caller's transaction.** [`PgStore::on`] gives the store on
+//!   a `&mut PgConnection` — typically `&mut tx` — as a [`PgConnStore`]: a
+//!   [`TaskStore`](crate::TaskStore) and [`Inspect`](crate::inspect::Inspect)
+//!   with every operation, so the application's own writes and the task's
+//!   commit or roll back together. The pool path runs the same code on a
+//!   pooled connection; [`PgConnStore`] says what running inside the
+//!   caller's transaction means for locks, leases and rollback. Use Read Committed (PostgreSQL's default): under Repeatable
 //!   Read a concurrent update surfaces as a serialization failure
 //!   ([`Error::Storage`]).
 //! - **The handoff.** [`submit`](crate::TaskStore::submit) writes a handoff
@@ -57,9 +59,11 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
-//! | `store` | [`PgStore`], [`PgStoreBuilder`], the pool path of every operation |
-//! | `conn` | [`OnConnection`]: every operation on the caller's connection |
-//! | `ops` | the operations themselves, on one connection, input already checked |
+//! | `store` | [`PgStore`], [`PgStoreBuilder`] |
+//! | `conn` | [`PgConnStore`]: the store on the caller's connection or transaction, and what running there means |
+//! | `site` | where the statements run: a pooled connection per operation, or the caller's |
+//! | `backend` | the one [`Backend`](crate::backend::Backend) / [`InspectBackend`](crate::backend::InspectBackend) implementation, for either site |
+//! | `ops` | the operations themselves, on one connection, input already checked, one job per file |
 //! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps under [`Outbox`](crate::dispatch::Outbox) (`dispatch`, `dispatch_batches`, `redispatch`) |
 //! | `schema` | [`DEFAULT_SCHEMA`], validated schema names |
 //! | `sql` | the statements, rendered per schema ([`PgStore::statements`]) |
@@ -69,6 +73,7 @@
 
 use crate::error::Error;
 
+mod backend;
 mod conn;
 mod dispatch;
 #[cfg(feature = "testing")]
@@ -78,10 +83,11 @@ mod ops;
 mod reads;
 mod row;
 mod schema;
+mod site;
 mod sql;
 mod store;
 
-pub use conn::OnConnection;
+pub use conn::PgConnStore;
 pub use migrate::{Migration, MigrationState, MigrationStatus, UpgradeNote, migrate};
 pub use reads::DEFAULT_READ_TIMEOUT;
 pub use schema::DEFAULT_SCHEMA;

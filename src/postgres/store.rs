@@ -1,28 +1,20 @@
-//! [`PgStore`]: the type, its builder, and the pool path of every operation
-//! (a pooled connection per call, then the same code as on the caller's
-//! connection, in `ops`).
+//! [`PgStore`]: the type and its builder. Its operations are the one
+//! backend implementation (`backend.rs`) on the pool (`site.rs`).
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool};
 
-use crate::backend::{Backend, InspectBackend};
-use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
-use crate::policy::Failure;
-use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
-use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
-use super::conn::OnConnection;
+use super::conn::PgConnStore;
 use super::schema::{DEFAULT_SCHEMA, Schema};
 use super::sql::Statements;
-use super::{db, migrate, ops, reads};
+use super::{db, migrate};
 
 /// The PostgreSQL [`TaskStore`](crate::TaskStore): durable, safe under any number of concurrent
 /// workers and API replicas, one round trip per operation.
@@ -254,18 +246,17 @@ impl PgStore {
         Ok(())
     }
 
-    /// Every operation on the caller's connection or transaction (typically
-    /// `&mut *tx`): the application's own writes and the task's change
-    /// commit or roll back together. It runs exactly the code of the pool
-    /// path, with the same input checks and span.
-    ///
-    /// Use Read Committed (PostgreSQL's default): under Repeatable Read a
-    /// concurrent update surfaces as a serialization failure
-    /// ([`Error::Storage`]). A fenced write holds the task's row lock until
-    /// the caller commits: keep such a transaction short.
+    /// This store on the caller's connection or transaction (typically
+    /// `&mut tx`): a [`TaskStore`](crate::TaskStore) and
+    /// [`Inspect`](crate::inspect::Inspect) whose every operation runs there,
+    /// so the application's own writes and the task's change commit or roll
+    /// back together. It runs exactly the code of the pool path, with the
+    /// same input checks and span; what running inside the caller's
+    /// transaction means (locks, leases, rollback) is on [`PgConnStore`].
     ///
     /// ```no_run
     /// # async fn f(store: taskfence::PgStore, new: taskfence::NewTask) -> Result<(), Box<dyn std::error::Error>> {
+    /// use taskfence::TaskStore;
     /// let mut tx = store.pool().begin().await?;
     /// sqlx::query("INSERT INTO messages (id, body) VALUES ($1, $2)")
     ///     .bind(42_i64)
@@ -276,20 +267,13 @@ impl PgStore {
     /// tx.commit().await?; // message, task and handoff: all or nothing
     /// # Ok(()) }
     /// ```
-    pub fn on<'c>(&'c self, conn: &'c mut PgConnection) -> OnConnection<'c> {
-        OnConnection::new(self, conn)
-    }
-
-    /// A pooled connection, once the schema is known to be current.
-    pub(super) async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>> {
-        let mut conn = self.pool.acquire().await.map_err(db)?;
-        self.check_schema(&mut conn).await?;
-        Ok(conn)
+    pub fn on<'c>(&self, conn: &'c mut PgConnection) -> PgConnStore<'c> {
+        PgConnStore::new(self.clone(), conn)
     }
 
     /// [`Error::NotMigrated`] unless the schema's history reaches this
     /// library's latest migration. One read, until it passes once.
-    pub(super) async fn check_schema(&self, conn: &mut PgConnection) -> Result<()> {
+    pub(crate) async fn check_schema(&self, conn: &mut PgConnection) -> Result<()> {
         if self.migrated.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -317,137 +301,5 @@ impl PgStore {
                 fix: super::MIGRATE_FIX,
             }),
         }
-    }
-}
-
-/// The pool path: each operation on a pooled connection, by the same code
-/// as [`OnConnection`]'s.
-#[async_trait]
-impl Backend for PgStore {
-    async fn submit(&self, task: NewTask) -> Result<Submitted> {
-        ops::submit(&self.sql, &mut *self.acquire().await?, task).await
-    }
-
-    async fn get(&self, id: TaskId) -> Result<Option<Task>> {
-        ops::get(&self.sql, &mut *self.acquire().await?, id).await
-    }
-
-    async fn find(&self, key: &RequestKey) -> Result<Option<Task>> {
-        ops::find(&self.sql, &mut *self.acquire().await?, key).await
-    }
-
-    async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim> {
-        ops::claim(&self.sql, &mut *self.acquire().await?, id, request).await
-    }
-
-    async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
-        ops::renew(&self.sql, &mut *self.acquire().await?, lease, extend_by).await
-    }
-
-    async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
-        ops::complete(&self.sql, &mut *self.acquire().await?, lease, response).await
-    }
-
-    async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
-        ops::fail(&self.sql, &mut *self.acquire().await?, lease, failure).await
-    }
-
-    async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        ops::release(&self.sql, &mut *self.acquire().await?, lease).await
-    }
-
-    async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
-        ops::cancel(&self.sql, &mut *self.acquire().await?, id, reason).await
-    }
-
-    async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
-        ops::record_operation(&self.sql, &mut *self.acquire().await?, lease, operation_id).await
-    }
-
-    async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
-        ops::attempts(&self.sql, &mut *self.acquire().await?, id).await
-    }
-
-    async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
-        ops::begin_effect(&self.sql, &mut *self.acquire().await?, lease, name).await
-    }
-
-    async fn finish_effect(
-        &self,
-        lease: &Lease,
-        name: &str,
-        outcome: EffectOutcome,
-    ) -> Result<Fenced<Effect>> {
-        ops::finish_effect(&self.sql, &mut *self.acquire().await?, lease, name, &outcome).await
-    }
-
-    async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
-        ops::effects(&self.sql, &mut *self.acquire().await?, id).await
-    }
-
-    async fn reopen(&self, id: TaskId, request: ReopenRequest) -> Result<Fenced<Task>> {
-        ops::reopen(&self.sql, &mut *self.acquire().await?, id, request).await
-    }
-
-    async fn due(&self, limit: usize) -> Result<Vec<TaskId>> {
-        ops::due(&self.sql, &mut *self.acquire().await?, limit).await
-    }
-
-    async fn purge_expired(&self, limit: usize) -> Result<u64> {
-        ops::purge_expired(&self.sql, &mut *self.acquire().await?, limit).await
-    }
-
-    async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
-        ops::claim_many(&self.sql, &mut *self.acquire().await?, ids, request).await
-    }
-
-    async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
-        ops::complete_many(&self.sql, &mut *self.acquire().await?, completions).await
-    }
-
-    async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
-        ops::claim_next(&self.sql, &mut *self.acquire().await?, request).await
-    }
-
-    async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
-        ops::renew_many(&self.sql, &mut *self.acquire().await?, leases, extend_by).await
-    }
-}
-
-#[async_trait]
-impl InspectBackend for PgStore {
-    async fn list(&self, query: &TaskQuery) -> Result<Page> {
-        let mut conn = self.acquire().await?;
-        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
-        let page = ops::list(&self.sql, &mut tx, query).await;
-        reads::finish(tx, page, self.read_timeout).await
-    }
-
-    async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
-        let mut conn = self.acquire().await?;
-        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
-        let counts = ops::counts(&self.sql, &mut tx, scope).await;
-        reads::finish(tx, counts, self.read_timeout).await
-    }
-
-    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
-        let mut conn = self.acquire().await?;
-        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
-        let counts = reads::counts_up_to(&self.sql, &mut tx, scope, cap).await;
-        reads::finish(tx, counts, self.read_timeout).await
-    }
-
-    async fn story(&self, id: TaskId) -> Result<Option<Story>> {
-        let mut conn = self.acquire().await?;
-        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
-        let story = ops::story(&self.sql, &mut tx, id).await;
-        reads::finish(tx, story, self.read_timeout).await
-    }
-
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
-        let mut conn = self.acquire().await?;
-        let mut tx = reads::begin(&mut conn, self.read_timeout).await?;
-        let stranded = ops::stranded(&self.sql, &mut tx, older_than, limit).await;
-        reads::finish(tx, stranded, self.read_timeout).await
     }
 }

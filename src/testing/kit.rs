@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::policy::Failure;
 use crate::store::{Claim, ClaimRequest, Fenced, Lease, Retry, TaskStore};
-use crate::task::{InputHash, NewTask, RequestKey, TaskId};
+use crate::task::{InputHash, NewTask, RequestKey, Task, TaskId};
 
 /// The lease the helpers claim with.
 ///
@@ -155,6 +155,33 @@ pub fn one_winner<T: Won + Debug>(answers: &[T], what: &str) -> usize {
     let winners: Vec<usize> = (0..answers.len()).filter(|&i| answers[i].won()).collect();
     assert_eq!(winners.len(), 1, "{what}: exactly one must win, got {answers:#?}");
     winners[0]
+}
+
+/// A lease the store never granted: `granted`'s attempt, worker and expiry
+/// claiming `task` as its assignment (another version, another task). A
+/// test hands it to a store to see it refused; a store never builds one.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+/// use taskfence::{Rejection, Response, TaskStore};
+/// use taskfence::testing::{acquire, forged_lease, new_task};
+/// let store = taskfence::MemoryStore::new();
+/// let task = store.submit(new_task("k")).await?.into_task();
+/// let granted = acquire(&store, task.id, "w").await;
+/// let mut never_granted = granted.task().clone();
+/// never_granted.version = 7;
+/// let forged = forged_lease(never_granted, &granted);
+/// let refused = store.complete(forged, Response::from("forged")).await?;
+/// assert_eq!(refused.rejection(), Some(&Rejection::Superseded { current_version: 1 }));
+/// # Ok(()) }
+/// ```
+pub fn forged_lease(task: Task, granted: &Lease) -> Lease {
+    Lease::new(
+        task,
+        granted.attempt_id(),
+        granted.worker().to_owned(),
+        granted.expires_at(),
+    )
 }
 
 /// One multi-thread runtime per test binary, for synchronous test bodies

@@ -18,7 +18,7 @@
 //! | [`conformance_suite!`], [`inspection_suite!`], [`dispatch_suite!`] | one test per scenario of [`scenarios`] |
 //! | [`model_suite!`] | random interleavings checked against the reference [`model`], plus its kept counterexamples |
 //! | [`new_task`], [`acquire`], [`fail_accepted`], [`one_winner`], [`race`], [`runtime`] | the test kit |
-//! | [`MemoryFixture`], `PgFixture`, `TempSchema`, `DynamoFixture` | fixtures of this crate's backends |
+//! | [`MemoryFixture`], `PgFixture`, `PgTxFixture` (the store on one open transaction), `TempSchema`, `DynamoFixture` | fixtures of this crate's backends |
 //! | [`Fixture`], [`InspectFixture`], [`OutboxFixture`], [`FencedWritesFixture`] | what a backend gives each suite: a store, its queries, its outbox, the application's fenced writes |
 //!
 //! The expression is a future, evaluated once per test, that yields a value
@@ -46,7 +46,8 @@ pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
 pub use crate::__model_suite as model_suite;
 pub use kit::{
-    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, key, new_task, one_winner, request, runtime,
+    LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, forged_lease, key, new_task, one_winner, request,
+    runtime,
 };
 
 #[doc(hidden)]
@@ -57,7 +58,7 @@ pub use proptest as __proptest;
 pub use crate::dynamodb::fixture::DynamoFixture;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use crate::postgres::fixture::{PgFixture, TempSchema};
+pub use crate::postgres::fixture::{PgFixture, PgTxFixture, TempSchema};
 
 /// What a backend gives the conformance suite.
 ///

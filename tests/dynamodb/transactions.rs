@@ -265,3 +265,165 @@ async fn the_applications_writes_land_only_under_a_current_lease() {
     );
     app.delete().await;
 }
+
+/// The handle is a `TaskStore`: `fail`, `release` and `record_operation`
+/// carry the items like `submit` and `complete` (both or neither), and the
+/// reads run on the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_release_and_record_operation_carry_the_items_or_write_nothing() {
+    let f = dynamo::fixture().await;
+    let store = f.dynamo_store();
+    let app = AppTable::new(&f).await;
+    let task = store.submit(new_task("k1")).await.unwrap().into_task();
+
+    let lease = acquire(store, task.id, "w1").await;
+    let handle = store.with(vec![app.put_new("op-1", "provider call")]);
+    assert!(
+        handle
+            .record_operation(&lease, "resp_1")
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(app.body("op-1").await.as_deref(), Some("provider call"));
+    assert_eq!(
+        handle.get(task.id).await.unwrap().unwrap().status,
+        Status::Running,
+        "reads run on the store"
+    );
+    assert_eq!(
+        store.attempts(task.id).await.unwrap()[0].operation_id.as_deref(),
+        Some("resp_1")
+    );
+
+    let released = store
+        .with(vec![app.put_new("release-1", "handed back")])
+        .release(lease.clone())
+        .await
+        .unwrap();
+    assert!(released.is_accepted());
+    assert_eq!(app.body("release-1").await.as_deref(), Some("handed back"));
+
+    // A refused write (the lease was released) writes none of the items.
+    let stale = store
+        .with(vec![app.put_new("fail-stale", "late")])
+        .fail(lease, taskfence::Failure::retryable("429"))
+        .await
+        .unwrap();
+    assert!(stale.rejection().is_some(), "{stale:?}");
+    assert_eq!(app.body("fail-stale").await, None, "nothing of a refused write");
+
+    let lease = acquire(store, task.id, "w2").await;
+    let failed = store
+        .with(vec![app.put_new("fail-1", "gave up")])
+        .fail(lease, taskfence::Failure::permanent("bad input"))
+        .await
+        .unwrap();
+    assert!(failed.is_accepted());
+    assert_eq!(app.body("fail-1").await.as_deref(), Some("gave up"));
+    assert_eq!(store.get(task.id).await.unwrap().unwrap().status, Status::Failed);
+    app.delete().await;
+}
+
+/// What no single `TransactWriteItems` with the items can make is refused
+/// with `InvalidInput::CannotCarryItems`, writes nothing and leaves the items
+/// for the next write; the items go with one write only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_that_cannot_carry_the_items_are_refused_and_write_nothing() {
+    use std::time::Duration;
+    use taskfence::error::InvalidInput;
+    use taskfence::{ClaimNext, ClaimRequest};
+
+    fn cannot_carry<T: std::fmt::Debug>(r: taskfence::Result<T>, op: &str) {
+        match r {
+            Err(Error::InvalidInput(InvalidInput::CannotCarryItems { operation, .. })) => {
+                assert_eq!(operation, op);
+            }
+            other => panic!("{op}: expected CannotCarryItems, got {other:?}"),
+        }
+    }
+
+    let f = dynamo::fixture().await;
+    let store = f.dynamo_store();
+    let app = AppTable::new(&f).await;
+    let task = store.submit(new_task("k1")).await.unwrap().into_task();
+    let other = store.submit(new_task("k2")).await.unwrap().into_task();
+    let mut lease = acquire(store, task.id, "w").await;
+    let before = f.record_count().await;
+    let request = || ClaimRequest::new("w", Duration::from_secs(30));
+
+    let handle = store.with(vec![app.put_new("reply-1", "mine")]);
+    cannot_carry(handle.claim(other.id, request()).await, "claim");
+    cannot_carry(handle.claim_many(&[other.id], request()).await, "claim_many");
+    cannot_carry(
+        handle
+            .claim_next(ClaimNext::new("w", Duration::from_secs(30), 1))
+            .await,
+        "claim_next",
+    );
+    cannot_carry(handle.renew(&mut lease, Duration::from_secs(30)).await, "renew");
+    cannot_carry(
+        handle
+            .renew_many(std::slice::from_mut(&mut lease), Duration::from_secs(30))
+            .await,
+        "renew_many",
+    );
+    cannot_carry(handle.cancel(other.id, "no").await, "cancel");
+    cannot_carry(
+        handle
+            .reopen(other.id, taskfence::store::ReopenRequest::new("op", "why"))
+            .await,
+        "reopen",
+    );
+    cannot_carry(handle.begin_effect(&lease, "notify").await, "begin_effect");
+    cannot_carry(
+        handle
+            .finish_effect(&lease, "notify", taskfence::effect::EffectOutcome::done("x"))
+            .await,
+        "finish_effect",
+    );
+    cannot_carry(
+        handle
+            .complete_many(vec![(lease.clone(), Response::from("a"))])
+            .await,
+        "complete_many",
+    );
+    cannot_carry(handle.purge_expired(10).await, "purge_expired");
+    assert_eq!(
+        f.record_count().await,
+        before,
+        "no refused operation wrote anything"
+    );
+    assert_eq!(app.body("reply-1").await, None);
+    assert_eq!(
+        store.get(other.id).await.unwrap().unwrap().status,
+        Status::Pending
+    );
+
+    // The items are still there for the one write that carries them…
+    let saved = handle
+        .complete(lease.clone(), Response::from("answer"))
+        .await
+        .unwrap();
+    assert!(saved.is_accepted());
+    assert_eq!(app.body("reply-1").await.as_deref(), Some("mine"));
+    // …and only for it.
+    cannot_carry(handle.submit(new_task("k3")).await, "submit");
+    assert!(store.find(&new_task("k3").key).await.unwrap().is_none());
+    app.delete().await;
+}
+
+/// Code written against any store — here `metrics::observe` — makes the
+/// write that carries the items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observed_handle_carries_the_items() {
+    let f = dynamo::fixture().await;
+    let store = f.dynamo_store();
+    let app = AppTable::new(&f).await;
+    let observed = taskfence::metrics::observe(store.with(vec![app.put_new("msg-1", "hello")]));
+    let as_store: &dyn TaskStore = &observed;
+    let task = as_store.submit(new_task("send-1")).await.unwrap().into_task();
+    assert_eq!(app.body("msg-1").await.as_deref(), Some("hello"));
+    assert_eq!(store.get(task.id).await.unwrap().unwrap().status, Status::Pending);
+    app.delete().await;
+}

@@ -17,6 +17,7 @@ mod lost_ack;
 mod migrations;
 mod model;
 mod notify;
+mod on_transaction;
 mod plans;
 mod purge;
 mod races;

@@ -215,7 +215,7 @@ macro_rules! rolls_back {
         let store = $f.pg_store();
         let mut tx = store.pool().begin().await.unwrap();
         let answer = {
-            let mut $on = store.on(&mut tx);
+            let $on = store.on(&mut tx);
             $op.await.unwrap_or_else(|e| panic!("{}: {e}", $name))
         };
         let $task = store.on(&mut tx).get($id).await.unwrap();

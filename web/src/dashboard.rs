@@ -16,12 +16,30 @@ use crate::{assets, pages, request};
 /// HTTP is hopeless.
 pub const MIN_TOKEN_LEN: usize = 16;
 
+/// The fewest distinct characters an action token must have: `aaaa…` or
+/// `abababab…` is refused however long it is.
+pub const MIN_TOKEN_DISTINCT: usize = 8;
+
+/// The least estimated entropy of an action token, in bits: its length
+/// times the Shannon entropy of its characters' frequencies. Sixteen
+/// distinct characters (`0123456789abcdef`) give 64 bits; 20 random
+/// characters of a base64 or hex alphabet give more.
+pub const MIN_TOKEN_BITS: f64 = 64.0;
+
+/// How long a sign-in lasts unless [`Dashboard::session_lifetime`] says otherwise.
+pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(8 * 60 * 60);
+
 /// The dashboard of one store: its settings, then [`router`](Self::router).
 ///
 /// Read-only unless given an [action token](Self::action_token): without
-/// one, reopen, cancel and redispatch are refused (403) whoever asks. The
-/// router has no authentication of its own beyond that token: mount it
-/// behind the application's (a `tower` layer, a reverse proxy).
+/// one, reopen, cancel and redispatch are refused (403) whoever asks.
+/// Task data — payloads, saved responses, request keys, errors — is shown
+/// only to a browser signed in with that token, unless the dashboard opts
+/// into [open reads](Self::open_reads); anyone who can reach it sees the
+/// counts, statuses, scopes, operations and timings. Serve it on a loopback
+/// address, or behind TLS and the application's own authentication (a
+/// `tower` layer, a reverse proxy), and say so with
+/// [`served_over_tls`](Self::served_over_tls).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -41,6 +59,9 @@ pub struct Dashboard {
     store: Arc<dyn Inspect>,
     redispatch: Option<Arc<dyn Redispatch>>,
     token: Option<String>,
+    open_reads: bool,
+    session_lifetime: Duration,
+    tls: bool,
     stranded_after: Duration,
     refresh: Duration,
     concurrent_reads: usize,
@@ -52,6 +73,9 @@ impl std::fmt::Debug for Dashboard {
         f.debug_struct("Dashboard")
             .field("redispatch", &self.redispatch.is_some())
             .field("actions", &self.token.is_some())
+            .field("open_reads", &self.open_reads)
+            .field("session_lifetime", &self.session_lifetime)
+            .field("served_over_tls", &self.tls)
             .field("stranded_after", &self.stranded_after)
             .field("refresh", &self.refresh)
             .field("concurrent_reads", &self.concurrent_reads)
@@ -72,6 +96,9 @@ impl Dashboard {
             store,
             redispatch: None,
             token: None,
+            open_reads: false,
+            session_lifetime: DEFAULT_SESSION_LIFETIME,
+            tls: false,
             stranded_after: Duration::from_secs(15 * 60),
             refresh: Duration::from_secs(10),
             concurrent_reads: crate::gate::DEFAULT_CONCURRENT_READS,
@@ -107,14 +134,17 @@ impl Dashboard {
     }
 
     /// Enables the actions for whoever signs in with `token` (and passes the
-    /// CSRF check every action form carries). At least [`MIN_TOKEN_LEN`]
-    /// characters; read it from the environment or a secret store, never
-    /// from source code.
+    /// CSRF check every action form carries), and shows them the task
+    /// data. Checked by [`check_action_token`]: at least [`MIN_TOKEN_LEN`]
+    /// characters, [`MIN_TOKEN_DISTINCT`] distinct ones and
+    /// [`MIN_TOKEN_BITS`] of estimated entropy. Read it from the
+    /// environment or a secret store, never from source code.
     ///
     /// ```
     /// # use std::sync::Arc;
     /// let store = Arc::new(taskfence::MemoryStore::new());
     /// assert!(taskfence_web::Dashboard::new(store.clone()).action_token("short").is_err());
+    /// assert!(taskfence_web::Dashboard::new(store.clone()).action_token("a".repeat(16)).is_err());
     /// assert!(taskfence_web::Dashboard::new(store).action_token("0123456789abcdef").is_ok());
     /// ```
     pub fn action_token(mut self, token: impl Into<String>) -> Result<Self, ConfigError> {
@@ -122,6 +152,49 @@ impl Dashboard {
         check_action_token(&token)?;
         self.token = Some(token);
         Ok(self)
+    }
+
+    /// Shows task data — payloads, saved responses, request keys, errors —
+    /// to everyone who can reach the dashboard, signed in or not. Off by
+    /// default: turn it on only where the network or a proxy in front
+    /// already limits who that is.
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// // Behind the application's own authentication layer.
+    /// let dashboard = taskfence_web::Dashboard::new(store).open_reads();
+    /// ```
+    pub fn open_reads(mut self) -> Self {
+        self.open_reads = true;
+        self
+    }
+
+    /// How long a sign-in lasts (default [`DEFAULT_SESSION_LIFETIME`], 8
+    /// hours; at least a second, at most a year). Signing out ends it sooner.
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).session_lifetime(std::time::Duration::from_secs(3600));
+    /// ```
+    pub fn session_lifetime(mut self, lifetime: Duration) -> Self {
+        self.session_lifetime = lifetime.clamp(Duration::from_secs(1), Duration::from_secs(365 * 86_400));
+        self
+    }
+
+    /// Says that browsers reach the dashboard over HTTPS (directly or
+    /// through a TLS-terminating proxy): the session cookie is then
+    /// `Secure` and named `__Host-taskfence_session` (so `Path=/`). The
+    /// router cannot tell by itself — behind a proxy every request it sees
+    /// is plain HTTP — so it is told. Do not set it for plain HTTP: the
+    /// browser would drop the cookie and no one could sign in.
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).served_over_tls(true);
+    /// ```
+    pub fn served_over_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// How the redispatch action hands tasks off again (PostgreSQL: the
@@ -142,14 +215,15 @@ impl Dashboard {
     }
 
     /// How long a pending task may wait unclaimed after its handoff before
-    /// the overview counts it as stranded (default 15 minutes; at least a second).
+    /// the overview counts it as stranded (default 15 minutes; at least a
+    /// second, at most [`MAX_AGE`](crate::age::MAX_AGE)).
     ///
     /// ```
     /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
     /// let dashboard = taskfence_web::Dashboard::new(store).stranded_after(std::time::Duration::from_secs(300));
     /// ```
     pub fn stranded_after(mut self, after: Duration) -> Self {
-        self.stranded_after = after.max(Duration::from_secs(1));
+        self.stranded_after = after.clamp(Duration::from_secs(1), crate::age::MAX_AGE);
         self
     }
 
@@ -192,7 +266,9 @@ impl Dashboard {
         let shared = Arc::new(Shared {
             store: self.store,
             redispatch: self.redispatch,
-            auth: self.token.as_deref().map(Auth::new),
+            auth: self.token.as_deref().map(|t| Auth::new(t, self.session_lifetime)),
+            open_reads: self.open_reads,
+            tls: self.tls,
             stranded_after: self.stranded_after,
             refresh: self.refresh,
             reads: crate::gate::ReadGate::new(self.concurrent_reads),
@@ -240,10 +316,18 @@ pub const DEFAULT_COUNT_CAP: u64 = 10_000;
 /// Whether [`Dashboard::action_token`] would take `token`: a tool can check
 /// its configuration before it connects to a store.
 ///
+/// The checks, in order: at least [`MIN_TOKEN_LEN`] characters, no control
+/// characters, at least [`MIN_TOKEN_DISTINCT`] distinct characters, and at
+/// least [`MIN_TOKEN_BITS`] of estimated entropy ([`token_bits`]). They
+/// catch a placeholder or a pattern, not a well-chosen word: draw the
+/// token at random (`openssl rand -base64 32`).
+///
 /// ```
+/// use taskfence_web::ConfigError;
 /// use taskfence_web::dashboard::check_action_token;
 /// assert!(check_action_token("0123456789abcdef").is_ok());
 /// assert!(check_action_token("0123456789abcdef\n").is_err());
+/// assert!(matches!(check_action_token("aaaaaaaaaaaaaaaa"), Err(ConfigError::TokenTooPredictable { .. })));
 /// ```
 pub fn check_action_token(token: &str) -> Result<(), ConfigError> {
     if token.chars().count() < MIN_TOKEN_LEN {
@@ -252,7 +336,42 @@ pub fn check_action_token(token: &str) -> Result<(), ConfigError> {
     if token.chars().any(char::is_control) {
         return Err(ConfigError::TokenNotPrintable);
     }
+    let mut distinct: Vec<char> = token.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let bits = token_bits(token);
+    if distinct.len() < MIN_TOKEN_DISTINCT || bits < MIN_TOKEN_BITS {
+        return Err(ConfigError::TokenTooPredictable {
+            distinct: distinct.len(),
+            bits: bits.floor() as u32,
+        });
+    }
     Ok(())
+}
+
+/// A token's estimated entropy in bits: its length times the Shannon
+/// entropy of its characters' frequencies. An upper bound for a pattern or
+/// a word, a fair estimate for random characters.
+///
+/// ```
+/// use taskfence_web::dashboard::token_bits;
+/// assert_eq!(token_bits("aaaaaaaaaaaaaaaa"), 0.0);
+/// assert_eq!(token_bits("0123456789abcdef"), 64.0);
+/// ```
+pub fn token_bits(token: &str) -> f64 {
+    let mut counts = std::collections::HashMap::<char, usize>::new();
+    for c in token.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    let len = token.chars().count() as f64;
+    let per_char: f64 = counts
+        .values()
+        .map(|&n| {
+            let p = n as f64 / len;
+            -p * p.log2()
+        })
+        .sum();
+    (per_char * len).max(0.0)
 }
 
 /// What every handler reads: the store, the optional redispatcher and
@@ -261,12 +380,27 @@ pub(crate) struct Shared {
     pub(crate) store: Arc<dyn Inspect>,
     pub(crate) redispatch: Option<Arc<dyn Redispatch>>,
     pub(crate) auth: Option<Auth>,
+    /// Task data shown to everyone, signed in or not.
+    pub(crate) open_reads: bool,
+    /// Browsers reach the dashboard over HTTPS.
+    pub(crate) tls: bool,
     pub(crate) stranded_after: Duration,
     pub(crate) refresh: Duration,
     /// The permits of the pages that read the store.
     pub(crate) reads: crate::gate::ReadGate,
     /// The overview's count cap.
     pub(crate) count_cap: u64,
+}
+
+impl Shared {
+    /// The session cookie's name: `__Host-` prefixed over TLS.
+    pub(crate) fn cookie_name(&self) -> &'static str {
+        if self.tls {
+            crate::auth::TLS_COOKIE
+        } else {
+            crate::auth::COOKIE
+        }
+    }
 }
 
 /// A setting the dashboard refuses.
@@ -288,4 +422,17 @@ pub enum ConfigError {
     /// The action token contains control characters (a newline from a file, say).
     #[error("the action token must not contain control characters (a trailing newline?)")]
     TokenNotPrintable,
+    /// The action token is a pattern, not a secret: fewer than
+    /// [`MIN_TOKEN_DISTINCT`] distinct characters or less than
+    /// [`MIN_TOKEN_BITS`] of estimated entropy.
+    #[error(
+        "the action token is too predictable ({distinct} distinct characters, about {bits} bits; \
+         at least {MIN_TOKEN_DISTINCT} and {MIN_TOKEN_BITS} bits needed): draw it at random, e.g. openssl rand -base64 32"
+    )]
+    TokenTooPredictable {
+        /// How many distinct characters it has.
+        distinct: usize,
+        /// Its estimated entropy in whole bits ([`token_bits`]).
+        bits: u32,
+    },
 }

@@ -24,6 +24,11 @@ pub(crate) enum PageError {
     },
     /// 403: the dashboard was started without an action token.
     ReadOnly,
+    /// 403: the page shows task data, which needs sign-in, and no one can
+    /// sign in (no action token, no open reads).
+    TaskDataHidden,
+    /// 429: too many wrong tokens; sign-in is closed for this long.
+    Throttled(std::time::Duration),
     /// 403: the form's CSRF value is missing or forged.
     Csrf,
     /// 409: the store refused the change; the typed reason.
@@ -51,7 +56,8 @@ impl PageError {
             PageError::NotFound(_) => StatusCode::NOT_FOUND,
             PageError::BadRequest(_) => StatusCode::BAD_REQUEST,
             PageError::SignInRequired { .. } => StatusCode::UNAUTHORIZED,
-            PageError::ReadOnly | PageError::Csrf => StatusCode::FORBIDDEN,
+            PageError::ReadOnly | PageError::Csrf | PageError::TaskDataHidden => StatusCode::FORBIDDEN,
+            PageError::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             PageError::Refused { .. } => StatusCode::CONFLICT,
             PageError::Unavailable | PageError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -99,6 +105,14 @@ impl IntoResponse for PageError {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(crate::gate::RETRY_AFTER_SECS),
+            );
+        }
+        if let PageError::Throttled(wait) = &self {
+            // Whole seconds, rounded up: never "retry after 0".
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs.max(1)),
             );
         }
         response.extensions_mut().insert(self);

@@ -103,6 +103,14 @@ pub(crate) fn error_page(ctx: &Ctx, error: &PageError) -> Html<String> {
                     "This dashboard is read-only: it was started without an action token, so it cannot reopen, cancel or redispatch. "
                     "Start it with one (" code { "TASKFENCE_WEB_TOKEN=… taskfence web" } ") to enable the actions."
                 },
+                PageError::TaskDataHidden => p {
+                    "This page shows task data (payloads, responses, request keys, errors), which only a signed-in "
+                    "operator may see; this dashboard was started without an action token, so no one can sign in. "
+                    "Start it with one, or with open reads where a proxy in front already limits who reaches it."
+                },
+                PageError::Throttled(wait) => p {
+                    "Too many wrong tokens: signing in is closed for " (span(*wait)) ". Try again then."
+                },
                 PageError::Csrf => p {
                     "The form's CSRF value is missing or does not match this session: nothing was changed. "
                     "Go back, reload the page and try again."
@@ -137,6 +145,16 @@ pub(crate) fn sign_in_form(ctx: &Ctx, next: &str) -> Markup {
             label { "Action token " input type="password" name="token" autocomplete="current-password" required autofocus; }
             button type="submit" { "Sign in" }
         }
+    }
+}
+
+/// `data` when this request may see task data, else a placeholder that
+/// says why it is hidden.
+pub(crate) fn private(ctx: &Ctx, data: Markup) -> Markup {
+    if ctx.sees_task_data() {
+        data
+    } else {
+        html! { span.muted.hidden title="Task data is shown to signed-in operators only" { "hidden: sign in to see" } }
     }
 }
 

@@ -4,6 +4,7 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
+//! | [`age`] | ages such as `15m` or `2d` for filters, bounded so date arithmetic cannot overflow (the command line reads them here too) |
 //! | [`dashboard`] | [`Dashboard`], the builder of the [`Router`](axum::Router), and [`ConfigError`] |
 //! | [`redispatch`] | [`Redispatch`]: how the redispatch action hands tasks off again |
 //!
@@ -11,6 +12,7 @@
 //! embedded stylesheet and script.
 #![forbid(unsafe_code)]
 
+pub mod age;
 mod assets;
 mod auth;
 pub mod dashboard;

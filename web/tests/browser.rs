@@ -176,11 +176,15 @@ async fn steps(
     base: &str,
     task: &taskfence::Task,
 ) -> Result<(), fantoccini::error::CmdError> {
-    // The overview, with the failure among the recent ones.
+    // The overview, with the failure among the recent ones; its error is
+    // task data, hidden until the operator signs in.
     client.goto(&format!("{base}/")).await?;
     let failures = wait(client).for_element(Locator::Css("#recent-failures")).await?;
-    assert!(failures.text().await?.contains("provider overloaded (529)"));
-    screenshot(client, "overview.png").await;
+    let text = failures.text().await?;
+    assert!(
+        text.contains("hidden: sign in to see") && !text.contains("provider overloaded (529)"),
+        "{text}"
+    );
 
     // Follow it to its timeline.
     let row = format!("#recent-failures a[href='/tasks/{}']", task.id);
@@ -216,6 +220,14 @@ async fn steps(
     assert!(flash.text().await?.contains("version 3"));
     let story = client.find(Locator::Css("#timeline")).await?.text().await?;
     assert!(story.contains("Reopened (#1) by alice@ops"), "{story}");
+
+    // Signed in, the overview shows the errors (of the failure still standing).
+    client.goto(&format!("{base}/")).await?;
+    let failures = wait(client).for_element(Locator::Css("#recent-failures")).await?;
+    let text = failures.text().await?;
+    assert!(text.contains("invalid_request: prompt too long"), "{text}");
+    screenshot(client, "overview.png").await;
+    client.goto(&format!("{base}/tasks/{}", task.id)).await?;
 
     // A worker takes it: the new version appears.
     let lease = acquire(store, task.id, "worker-3").await;

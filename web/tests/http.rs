@@ -28,7 +28,9 @@ async fn the_overview_counts_and_lists_failures() {
     failed(&*store, "tenant-1", "a", "provider said 529").await;
     completed(&*store, "tenant-2", "b", b"hi").await;
     pending(&*store, "tenant-2", "c").await;
-    let page = get(&router, "/", None).await;
+    // Errors are task data: shown to a signed-in operator.
+    let (cookie, _) = sign_in(&router, "").await;
+    let page = get(&router, "/", Some(&cookie)).await;
     page.page(StatusCode::OK, "provider said 529")
         .page(StatusCode::OK, r#"data-status="failed">1<"#)
         .page(StatusCode::OK, r#"data-status="pending">1<"#)
@@ -112,23 +114,32 @@ async fn find_by_id_or_request_key() {
     let task = failed(&*f.store(), "tenant-1", "key/with/slashes", "boom").await;
     let by_id = get(&router, &format!("/find?q={}", task.id), None).await;
     assert_eq!(by_id.location(), format!("/tasks/{}", task.id));
-    let by_key = get(
+    // A request key is task data: finding by one needs sign-in.
+    get(
         &router,
         "/find?q=tenant-1%2Fchat.reply%2Fkey%2Fwith%2Fslashes",
         None,
+    )
+    .await
+    .page(StatusCode::UNAUTHORIZED, "name=\"token\"");
+    let (cookie, _) = sign_in(&router, "").await;
+    let by_key = get(
+        &router,
+        "/find?q=tenant-1%2Fchat.reply%2Fkey%2Fwith%2Fslashes",
+        Some(&cookie),
     )
     .await;
     assert_eq!(by_key.location(), format!("/tasks/{}", task.id));
     get(&router, &format!("/find?q={}", TaskId::new()), None)
         .await
         .page(StatusCode::NOT_FOUND, "No task");
-    get(&router, "/find?q=tenant-1/chat.reply/other", None)
+    get(&router, "/find?q=tenant-1/chat.reply/other", Some(&cookie))
         .await
         .page(StatusCode::NOT_FOUND, "No task");
     get(&router, "/find?q=nonsense", None)
         .await
         .page(StatusCode::BAD_REQUEST, "neither a task id");
-    get(&router, "/find?q=a//k", None)
+    get(&router, "/find?q=a//k", Some(&cookie))
         .await
         .page(StatusCode::BAD_REQUEST, "Not a request key");
     get(&router, "/find?q=", None)
@@ -141,7 +152,9 @@ async fn the_task_page_draws_the_story() {
     let (f, router) = memory();
     let store = f.store();
     let task = failed(&*store, "tenant-1", "a", "provider said 529").await;
-    let page = get(&router, &format!("/tasks/{}", task.id), None).await;
+    let (cookie, _) = sign_in(&router, "").await;
+    let cookie = Some(cookie.as_str());
+    let page = get(&router, &format!("/tasks/{}", task.id), cookie).await;
     page.page(StatusCode::OK, "id=\"timeline\"")
         .page(StatusCode::OK, "Submitted")
         .page(StatusCode::OK, "Claimed by")
@@ -152,12 +165,12 @@ async fn the_task_page_draws_the_story() {
         .page(StatusCode::OK, "0</strong> of 1") // the budget left
         .page(StatusCode::OK, "prompt"); // the payload, as text
     let text = completed(&*store, "t", "b", "Привет, <world>".as_bytes()).await;
-    get(&router, &format!("/tasks/{}", text.id), None)
+    get(&router, &format!("/tasks/{}", text.id), cookie)
         .await
         .page(StatusCode::OK, "UTF-8 text")
         .page(StatusCode::OK, "Привет, &lt;world&gt;");
     let binary = completed(&*store, "t", "c", &[0, 159, 146, 150]).await;
-    get(&router, &format!("/tasks/{}", binary.id), None)
+    get(&router, &format!("/tasks/{}", binary.id), cookie)
         .await
         .page(StatusCode::OK, "not UTF-8: hex")
         .page(StatusCode::OK, "00 9f 92 96");
@@ -179,7 +192,8 @@ async fn the_task_page_lists_the_effect_journal() {
     }
     let done = store.finish_effect(&lease, "notify-user", EffectOutcome::done("delivery-7"));
     assert!(done.await.unwrap().is_accepted());
-    get(&router, &format!("/tasks/{}", task.id), None)
+    let (cookie, _) = sign_in(&router, "").await;
+    get(&router, &format!("/tasks/{}", task.id), Some(&cookie))
         .await
         .page(StatusCode::OK, "id=\"effects\"")
         .page(StatusCode::OK, &format!("tf:{}:notify-user", task.id))
@@ -629,6 +643,7 @@ async fn a_store_that_is_down_is_503() {
         .connect_lazy(&format!("postgres://postgres@127.0.0.1:{port}/none"))
         .unwrap();
     let router: Router = dashboard(Arc::new(taskfence::PgStore::new(pool))).router();
+    let (cookie, csrf) = sign_in(&router, "").await;
     for url in [
         "/",
         "/tasks",
@@ -636,11 +651,10 @@ async fn a_store_that_is_down_is_503() {
         &format!("/tasks/{}", TaskId::new()),
         "/find?q=a/b/c",
     ] {
-        get(&router, url, None)
+        get(&router, url, Some(&cookie))
             .await
             .page(StatusCode::SERVICE_UNAVAILABLE, "did not answer");
     }
-    let (cookie, csrf) = sign_in(&router, "").await;
     send(
         &router,
         "POST",
@@ -663,7 +677,8 @@ async fn on_postgres() {
     f.advance(Duration::from_secs(20 * 60)).await;
     let pg = Arc::new(f.pg_store().clone());
     let router: Router = dashboard(f.inspector()).redispatch(pg).router();
-    get(&router, "/", None)
+    let (cookie, csrf) = sign_in(&router, "").await;
+    get(&router, "/", Some(&cookie))
         .await
         .page(StatusCode::OK, "provider said 529");
     get(&router, "/tasks?status=failed", None)
@@ -672,7 +687,6 @@ async fn on_postgres() {
     get(&router, &format!("/tasks/{}", task.id), None)
         .await
         .page(StatusCode::OK, "Handoff written");
-    let (cookie, csrf) = sign_in(&router, "").await;
     let done = send(
         &router,
         "POST",
@@ -711,16 +725,16 @@ async fn on_dynamodb() {
     let lost = pending(&*store, "tenant-1", "lost").await;
     f.advance(Duration::from_secs(20 * 60)).await;
     let router: Router = dashboard(f.inspector()).router();
-    get(&router, "/", None)
+    let (cookie, csrf) = sign_in(&router, "").await;
+    get(&router, "/", Some(&cookie))
         .await
         .page(StatusCode::OK, "provider said 529");
     get(&router, "/tasks?status=failed", None)
         .await
         .page(StatusCode::OK, &task.id.to_string());
-    get(&router, "/find?q=tenant-1/chat.reply/a", None)
+    get(&router, "/find?q=tenant-1/chat.reply/a", Some(&cookie))
         .await
         .location();
-    let (cookie, csrf) = sign_in(&router, "").await;
     let done = send(
         &router,
         "POST",

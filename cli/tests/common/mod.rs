@@ -48,6 +48,9 @@ pub(crate) fn taskfence() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_taskfence"));
     for var in [
         "DATABASE_URL",
+        "DATABASE_URL_FILE",
+        "TASKFENCE_WEB_TOKEN",
+        "TASKFENCE_WEB_TOKEN_FILE",
         "TASKFENCE_SCHEMA",
         "TASKFENCE_DYNAMODB_TABLE",
         "AWS_ENDPOINT_URL_DYNAMODB",

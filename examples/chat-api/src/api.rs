@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::runtime::Wake;
 use taskfence::{
-    Error, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, Submitted, Task, TaskId,
+    Error, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, Submitted, Task, TaskId, TaskStore,
 };
 use taskfence_axum::{IdempotencyKey, Problem};
 use tokio::sync::{broadcast, watch};

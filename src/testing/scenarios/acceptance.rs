@@ -6,7 +6,7 @@ use super::*;
 use crate::policy::{AcceptanceRule, RetryPolicy};
 use crate::store::{AttemptOutcome, Fenced, Rejection};
 use crate::task::{Response, Status};
-use crate::testing::{Fixture, race};
+use crate::testing::{Fixture, forged_lease, race};
 
 fn first_valid(k: &str) -> NewTask {
     new_task(k).acceptance(AcceptanceRule::FirstValidAnswer)
@@ -166,12 +166,7 @@ pub async fn first_valid_answer_never_saves_terminal_tasks_or_ungranted_leases(f
     for forged_version in [0, 2] {
         let mut forged_task = granted.task().clone();
         forged_task.version = forged_version;
-        let forged = Lease::new(
-            forged_task,
-            granted.attempt_id(),
-            "forger".to_owned(),
-            granted.expires_at(),
-        );
+        let forged = forged_lease(forged_task, &granted);
         assert_eq!(
             store
                 .complete(forged, Response::from("forged"))

@@ -6,9 +6,9 @@ use super::*;
 use crate::error::Error;
 use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
-use crate::store::{ClaimRequest, Fenced, Lease, Rejection};
+use crate::store::{ClaimRequest, Fenced, Rejection};
 use crate::task::{InputHash, NewTask, RequestKey, Response, Task};
-use crate::testing::Fixture;
+use crate::testing::{Fixture, forged_lease};
 
 /// Guarantee 11: the bad-input catalogue. Each gets a typed error, and nothing is written.
 pub async fn bad_input_is_rejected_and_writes_nothing(f: &dyn Fixture) {
@@ -185,14 +185,12 @@ pub async fn bad_input_is_rejected_and_writes_nothing(f: &dyn Fixture) {
     assert_eq!(store.attempts(t.id).await.unwrap()[0].operation_id, None);
 
     // A forged version is refused like any stale one.
-    let forged = Lease::new(
+    let forged = forged_lease(
         Task {
             version: 99,
             ..snapshot.clone()
         },
-        lease.attempt_id(),
-        "forger".into(),
-        lease.expires_at(),
+        &lease,
     );
     assert_eq!(
         store

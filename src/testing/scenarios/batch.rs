@@ -7,7 +7,7 @@ use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
 use crate::store::{Fenced, Rejection};
 use crate::task::{Response, Status};
-use crate::testing::{Fixture, race};
+use crate::testing::{Fixture, forged_lease, race};
 
 /// A mixed batch of claims — available, completed, busy, backing off,
 /// failed, cancelled, unknown — gets, task by task and in order, the answer a
@@ -176,7 +176,7 @@ pub async fn complete_many_fences_each_lease_on_its_own(f: &dyn Fixture) {
     );
     let mut ghost = valid.task().clone();
     ghost.id = TaskId::new();
-    let ghost = Lease::new(ghost, valid.attempt_id(), "w".into(), valid.expires_at());
+    let ghost = forged_lease(ghost, &valid);
 
     let results = store
         .complete_many(vec![

@@ -12,7 +12,7 @@ use taskfence::limits::MAX_PAGE;
 use taskfence::{RequestKey, Status};
 use time::OffsetDateTime;
 
-use super::{bad_query, duration, given, query_string};
+use super::{bad_query, cutoff, given, query_string};
 use crate::error::PageError;
 use crate::html::{self, Nav};
 use crate::request::Ctx;
@@ -64,10 +64,10 @@ impl Params {
             query = query.operation(o);
         }
         if let Some(d) = given(&self.older_than) {
-            query = query.created_before(now - duration("older than", d)?);
+            query = query.created_before(cutoff("older than", d, now)?);
         }
         if let Some(d) = given(&self.newer_than) {
-            query = query.created_after(now - duration("newer than", d)?);
+            query = query.created_after(cutoff("newer than", d, now)?);
         }
         query = query.order(match given(&self.order) {
             None | Some("newest") => Order::NewestFirst,
@@ -162,11 +162,11 @@ pub(crate) async fn show(
                             tr {
                                 td.mono { a href=(ctx.href(&format!("/tasks/{}", t.id))) { (t.id) } }
                                 td { (html::status(t.status)) }
-                                td { (t.key.operation) " / " code { (html::short(&t.key.key, 40)) } }
+                                td { (t.key.operation) " / " (html::private(&ctx, html! { code { (html::short(&t.key.key, 40)) } })) }
                                 td.wide { (t.key.scope) }
                                 td.num { "v" (t.version) }
                                 td { (html::ago(t.created_at, now)) }
-                                td.wide { (html::short(t.last_error.as_deref().unwrap_or(""), 80)) }
+                                td.wide { @if t.last_error.is_some() { (html::private(&ctx, html! { (html::short(t.last_error.as_deref().unwrap_or(""), 80)) })) } }
                             }
                         }
                     }
@@ -209,6 +209,8 @@ pub(crate) async fn find(
                 html::short(q, 80)
             )));
         };
+        // A key is task data: finding by one would tell whether it exists.
+        ctx.may_see_task_data(&format!("/find?q={}", super::encode(q)))?;
         let key = RequestKey::new(scope, operation, key);
         key.validate().map_err(|e| {
             PageError::BadRequest(format!("Not a request key: {e} (expected scope/operation/key)."))

@@ -10,7 +10,6 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{bad_query, given, local_path};
-use crate::auth::COOKIE;
 use crate::error::PageError;
 use crate::html::{self, Nav};
 use crate::request::Ctx;
@@ -32,10 +31,10 @@ pub(crate) async fn show(
     let next = local_path(given(&params.next));
     let body = html! {
         h1 { "Sign in" }
-        @if ctx.signed_in {
+        @if ctx.signed_in() {
             p.flash { "You are signed in: the actions are enabled." }
         } @else {
-            p { "Signing in enables reopening, cancelling and redispatching. Reading needs no token." }
+            p { "Signing in shows the task data (payloads, responses, request keys, errors) and enables reopening, cancelling and redispatching." }
             (html::sign_in_form(&ctx, &next))
         }
     };
@@ -59,16 +58,26 @@ pub(crate) async fn sign_in(
     let Form(form) =
         form.map_err(|e| PageError::BadRequest(format!("The form cannot be read: {}.", e.body_text())))?;
     let next = local_path(given(&form.next));
+    // Locked out: refused before the token is even compared.
+    auth.may_try(ctx.client).map_err(PageError::Throttled)?;
     if !form.token.as_deref().is_some_and(|t| auth.is_token(t)) {
+        auth.failed(ctx.client);
         return Err(PageError::SignInRequired {
             next,
             wrong_token: true,
         });
     }
+    auth.succeeded(ctx.client);
+    if let Some(old) = &ctx.session {
+        // A fresh session for each sign-in; the one it replaces ends.
+        auth.close_session(old);
+    }
     let cookie = format!(
-        "{COOKIE}={}; Path={}; HttpOnly; SameSite=Strict",
-        auth.session(),
-        cookie_path(&ctx)
+        "{}={}; Max-Age={}; {}",
+        ctx.shared.cookie_name(),
+        auth.open_session(),
+        auth.lifetime().as_secs().max(1),
+        cookie_attributes(&ctx)
     );
     Ok(([(SET_COOKIE, cookie)], Redirect::to(&ctx.href(&next))).into_response())
 }
@@ -85,14 +94,27 @@ pub(crate) async fn sign_out(
 ) -> Result<Response, PageError> {
     let csrf = form.ok().and_then(|Form(f)| f.csrf);
     ctx.authorize(csrf.as_deref(), "/")?;
+    if let (Some(auth), Some(session)) = (&ctx.shared.auth, &ctx.session) {
+        // Revoked here, not only forgotten by this browser: a copy of the
+        // cookie is refused from now on.
+        auth.close_session(session);
+    }
     let cookie = format!(
-        "{COOKIE}=; Path={}; HttpOnly; SameSite=Strict; Max-Age=0",
-        cookie_path(&ctx)
+        "{}=; Max-Age=0; {}",
+        ctx.shared.cookie_name(),
+        cookie_attributes(&ctx)
     );
     Ok(([(SET_COOKIE, cookie)], Redirect::to(&ctx.href("/"))).into_response())
 }
 
-/// The dashboard's own paths only.
-fn cookie_path(ctx: &Ctx) -> &str {
-    if ctx.base.is_empty() { "/" } else { &ctx.base }
+/// The session cookie's attributes: script cannot read it, other sites'
+/// requests do not carry it; over TLS it is `Secure` with `Path=/` (the
+/// `__Host-` name requires both), else it covers the dashboard's own paths only.
+fn cookie_attributes(ctx: &Ctx) -> String {
+    if ctx.shared.tls {
+        "Path=/; HttpOnly; SameSite=Strict; Secure".to_owned()
+    } else {
+        let path = if ctx.base.is_empty() { "/" } else { &ctx.base };
+        format!("Path={path}; HttpOnly; SameSite=Strict")
+    }
 }

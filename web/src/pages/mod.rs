@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use taskfence::TaskId;
 
+use crate::age::AgeError;
 use crate::error::PageError;
 use crate::request::Ctx;
 
@@ -61,18 +62,27 @@ pub(crate) fn given(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-/// A positive duration such as `90s`, `15m`, `1h30m`, `2d` (the command line's).
+/// A positive age such as `90s`, `15m`, `1h30m`, `2d` (the command line's),
+/// at most [`MAX_AGE`](crate::age::MAX_AGE).
 pub(crate) fn duration(field: &str, text: &str) -> Result<Duration, PageError> {
-    match humantime::parse_duration(text) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        Ok(_) => Err(PageError::BadRequest(format!(
-            "{field} must be a positive duration."
-        ))),
-        Err(_) => Err(PageError::BadRequest(format!(
+    crate::age::parse_age(text).map_err(|e| match e {
+        AgeError::Zero => PageError::BadRequest(format!("{field} must be a positive duration.")),
+        AgeError::NotADuration => PageError::BadRequest(format!(
             "{field}: {:?} is not a duration: expected e.g. 90s, 15m, 1h30m or 2d.",
             crate::html::short(text, 40)
-        ))),
-    }
+        )),
+        other => PageError::BadRequest(format!("{field}: {:?} is {other}.", crate::html::short(text, 40))),
+    })
+}
+
+/// `now` minus the age in `text` (field `field`), as a 400 when it is not one.
+pub(crate) fn cutoff(
+    field: &str,
+    text: &str,
+    now: time::OffsetDateTime,
+) -> Result<time::OffsetDateTime, PageError> {
+    let age = duration(field, text)?;
+    crate::age::cutoff(now, age).map_err(|e| PageError::BadRequest(format!("{field}: {e}.")))
 }
 
 /// `?a=1&b=2`, each value percent-encoded; empty when there are none.
@@ -102,11 +112,20 @@ pub(crate) fn encode(value: &str) -> String {
     out
 }
 
-/// A path inside the dashboard to return to, or `/` when `next` is not one
-/// (an absolute URL, `//host`: never send a browser off-site).
+/// A path inside the dashboard to return to, or `/` when `next` is not one:
+/// it must start with a single `/` (not `//` or `/\\`, which browsers read
+/// as another host), and hold no backslash, control character or
+/// whitespace (browsers drop tabs and newlines, so `/\t/evil.example`
+/// would become `//evil.example`). Never send a browser off-site.
 pub(crate) fn local_path(next: Option<&str>) -> String {
     match next {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && !p.contains("://") => {
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && !p.contains("://")
+                && !p.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+        {
             p.to_owned()
         }
         _ => "/".to_owned(),
@@ -123,6 +142,9 @@ mod tests {
         assert_eq!(local_path(Some("//evil.example")), "/");
         assert_eq!(local_path(Some("https://evil.example")), "/");
         assert_eq!(local_path(Some("/\\evil")), "/");
+        assert_eq!(local_path(Some("/\t/evil.example")), "/");
+        assert_eq!(local_path(Some("/ /evil.example")), "/");
+        assert_eq!(local_path(Some("/\u{a0}/evil.example")), "/");
         assert_eq!(local_path(None), "/");
     }
 

@@ -107,7 +107,7 @@ pub(crate) async fn show(
                 span.n { (counts.total()) } span.label { "total" }
             }
         }
-        section.grid style="margin-top:.8rem" {
+        section.grid.spaced {
             div.card.stat {
                 span.n #oldest-pending {
                     @match &oldest_pending {
@@ -135,9 +135,9 @@ pub(crate) async fn show(
                         @for t in &failures {
                             tr {
                                 td.mono { a href=(ctx.href(&format!("/tasks/{}", t.id))) { (html::short(&t.id.to_string(), 13)) } }
-                                td { (t.key.operation) " / " code { (html::short(&t.key.key, 40)) } }
+                                td { (t.key.operation) " / " (html::private(&ctx, html! { code { (html::short(&t.key.key, 40)) } })) }
                                 td.wide { (t.key.scope) }
-                                td { (html::short(t.last_error.as_deref().unwrap_or(""), 120)) }
+                                td { @if t.last_error.is_some() { (html::private(&ctx, html! { (html::short(t.last_error.as_deref().unwrap_or(""), 120)) })) } }
                                 td { @if let Some(at) = t.finished_at { (html::ago(at, now)) } }
                             }
                         }

@@ -84,7 +84,7 @@ pub(crate) async fn show(
                         @for t in &tasks {
                             tr {
                                 td.mono { a href=(ctx.href(&format!("/tasks/{}", t.id))) { (t.id) } }
-                                td { (t.key.operation) " / " code { (html::short(&t.key.key, 40)) } }
+                                td { (t.key.operation) " / " (html::private(&ctx, html! { code { (html::short(&t.key.key, 40)) } })) }
                                 td.wide { (t.key.scope) }
                                 td { (html::ago(t.created_at, now)) }
                             }

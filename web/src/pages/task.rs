@@ -56,17 +56,17 @@ pub(crate) async fn show(
         (actions(&ctx, task))
         div.cols {
             section.card {
-                h2 style="margin-top:0" { "Task" }
+                h2.flush { "Task" }
                 dl.facts {
                     dt { "Scope" } dd { (task.key.scope) }
                     dt { "Operation" } dd { (task.key.operation) }
-                    dt { "Request key" } dd { code { (task.key.key) } }
+                    dt { "Request key" } dd { (html::private(&ctx, html! { code { (task.key.key) } })) }
                     dt { "Input hash" } dd.mono { (html::short(&task.input_hash.to_string(), 24)) }
                     dt { "Submitted" } dd { (html::instant(task.created_at)) " (" (html::ago(task.created_at, now)) ")" }
                     @if let Some(at) = task.finished_at { dt { "Finished" } dd { (html::instant(at)) } }
                     dt { "Kept until" } dd { (html::instant(task.expires_at)) }
                     dt { "Acceptance" } dd { (task.acceptance.as_str()) }
-                    @if let Some(e) = &task.last_error { dt { "Last error" } dd #last-error { (e) } }
+                    @if let Some(e) = &task.last_error { dt { "Last error" } dd #last-error { (html::private(&ctx, html! { (e) })) } }
                 }
             }
             (budget(task, now))
@@ -74,18 +74,18 @@ pub(crate) async fn show(
         h2 { "Timeline" }
         (strip(&story, now))
         (timeline(&ctx, &story, now))
-        (effects(&story))
+        (effects(&ctx, &story))
         div.cols {
             section {
                 h2 { "Saved response" }
                 @match &task.response {
-                    Some(r) => div #response { (html::bytes(r.as_bytes())) },
+                    Some(r) => div #response { (html::private(&ctx, html::bytes(r.as_bytes()))) },
                     None => p.muted { "None saved." },
                 }
             }
             section {
                 h2 { "Payload" }
-                div #payload { (html::bytes(&task.payload)) }
+                div #payload { (html::private(&ctx, html::bytes(&task.payload))) }
             }
         }
     };
@@ -115,7 +115,7 @@ fn budget(task: &Task, now: OffsetDateTime) -> Markup {
     let p = &task.policy;
     html! {
         section.card #budget {
-            h2 style="margin-top:0" { "Retry budget" }
+            h2.flush { "Retry budget" }
             dl.facts {
                 dt { "Attempts left" } dd #attempts-left { strong { (task.attempts_left()) } " of " (p.max_attempts) }
                 dt { "Used in this budget" } dd { (task.attempts_in_budget()) }
@@ -151,7 +151,7 @@ fn budget(task: &Task, now: OffsetDateTime) -> Markup {
 
 /// The effect journal: each external effect, its key, where it stands, and
 /// how often an attempt repeated its call without knowing the outcome.
-fn effects(story: &Story) -> Markup {
+fn effects(ctx: &Ctx, story: &Story) -> Markup {
     html! {
         @if !story.effects.is_empty() {
             h2 { "Effects" }
@@ -168,8 +168,8 @@ fn effects(story: &Story) -> Markup {
                             td {
                                 @match (&e.reference, &e.error, e.settled_at) {
                                     (_, _, None) => span.muted { "no outcome recorded (intent at " (html::instant(e.intended_at)) ")" },
-                                    (Some(r), _, Some(at)) => { "reference " code { (r) } " at " (html::instant(at)) },
-                                    (None, Some(err), Some(at)) => { (err) " at " (html::instant(at)) },
+                                    (Some(r), _, Some(at)) => { "reference " (html::private(ctx, html! { code { (r) } })) " at " (html::instant(at)) },
+                                    (None, Some(err), Some(at)) => { (html::private(ctx, html! { (err) })) " at " (html::instant(at)) },
                                     (None, None, Some(at)) => { "at " (html::instant(at)) },
                                 }
                             }
@@ -200,7 +200,7 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
         body: html! {
             span.what { "Submitted" }
             div.detail {
-                (task.key.scope) " / " (task.key.operation) " / " code { (task.key.key) }
+                (task.key.scope) " / " (task.key.operation) " / " (html::private(ctx, html! { code { (task.key.key) } }))
                 " · payload " (task.payload.len()) " bytes · up to " (task.policy.max_attempts) " attempts"
             }
         },
@@ -255,7 +255,7 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
                     }
                     @if let Some(op) = &a.operation_id { " · operation " code { (op) } }
                 }
-                @if let Some(e) = &a.error { div.detail { "error: " (e) } }
+                @if let Some(e) = &a.error { div.detail { "error: " (html::private(ctx, html! { (e) })) } }
             },
         });
     }
@@ -287,7 +287,7 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
             class: "reopened",
             body: html! {
                 span.what { "Reopened (#" (r.number) ") by " (r.by) }
-                div.detail { "from " (r.from) " at version " (r.version) " · fresh budget · “" (r.reason) "”" }
+                div.detail { "from " (r.from) " at version " (r.version) " · fresh budget · " (html::private(ctx, html! { "“" (r.reason) "”" })) }
             },
         });
     }
@@ -304,7 +304,7 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
             body: html! {
                 span.what { (what) }
                 @if task.status != Status::Completed {
-                    @if let Some(e) = &task.last_error { div.detail { (e) } }
+                    @if let Some(e) = &task.last_error { div.detail { (html::private(ctx, html! { (e) })) } }
                 }
             },
         });
@@ -324,7 +324,6 @@ fn timeline(ctx: &Ctx, story: &Story, now: OffsetDateTime) -> Markup {
         });
     }
     events.sort_by_key(|e| (e.at, e.rank));
-    let _ = ctx;
     html! {
         ol.timeline #timeline {
             @for e in events {

@@ -121,7 +121,22 @@ pub(crate) async fn send(
     cookie: Option<&str>,
     form: Option<&str>,
 ) -> Answer {
+    send_from(router, None, method, uri, cookie, form).await
+}
+
+/// [`send`] from client address `client`, as a server passing `ConnectInfo` says.
+pub(crate) async fn send_from(
+    router: &Router,
+    client: Option<std::net::SocketAddr>,
+    method: &str,
+    uri: &str,
+    cookie: Option<&str>,
+    form: Option<&str>,
+) -> Answer {
     let mut request = Request::builder().method(method).uri(uri);
+    if let Some(client) = client {
+        request = request.extension(axum::extract::ConnectInfo(client));
+    }
     if let Some(cookie) = cookie {
         request = request.header(header::COOKIE, cookie);
     }
