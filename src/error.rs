@@ -62,6 +62,14 @@ pub enum Error {
     /// cannot help; nothing was applied.
     #[error("taskfence migrations: {0}")]
     Migration(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// A read ran longer than the store's read timeout and the server
+    /// cancelled it (PostgreSQL: `PgStoreBuilder::read_timeout`).
+    /// Nothing was written; narrow the query, or try again when the store is less busy.
+    #[error("the read ran longer than its limit of {limit:?} and was cancelled")]
+    ReadTimeout {
+        /// The limit it ran into.
+        limit: std::time::Duration,
+    },
     /// The backend failed (connection lost, server restarted…). The operation
     /// may or may not have taken effect: read the task before deciding again.
     #[error("storage backend error: {0}")]
@@ -81,7 +89,7 @@ impl Error {
     }
 
     /// A short, stable name of the variant (`not_found`, `invalid_input`,
-    /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `storage`): the `reason`
+    /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `read_timeout`, `storage`): the `reason`
     /// label of the metrics, and a field for logs.
     ///
     /// ```
@@ -95,16 +103,18 @@ impl Error {
             Self::NotMigrated { .. } => "not_migrated",
             Self::Migration(_) => "migration",
             Self::ItemRefused(_) => "item_refused",
+            Self::ReadTimeout { .. } => "read_timeout",
             Self::Storage(_) => "storage",
         }
     }
 
-    /// `true` when trying the same call again may succeed (a backend failure).
+    /// `true` when trying the same call again may succeed (a backend failure,
+    /// a read that ran out of time on a busy store).
     /// Every deterministic refusal — bad input, a key bound to other inputs,
     /// an unknown task, a schema to migrate, the application's own condition —
     /// is `false`.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Storage(_))
+        matches!(self, Self::Storage(_) | Self::ReadTimeout { .. })
     }
 }
 
@@ -196,6 +206,18 @@ pub enum InvalidInput {
     EffectNotBegun {
         /// The effect's name.
         effect: String,
+    },
+    /// A listing whose filters the store's indexes cannot serve examined
+    /// this many index entries without filling its page (DynamoDB: the
+    /// `status` index serves the status; scope, operation and submission
+    /// window are filtered after the read). Narrow it: a status, a scope
+    /// or window with more matches, a smaller page.
+    #[error(
+        "the filters matched too few of the {examined} index entries a listing may examine; narrow the query"
+    )]
+    TooBroad {
+        /// How many index entries it examined.
+        examined: usize,
     },
     /// The operation cannot run on a handle that carries the application's
     /// own writes in one atomic request (DynamoDB's

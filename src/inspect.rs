@@ -36,7 +36,14 @@ use crate::error::InvalidInput;
 use crate::error::Result;
 use crate::limits;
 use crate::store::{Attempt, Reopening, TaskStore};
-use crate::task::{Status, Task, TaskId};
+use crate::task::{RequestKey, Status, Task, TaskId};
+
+mod capped;
+mod summary;
+
+pub(crate) use capped::STATUSES;
+pub use capped::{CappedCounts, Count};
+pub use summary::TaskSummary;
 
 /// Read-only queries over a store's tasks, for operators and their tools.
 ///
@@ -56,11 +63,23 @@ use crate::task::{Status, Task, TaskId};
 /// ```
 #[async_trait]
 pub trait Inspect: TaskStore {
-    /// One page of tasks matching `query`, in its order.
+    /// One page of tasks matching `query`, in its order, as summaries
+    /// (no payloads, no responses: a page costs the same whatever they carry).
     async fn list(&self, query: &TaskQuery) -> Result<Page>;
 
-    /// How many tasks are in each status, in one scope or in all.
+    /// How many tasks are in each status, in one scope or in all: exact, so
+    /// it reads every matching index entry and its cost grows with the
+    /// table. Dashboards and anything an untrusted caller can trigger use
+    /// [`counts_up_to`](Self::counts_up_to).
     async fn counts(&self, scope: Option<&str>) -> Result<Counts>;
+
+    /// How many tasks are in each status, in one scope or in all, each
+    /// counted up to `cap` (1 to [`limits::MAX_COUNT_CAP`]): a status with
+    /// `cap` tasks or more is [`Count::AtLeast`]. The cost is bounded by the
+    /// cap, not the table. DynamoDB counting one scope reads at most `cap`
+    /// entries of each status and says [`Count::AtLeast`] what it matched
+    /// when it stopped there.
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts>;
 
     /// The task with everything that happened to it: its attempts, its
     /// reopenings and its handoffs (published or not), oldest first.
@@ -214,11 +233,26 @@ impl TaskQuery {
     /// Whether `task` passes the filters (the cursor and order aside): the
     /// meaning of each filter, for backends that filter in memory.
     pub fn matches(&self, task: &Task) -> bool {
-        self.status.is_none_or(|s| task.status == s)
-            && self.scope.as_ref().is_none_or(|s| task.key.scope == *s)
-            && self.operation.as_ref().is_none_or(|o| task.key.operation == *o)
-            && self.created_after.is_none_or(|at| task.created_at >= at)
-            && self.created_before.is_none_or(|at| task.created_at < at)
+        self.passes(task.status, &task.key, task.created_at)
+    }
+
+    /// [`matches`](Self::matches) for a listing's row.
+    ///
+    /// ```
+    /// # fn f(row: &taskfence::inspect::TaskSummary) {
+    /// assert!(taskfence::inspect::TaskQuery::new().matches_summary(row));
+    /// # }
+    /// ```
+    pub fn matches_summary(&self, task: &TaskSummary) -> bool {
+        self.passes(task.status, &task.key, task.created_at)
+    }
+
+    fn passes(&self, status: Status, key: &RequestKey, created_at: OffsetDateTime) -> bool {
+        self.status.is_none_or(|s| status == s)
+            && self.scope.as_ref().is_none_or(|s| key.scope == *s)
+            && self.operation.as_ref().is_none_or(|o| key.operation == *o)
+            && self.created_after.is_none_or(|at| created_at >= at)
+            && self.created_before.is_none_or(|at| created_at < at)
     }
 
     /// Whether `id` lies beyond the cursor in this query's order.
@@ -289,8 +323,8 @@ impl FromStr for Cursor {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Page {
-    /// The tasks, in the query's order.
-    pub tasks: Vec<Task>,
+    /// The tasks, in the query's order, without payloads or responses.
+    pub tasks: Vec<TaskSummary>,
     /// Where the next page starts; `Some` exactly when more tasks match.
     pub next: Option<Cursor>,
 }
@@ -302,13 +336,13 @@ impl Page {
     /// let page = taskfence::inspect::Page::new(Vec::new(), None);
     /// assert!(page.tasks.is_empty());
     /// ```
-    pub fn new(tasks: Vec<Task>, next: Option<Cursor>) -> Self {
+    pub fn new(tasks: Vec<TaskSummary>, next: Option<Cursor>) -> Self {
         Self { tasks, next }
     }
 
     /// Builds a page from up to `limit + 1` matching tasks in order: the
     /// extra one, if present, only says that there is a next page.
-    pub fn from_overfetch(mut tasks: Vec<Task>, limit: usize) -> Self {
+    pub fn from_overfetch(mut tasks: Vec<TaskSummary>, limit: usize) -> Self {
         let next = (tasks.len() > limit).then(|| {
             tasks.truncate(limit);
             Cursor(tasks[limit - 1].id)

@@ -173,6 +173,29 @@ pub fn check_page(limit: usize) -> Result<(), InvalidInput> {
     check_limit(limit, MAX_PAGE)
 }
 
+/// Largest cap of [`Inspect::counts_up_to`](crate::inspect::Inspect::counts_up_to):
+/// a million index entries per status is still a fraction of a second's
+/// read; beyond that, a count is an export, not an overview.
+pub const MAX_COUNT_CAP: u64 = 1_000_000;
+
+/// Checks a count's cap: `1..=MAX_COUNT_CAP`.
+///
+/// ```
+/// assert!(taskfence::limits::check_count_cap(10_000).is_ok());
+/// assert!(taskfence::limits::check_count_cap(0).is_err());
+/// ```
+pub fn check_count_cap(cap: u64) -> Result<(), InvalidInput> {
+    if cap == 0 || cap > MAX_COUNT_CAP {
+        return Err(InvalidInput::OutOfRange {
+            field: "cap",
+            value: cap.to_string(),
+            min: "1".into(),
+            max: MAX_COUNT_CAP.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Most tasks in one batch (`claim_many`, `complete_many`).
 pub const MAX_BATCH: usize = 1000;
 

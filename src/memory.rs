@@ -13,7 +13,7 @@ use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Count, Counts, Order, Page, STATUSES, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Reopening, Retry,
@@ -548,7 +548,11 @@ impl InspectBackend for MemoryStore {
         if query.order == Order::NewestFirst {
             tasks.reverse();
         }
-        let tasks = tasks.into_iter().take(query.limit + 1).cloned().collect();
+        let tasks = tasks
+            .into_iter()
+            .take(query.limit + 1)
+            .map(TaskSummary::from)
+            .collect();
         Ok(Page::from_overfetch(tasks, query.limit))
     }
 
@@ -558,6 +562,15 @@ impl InspectBackend for MemoryStore {
             if scope.is_none_or(|s| task.key.scope == s) {
                 counts.add(task.status, 1);
             }
+        }
+        Ok(counts)
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let exact = InspectBackend::counts(self, scope).await?;
+        let mut counts = CappedCounts::default();
+        for status in STATUSES {
+            counts.set(status, Count::up_to(exact.get(status).min(cap), cap));
         }
         Ok(counts)
     }

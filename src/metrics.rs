@@ -311,7 +311,7 @@ fn call_span(call: &Call) -> Span {
     let span = op_span!(call.operation;
         "submit", "get", "find", "claim", "renew", "complete", "fail", "release", "cancel",
         "record_operation", "begin_effect", "finish_effect", "effects", "attempts", "reopen", "due", "purge_expired", "claim_many",
-        "complete_many", "claim_next", "renew_many", "list", "counts", "story", "stranded",
+        "complete_many", "claim_next", "renew_many", "list", "counts", "counts_up_to", "story", "stranded",
     );
     if let Some(id) = call.task_id {
         span.record("task_id", display(id));

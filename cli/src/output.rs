@@ -18,7 +18,7 @@ use comfy_table::{Table, presets};
 use serde::Serialize;
 use serde_json::json;
 use taskfence::effect::EffectState;
-use taskfence::inspect::{Counts, Page, Story};
+use taskfence::inspect::{Counts, Page, Story, TaskSummary};
 use taskfence::postgres::{Migration, MigrationState, MigrationStatus};
 use taskfence::store::AttemptOutcome;
 use taskfence::{RetryPolicy, Status, Task, TaskId};
@@ -143,7 +143,8 @@ impl Report {
                 if found.is_empty() {
                     return "no stranded tasks\n".into();
                 }
-                let mut out = tasks(found, now);
+                let rows: Vec<TaskSummary> = found.iter().map(TaskSummary::from).collect();
+                let mut out = tasks(&rows, now);
                 if let Some(n) = redispatched {
                     out.push_str(&format!(
                         "re-dispatched {n} task(s): the dispatcher publishes them\n"
@@ -190,7 +191,7 @@ impl Report {
                 v
             }
             Report::List(page) => json!({
-                "tasks": tasks_json(&page.tasks),
+                "tasks": summaries_json(&page.tasks),
                 "next": page.next.map(|c| c.to_string()),
             }),
             Report::Story(story) => {
@@ -233,8 +234,24 @@ pub(crate) fn task_json(task: &Task) -> serde_json::Value {
     v
 }
 
+/// A listing's row for scripts: as [`task_json`], without payload and response
+/// (a listing never loads them; `show` does).
+fn summary_json(task: &TaskSummary) -> serde_json::Value {
+    let mut v = value(task);
+    v["policy"] = policy_json(&task.policy);
+    v["budget"] = json!({
+        "attempts_left": task.attempts_left(),
+        "deadline_at": task.deadline_at().map(|d| d.format(&Rfc3339).unwrap_or_default()),
+    });
+    v
+}
+
 fn tasks_json(tasks: &[Task]) -> serde_json::Value {
     serde_json::Value::Array(tasks.iter().map(task_json).collect())
+}
+
+fn summaries_json(tasks: &[TaskSummary]) -> serde_json::Value {
+    serde_json::Value::Array(tasks.iter().map(summary_json).collect())
 }
 
 /// `{"encoding": "utf-8", "data": text}` when the bytes are UTF-8,
@@ -544,7 +561,7 @@ pub(crate) struct Match {
 
 impl Match {
     /// The parts of `task` a bulk command needs.
-    pub(crate) fn of(task: &Task) -> Self {
+    pub(crate) fn of(task: &TaskSummary) -> Self {
         Self {
             id: task.id,
             status: task.status,
@@ -621,6 +638,12 @@ impl KeyText for Task {
     }
 }
 
+impl KeyText for TaskSummary {
+    fn key_text(&self) -> String {
+        format!("{}/{}/{}", self.key.scope, self.key.operation, self.key.key)
+    }
+}
+
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(presets::NOTHING);
@@ -659,7 +682,7 @@ fn stats(scope: Option<&str>, counts: &Counts) -> String {
     out
 }
 
-fn tasks(tasks: &[Task], now: OffsetDateTime) -> String {
+fn tasks(tasks: &[TaskSummary], now: OffsetDateTime) -> String {
     if tasks.is_empty() {
         return "no tasks\n".into();
     }

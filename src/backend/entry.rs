@@ -193,6 +193,14 @@ pub(crate) fn counts(scope: Option<&str>) -> Checked {
     Ok(span("counts", None))
 }
 
+pub(crate) fn counts_up_to(scope: Option<&str>, cap: u64) -> Checked {
+    if let Some(scope) = scope {
+        limits::check_text("scope", scope, limits::MAX_SCOPE_LEN)?;
+    }
+    limits::check_count_cap(cap)?;
+    Ok(span("counts_up_to", None))
+}
+
 pub(crate) fn story(id: TaskId) -> Span {
     span("story", Some(id))
 }

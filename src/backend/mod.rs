@@ -47,9 +47,9 @@ use tracing::Instrument;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
-use crate::policy::Failure;
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
 pub use crate::policy::plan::Plan;
+use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
@@ -157,6 +157,8 @@ pub trait InspectBackend: Backend {
     async fn list(&self, query: &TaskQuery) -> Result<Page>;
     /// [`Inspect::counts`], on validated input.
     async fn counts(&self, scope: Option<&str>) -> Result<Counts>;
+    /// [`Inspect::counts_up_to`], on validated input.
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts>;
     /// [`Inspect::story`], on validated input.
     async fn story(&self, id: TaskId) -> Result<Option<Story>>;
     /// [`Inspect::stranded`], on validated input.
@@ -298,6 +300,13 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
         let span = entry::counts(scope)?;
         InspectBackend::counts(self, scope).instrument(span).await
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let span = entry::counts_up_to(scope, cap)?;
+        InspectBackend::counts_up_to(self, scope, cap)
+            .instrument(span)
+            .await
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {

@@ -12,9 +12,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use crate::backend::InspectBackend;
 use crate::backend::rules;
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Cursor, Order, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Cursor, Order, Page, Story, TaskQuery};
 use crate::task::{Status, Task, TaskId};
 
+use super::bounded::{MAX_EXAMINED, too_broad};
 use super::effect::effects_of;
 use super::item::{self, at, s};
 use super::read::{sort_key, task_id_of};
@@ -83,11 +84,16 @@ impl DynamoStore {
         }
         let filter = list_filter(query, &mut names, &mut values);
         // Unfiltered, the first `want` entries are the answer; filtered, read
-        // whole pages (1 MB) until enough pass.
-        let page_limit = filter.is_none().then(|| i32::try_from(want).unwrap_or(i32::MAX));
+        // pages until enough pass, examining at most `MAX_EXAMINED` entries.
+        let page_limit = match filter {
+            None => want,
+            Some(_) => MAX_EXAMINED,
+        };
         let mut ids = Vec::new();
+        let mut examined = 0;
         let mut start = None;
         loop {
+            let page_limit = Some(i32::try_from(page_limit - examined).unwrap_or(i32::MAX));
             let page = self
                 .client
                 .query()
@@ -106,10 +112,14 @@ impl DynamoStore {
             for entry in page.items() {
                 ids.push(task_id_of(entry)?);
             }
+            examined += usize::try_from(page.scanned_count()).unwrap_or(0);
             start = page.last_evaluated_key().cloned();
             if start.is_none() || ids.len() >= want {
                 ids.truncate(want);
                 return Ok(ids);
+            }
+            if examined >= MAX_EXAMINED {
+                return Err(too_broad());
             }
         }
     }
@@ -170,13 +180,12 @@ impl InspectBackend for DynamoStore {
         }
         let more = ids.len() > query.limit;
         ids.truncate(query.limit);
-        let mut items = self.batch_get(&ids).await?;
+        let mut items = self.batch_get_summaries(&ids).await?;
         let mut tasks = Vec::with_capacity(ids.len());
         for id in &ids {
-            let Some(found) = items.remove(id) else { continue }; // purged meanwhile
-            let task = item::task(&found).map_err(Error::storage)?;
+            let Some(task) = items.remove(id) else { continue }; // purged meanwhile
             // The index lags the table a moment: the table's word is final.
-            if query.matches(&task) {
+            if query.matches_summary(&task) {
                 tasks.push(task);
             }
         }
@@ -194,6 +203,20 @@ impl InspectBackend for DynamoStore {
         let mut counts = Counts::default();
         for (status, n) in STATUSES.into_iter().zip(counted) {
             counts.add(status, n?);
+        }
+        Ok(counts)
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let scope = scope.map(str::to_owned);
+        let counted = Self::concurrently(STATUSES.len(), |i| {
+            let (store, scope) = (self.clone(), scope.clone());
+            async move { store.count_status_up_to(STATUSES[i], scope, cap).await }
+        })
+        .await?;
+        let mut counts = CappedCounts::default();
+        for (status, n) in STATUSES.into_iter().zip(counted) {
+            counts.set(status, n?);
         }
         Ok(counts)
     }

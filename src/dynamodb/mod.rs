@@ -93,6 +93,7 @@
 //! | `item` | items to domain values and back: the only place that knows attribute names |
 //! | `table` | the table definition, [`create_table`] |
 
+mod bounded;
 mod dispatch;
 mod effect;
 mod expr;

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::backend::{Backend, InspectBackend, entry};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{InvalidInput, Result};
-use crate::inspect::{Counts, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -257,6 +257,10 @@ impl InspectBackend for WithItems<'_> {
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
         InspectBackend::counts(self.store, scope).await
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        InspectBackend::counts_up_to(self.store, scope, cap).await
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {

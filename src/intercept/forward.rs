@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -247,6 +247,13 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
         let run = hooks.counts(self.inner.inspector(), scope);
         hooks
             .around(Call::new("counts").scope(scope), Box::pin(run))
+            .await
+    }
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        let hooks = &self.interceptor;
+        let run = hooks.counts_up_to(self.inner.inspector(), scope, cap);
+        hooks
+            .around(Call::new("counts_up_to").scope(scope), Box::pin(run))
             .await
     }
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {

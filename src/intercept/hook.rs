@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -213,6 +213,10 @@ pub trait Intercept: Send + Sync {
     /// [`Inspect::counts`]; forwards to `inner` unless overridden.
     async fn counts(&self, inner: &dyn Inspect, scope: Option<&str>) -> Result<Counts> {
         inner.counts(scope).await
+    }
+    /// [`Inspect::counts_up_to`]; forwards to `inner` unless overridden.
+    async fn counts_up_to(&self, inner: &dyn Inspect, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        inner.counts_up_to(scope, cap).await
     }
     /// [`Inspect::story`]; forwards to `inner` unless overridden.
     async fn story(&self, inner: &dyn Inspect, id: TaskId) -> Result<Option<Story>> {

@@ -3,7 +3,7 @@
 
 use crate::effect::{Effect, EffectStart};
 use crate::error::Result;
-use crate::inspect::{Counts, Page, Story};
+use crate::inspect::{CappedCounts, Counts, Page, Story};
 use crate::store::{Attempt, Claim, Fenced, Lease, Retry, Submitted};
 use crate::task::{Task, TaskId};
 
@@ -235,6 +235,12 @@ impl Outcome for Page {
 }
 
 impl Outcome for Counts {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+}
+
+impl Outcome for CappedCounts {
     fn summary(&self) -> (&'static str, Option<&'static str>) {
         ("ok", None)
     }

@@ -10,13 +10,13 @@ use async_trait::async_trait;
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{Counts, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
 
-use super::ops;
 use super::site::Site;
+use super::{ops, reads};
 
 #[async_trait]
 impl<S: Site> Backend for S {
@@ -110,21 +110,50 @@ impl<S: Site> Backend for S {
     }
 }
 
+/// Runs one operator's read: on the pool, in a transaction of its own under
+/// the store's statement timeout ([`reads`]); on the caller's connection, as
+/// it is.
+macro_rules! bounded {
+    ($site:expr, |$sql:ident, $conn:ident| $read:expr) => {{
+        let site = $site;
+        let mut held = site.conn().await?;
+        let $sql = site.sql();
+        match site.read_timeout() {
+            Some(limit) => {
+                let mut tx = reads::begin(&mut held, limit).await?;
+                let answer = {
+                    let $conn: &mut sqlx::PgConnection = &mut tx;
+                    $read.await
+                };
+                reads::finish(tx, answer, limit).await
+            }
+            None => {
+                let $conn: &mut sqlx::PgConnection = &mut held;
+                $read.await
+            }
+        }
+    }};
+}
+
 #[async_trait]
 impl<S: Site> InspectBackend for S {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
-        ops::list(self.sql(), &mut *self.conn().await?, query).await
+        bounded!(self, |sql, conn| ops::list(sql, conn, query))
     }
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {
-        ops::counts(self.sql(), &mut *self.conn().await?, scope).await
+        bounded!(self, |sql, conn| ops::counts(sql, conn, scope))
+    }
+
+    async fn counts_up_to(&self, scope: Option<&str>, cap: u64) -> Result<CappedCounts> {
+        bounded!(self, |sql, conn| reads::counts_up_to(sql, conn, scope, cap))
     }
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
-        ops::story(self.sql(), &mut *self.conn().await?, id).await
+        bounded!(self, |sql, conn| ops::story(sql, conn, id))
     }
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
-        ops::stranded(self.sql(), &mut *self.conn().await?, older_than, limit).await
+        bounded!(self, |sql, conn| ops::stranded(sql, conn, older_than, limit))
     }
 }

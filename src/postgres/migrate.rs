@@ -116,6 +116,17 @@ const FILES: &[File] = &[
         sql: include_str!("../../migrations/0009_effects.sql"),
         notes: &[],
     },
+    File {
+        version: 10,
+        description: "listings by operation from an index",
+        sql: include_str!("../../migrations/0010_operation_index.sql"),
+        notes: &[UpgradeNote::BuildIndexesConcurrently {
+            table: "tasks",
+            statements: &[
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_operation_id ON tasks (operation, id);",
+            ],
+        }],
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

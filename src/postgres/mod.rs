@@ -77,6 +77,7 @@ mod conn;
 mod dispatch;
 mod migrate;
 mod ops;
+mod reads;
 mod row;
 mod schema;
 pub(crate) mod site;
@@ -85,6 +86,7 @@ mod store;
 
 pub use conn::PgConnStore;
 pub use migrate::{Migration, MigrationState, MigrationStatus, UpgradeNote, migrate};
+pub use reads::DEFAULT_READ_TIMEOUT;
 pub use schema::DEFAULT_SCHEMA;
 pub use store::{PgStore, PgStoreBuilder};
 

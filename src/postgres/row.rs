@@ -8,7 +8,7 @@ use sqlx::postgres::types::PgInterval;
 use time::OffsetDateTime;
 
 use crate::effect::{Effect, EffectState};
-use crate::inspect::{Handoff, Story};
+use crate::inspect::{Handoff, Story, TaskSummary};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
@@ -58,6 +58,13 @@ pub(crate) fn on_ambiguous_name(o: OnAmbiguous) -> &'static str {
 
 /// Decodes a row holding the task columns.
 pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
+    let payload: Vec<u8> = row.try_get("payload")?;
+    let response = row.try_get::<Option<Vec<u8>>, _>("response")?.map(Response::new);
+    Ok(summary(row)?.into_task(payload, response))
+}
+
+/// Decodes a row holding the summary columns (the task's without payload and response).
+pub(crate) fn summary(row: &PgRow) -> Result<TaskSummary, sqlx::Error> {
     let hash: Vec<u8> = row.try_get("input_hash")?;
     let hash: [u8; 32] = hash
         .try_into()
@@ -83,7 +90,7 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
             other => return Err(corrupt("on_ambiguous", other)),
         },
     };
-    Ok(Task {
+    Ok(TaskSummary {
         id: TaskId::from_uuid(row.try_get("id")?),
         key: RequestKey {
             scope: row.try_get("scope")?,
@@ -91,7 +98,6 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
             key: row.try_get("request_key")?,
         },
         input_hash: InputHash::from_bytes(hash),
-        payload: row.try_get("payload")?,
         status: status.parse::<Status>().map_err(|e| corrupt("status", e))?,
         version: u64::try_from(version).map_err(|_| corrupt("version", version))?,
         policy,
@@ -103,7 +109,6 @@ pub(crate) fn task(row: &PgRow) -> Result<Task, sqlx::Error> {
         acceptance: AcceptanceRule::parse(&acceptance).ok_or_else(|| corrupt("acceptance", &acceptance))?,
         lease_until: row.try_get("lease_until")?,
         not_before: row.try_get("not_before")?,
-        response: row.try_get::<Option<Vec<u8>>, _>("response")?.map(Response::new),
         last_error: row.try_get("last_error")?,
         created_at,
         finished_at: row.try_get("finished_at")?,

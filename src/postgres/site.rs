@@ -28,6 +28,12 @@ pub(crate) trait Site: Send + Sync {
     /// The connection for one operation, once the store knows its schema is
     /// current ([`Error::NotMigrated`](crate::Error::NotMigrated) otherwise).
     fn conn(&self) -> impl Future<Output = Result<Self::Conn<'_>>> + Send;
+
+    /// The statement timeout of an operator's read, in a transaction of its
+    /// own; `None` on the caller's connection, whose settings are the caller's.
+    fn read_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// The pool path: each operation on a connection of its own, in autocommit
@@ -43,5 +49,9 @@ impl Site for PgStore {
         let mut conn = self.pool.acquire().await.map_err(db)?;
         self.check_schema(&mut conn).await?;
         Ok(conn)
+    }
+
+    fn read_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.read_timeout)
     }
 }

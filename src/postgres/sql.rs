@@ -18,6 +18,13 @@ const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, paylo
      acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at, \
      budget_base, budget_started_at, trace_context";
 
+/// The columns of a listing's row ([`super::row::summary`]): the task's
+/// without `payload` and `response`, which a page never loads.
+const SUMMARY_COLUMNS: &str = "id, scope, operation, request_key, input_hash, status, version, \
+     max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
+     acceptance, lease_until, not_before, last_error, created_at, finished_at, expires_at, \
+     budget_base, budget_started_at, trace_context";
+
 /// The latest attempt's columns in the task row, in the journal's order
 /// (`attempts`: id, worker, started_at, finished_at, outcome, operation_id, error).
 const ATTEMPT_COLUMNS: &str = "attempt_id, attempt_worker, attempt_started_at, attempt_finished_at, \
@@ -94,6 +101,8 @@ pub(crate) struct Statements {
     pub(crate) list: Vec<Sql>,
     pub(crate) counts: Sql,
     pub(crate) counts_scope: Sql,
+    pub(crate) counts_up_to: Sql,
+    pub(crate) counts_up_to_scope: Sql,
     pub(crate) story: Sql,
     pub(crate) stranded: Sql,
     /// The newest applied migration.
@@ -174,7 +183,7 @@ fn list_sql(s: &str, shape: ListShape) -> String {
     conditions.push(format!("id {after} {}", param()));
     let limit = param();
     format!(
-        "SELECT {TASK_COLUMNS} FROM {s}.tasks WHERE {} ORDER BY id {order} LIMIT {limit}",
+        "SELECT {SUMMARY_COLUMNS} FROM {s}.tasks WHERE {} ORDER BY id {order} LIMIT {limit}",
         conditions.join(" AND ")
     )
 }
@@ -261,6 +270,8 @@ impl Statements {
             ),
             ("counts", self.counts.as_str()),
             ("counts_scope", self.counts_scope.as_str()),
+            ("counts_up_to", self.counts_up_to.as_str()),
+            ("counts_up_to_scope", self.counts_up_to_scope.as_str()),
             ("story", self.story.as_str()),
             ("stranded", self.stranded.as_str()),
         ]
@@ -908,6 +919,19 @@ impl Statements {
             )),
             // $1 scope: an index-only scan of that scope in `tasks_scope_id`.
             counts_scope: Sql::from(format!("SELECT status, count(*) AS n FROM {s}.tasks WHERE scope = $1 GROUP BY status")),
+            // $1 cap. Each status counted up to the cap: one index-only range
+            // scan of `tasks_status_id` per status, stopped after `cap` entries.
+            counts_up_to: Sql::from(format!(
+                "SELECT st.status, (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks AS t WHERE t.status = st.status LIMIT $1) AS c) AS n
+                 FROM (VALUES ('pending'), ('running'), ('completed'), ('failed'), ('cancelled')) AS st(status)"
+            )),
+            // $1 scope, $2 cap. The scope's newest `cap` tasks by status: one
+            // index-only scan of `tasks_scope_id` (which includes the status),
+            // stopped after `cap` entries; exact when the scope has fewer.
+            counts_up_to_scope: Sql::from(format!(
+                "SELECT status, count(*) AS n FROM (SELECT status FROM {s}.tasks WHERE scope = $1 ORDER BY id DESC LIMIT $2) AS c
+                 GROUP BY status"
+            )),
             // $1 id. The task and its attempts, reopenings, handoffs and effects in one
             // row (one snapshot): each child table as arrays, oldest first.
             story: Sql::from(format!(

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgPool};
@@ -51,6 +52,8 @@ pub struct PgStore {
     pub(super) migrated: Arc<AtomicBool>,
     /// The channel submissions notify, if they do.
     pub(super) notify: Option<String>,
+    /// The statement timeout of every [`Inspect`](crate::inspect::Inspect) read.
+    pub(super) read_timeout: Duration,
 }
 
 /// The channel of a schema's submissions: `<schema>_submitted`, the schema
@@ -67,6 +70,7 @@ impl fmt::Debug for PgStore {
         f.debug_struct("PgStore")
             .field("schema", &self.schema.name())
             .field("pool", &self.pool)
+            .field("read_timeout", &self.read_timeout)
             .finish()
     }
 }
@@ -85,6 +89,7 @@ pub struct PgStoreBuilder {
     pool: PgPool,
     schema: String,
     notify: bool,
+    read_timeout: Duration,
 }
 
 impl PgStoreBuilder {
@@ -114,6 +119,22 @@ impl PgStoreBuilder {
         self
     }
 
+    /// How long each of the operator's reads ([`Inspect`](crate::inspect::Inspect):
+    /// listings, counts, stories, stranded tasks) may run before the server
+    /// cancels it (`SET LOCAL statement_timeout` in the read's transaction)
+    /// and the call answers [`Error::ReadTimeout`](crate::Error::ReadTimeout).
+    /// Default [`DEFAULT_READ_TIMEOUT`](super::DEFAULT_READ_TIMEOUT) (5 s); at least a millisecond.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// let store = taskfence::PgStore::builder(pool).read_timeout(std::time::Duration::from_secs(2)).build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_timeout(mut self, limit: Duration) -> Self {
+        self.read_timeout = limit.max(Duration::from_millis(1));
+        self
+    }
+
     /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`](crate::error::InvalidInput::NotAnIdentifier) for a bad schema name.
     pub fn build(self) -> Result<PgStore> {
         let schema = Schema::new(&self.schema)?;
@@ -124,6 +145,7 @@ impl PgStoreBuilder {
             pool: self.pool,
             schema,
             migrated: Arc::default(),
+            read_timeout: self.read_timeout,
         })
     }
 }
@@ -157,6 +179,7 @@ impl PgStore {
             pool,
             schema: DEFAULT_SCHEMA.to_owned(),
             notify: false,
+            read_timeout: super::DEFAULT_READ_TIMEOUT,
         }
     }
 

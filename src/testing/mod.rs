@@ -300,6 +300,8 @@ macro_rules! __inspection_suite {
             stranded_counts_from_the_latest_reopening,
             every_task_needing_a_worker_is_found,
             bad_queries_are_refused,
+            list_rows_are_summaries_without_payload_or_response,
+            counts_up_to_stop_at_the_cap,
         );
     };
 }

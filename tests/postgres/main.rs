@@ -6,6 +6,7 @@
 mod common;
 
 mod bad_input;
+mod bounded_reads;
 mod conformance;
 mod dispatch;
 mod effects;

@@ -64,6 +64,8 @@ pub struct Dashboard {
     tls: bool,
     stranded_after: Duration,
     refresh: Duration,
+    concurrent_reads: usize,
+    count_cap: u64,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -76,6 +78,8 @@ impl std::fmt::Debug for Dashboard {
             .field("served_over_tls", &self.tls)
             .field("stranded_after", &self.stranded_after)
             .field("refresh", &self.refresh)
+            .field("concurrent_reads", &self.concurrent_reads)
+            .field("count_cap", &self.count_cap)
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +101,36 @@ impl Dashboard {
             tls: false,
             stranded_after: Duration::from_secs(15 * 60),
             refresh: Duration::from_secs(10),
+            concurrent_reads: crate::gate::DEFAULT_CONCURRENT_READS,
+            count_cap: DEFAULT_COUNT_CAP,
         }
+    }
+
+    /// How many pages may read the store at once (default 8; at least one).
+    /// A page beyond that is answered `503 Service Unavailable` with
+    /// `Retry-After` at once, not queued: a burst of requests, signed in or
+    /// not, cannot pile reads onto the store.
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).max_concurrent_reads(4);
+    /// ```
+    pub fn max_concurrent_reads(mut self, n: usize) -> Self {
+        self.concurrent_reads = n.max(1);
+        self
+    }
+
+    /// The overview counts each status up to this many tasks and shows
+    /// `10000+` beyond ([`Inspect::counts_up_to`];
+    /// default [`DEFAULT_COUNT_CAP`], within 1 to [`taskfence::limits::MAX_COUNT_CAP`]).
+    ///
+    /// ```
+    /// # let store = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// let dashboard = taskfence_web::Dashboard::new(store).count_cap(100_000);
+    /// ```
+    pub fn count_cap(mut self, cap: u64) -> Self {
+        self.count_cap = cap.clamp(1, taskfence::limits::MAX_COUNT_CAP);
+        self
     }
 
     /// Enables the actions for whoever signs in with `token` (and passes the
@@ -238,6 +271,8 @@ impl Dashboard {
             tls: self.tls,
             stranded_after: self.stranded_after,
             refresh: self.refresh,
+            reads: crate::gate::ReadGate::new(self.concurrent_reads),
+            count_cap: self.count_cap,
         });
         Router::new()
             .route("/", get(pages::overview::show))
@@ -269,6 +304,14 @@ impl Dashboard {
             .with_state(shared)
     }
 }
+
+/// The overview's default count cap ([`Dashboard::count_cap`]): ten
+/// thousand index entries per status, a few milliseconds on any table.
+///
+/// ```
+/// assert_eq!(taskfence_web::dashboard::DEFAULT_COUNT_CAP, 10_000);
+/// ```
+pub const DEFAULT_COUNT_CAP: u64 = 10_000;
 
 /// Whether [`Dashboard::action_token`] would take `token`: a tool can check
 /// its configuration before it connects to a store.
@@ -343,6 +386,10 @@ pub(crate) struct Shared {
     pub(crate) tls: bool,
     pub(crate) stranded_after: Duration,
     pub(crate) refresh: Duration,
+    /// The permits of the pages that read the store.
+    pub(crate) reads: crate::gate::ReadGate,
+    /// The overview's count cap.
+    pub(crate) count_cap: u64,
 }
 
 impl Shared {

@@ -42,6 +42,9 @@ pub(crate) enum PageError {
     },
     /// 503: the store did not answer (the cause is logged, not shown).
     Unavailable,
+    /// 503 with `Retry-After`: too many pages are reading the store at
+    /// once, or the store cancelled a read that ran past its time limit.
+    Busy,
     /// 500: a bug of the dashboard's own.
     Internal(String),
 }
@@ -56,7 +59,7 @@ impl PageError {
             PageError::ReadOnly | PageError::Csrf | PageError::TaskDataHidden => StatusCode::FORBIDDEN,
             PageError::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             PageError::Refused { .. } => StatusCode::CONFLICT,
-            PageError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            PageError::Unavailable | PageError::Busy => StatusCode::SERVICE_UNAVAILABLE,
             PageError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -69,6 +72,10 @@ impl PageError {
             }
             taskfence::Error::InvalidInput(e) => {
                 PageError::BadRequest(format!("The store refused the input: {e}."))
+            }
+            taskfence::Error::ReadTimeout { limit } => {
+                tracing::warn!(?limit, "taskfence-web: a read ran past the store's time limit");
+                PageError::Busy
             }
             other => {
                 tracing::error!(error = %other, kind = other.label(), "taskfence-web: the store failed");
@@ -92,6 +99,12 @@ impl IntoResponse for PageError {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
                 axum::http::HeaderValue::from_static("Form realm=\"taskfence\""),
+            );
+        }
+        if matches!(self, PageError::Busy) {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(crate::gate::RETRY_AFTER_SECS),
             );
         }
         if let PageError::Throttled(wait) = &self {

@@ -125,6 +125,10 @@ pub(crate) fn error_page(ctx: &Ctx, error: &PageError) -> Html<String> {
                     "The task store did not answer. The dashboard will show it again as soon as it does; "
                     "the cause is in this service's log."
                 },
+                PageError::Busy => p {
+                    "The task store is busy: too many pages are reading it at once, or this read ran "
+                    "past its time limit. Try again in a moment, or narrow the filters."
+                },
                 PageError::Internal(what) => p { (what) },
             }
             p { a href=(ctx.href("/")) { "Back to the overview" } }

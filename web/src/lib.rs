@@ -17,6 +17,7 @@ mod assets;
 mod auth;
 pub mod dashboard;
 mod error;
+mod gate;
 mod html;
 mod pages;
 pub mod redispatch;

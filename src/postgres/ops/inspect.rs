@@ -50,7 +50,10 @@ pub(crate) async fn list(sql: &Statements, conn: &mut PgConnection, query: &Task
         .fetch_all(conn)
         .await
         .map_err(db)?;
-    Ok(Page::from_overfetch(tasks(&rows)?, query.limit))
+    Ok(Page::from_overfetch(
+        super::super::reads::summaries(&rows)?,
+        query.limit,
+    ))
 }
 
 pub(crate) async fn counts(sql: &Statements, conn: &mut PgConnection, scope: Option<&str>) -> Result<Counts> {

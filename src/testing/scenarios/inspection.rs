@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::error::Error;
-use crate::inspect::{Counts, Inspect, Order, TaskQuery};
+use crate::inspect::{CappedCounts, Count, Counts, Inspect, Order, STATUSES, TaskQuery, TaskSummary};
 use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
 use crate::store::{AttemptOutcome, ReopenRequest};
@@ -515,4 +515,101 @@ pub async fn every_task_needing_a_worker_is_found(f: &dyn InspectFixture) {
         .map(|lease| lease.task_id())
         .collect();
     assert_eq!(taken, needing, "claim_next hands out each of them");
+}
+
+/// A listing's rows are summaries of the tasks as they stand — every field
+/// but the payload and the response — however large those are.
+pub async fn list_rows_are_summaries_without_payload_or_response(f: &dyn InspectFixture) {
+    let store = f.inspector();
+    let big = vec![7u8; 64 * 1024];
+    let task = submit(&*store, new_task("big").payload(big.clone())).await;
+    let lease = acquire(&*store, task.id, "a").await;
+    let saved = store
+        .complete(lease, Response::new(big.clone()))
+        .await
+        .unwrap()
+        .accepted()
+        .expect("the only lease saves");
+    assert_eq!(
+        (saved.payload.len(), saved.response.as_ref().map(Response::len)),
+        (big.len(), Some(big.len()))
+    );
+    populate(f).await;
+    let page = store.list(&TaskQuery::new()).await.unwrap();
+    assert_eq!(page.tasks.len(), 13);
+    for row in &page.tasks {
+        let whole = store.get(row.id).await.unwrap().expect("listed tasks exist");
+        assert_eq!(*row, TaskSummary::from(&whole), "{}", row.id);
+    }
+    let done = store
+        .list(&TaskQuery::new().status(Status::Completed).operation("chat.reply"))
+        .await
+        .unwrap();
+    assert!(done.tasks.contains(&TaskSummary::from(saved)));
+}
+
+/// `counts_up_to` is exact below its cap and says "at least" from it on;
+/// a cap of 0 or beyond the limit is refused.
+pub async fn counts_up_to_stop_at_the_cap(f: &dyn InspectFixture) {
+    let store = f.inspector();
+    for cap in [0, limits::MAX_COUNT_CAP + 1] {
+        let refused = store.counts_up_to(None, cap).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidInput(_))),
+            "cap {cap}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        store.counts_up_to(None, 10).await.unwrap(),
+        CappedCounts::default()
+    );
+    populate(f).await;
+    let exact = store.counts(None).await.unwrap();
+    let b = store.counts(Some("scope-b")).await.unwrap();
+    // Below the cap: every count exact, in all scopes and in one.
+    for (scope, expected) in [
+        (None, exact),
+        (Some("scope-b"), b),
+        (Some("nobody"), Counts::default()),
+    ] {
+        let counts = store.counts_up_to(scope, 100).await.unwrap();
+        for status in STATUSES {
+            assert_eq!(
+                counts.get(status),
+                Count::Exact(expected.get(status)),
+                "{scope:?} {status}"
+            );
+        }
+        assert_eq!(counts.total(), Count::Exact(expected.total()));
+    }
+    // 8 pending tasks, one of each other status: a cap of 3 stops the pending count.
+    let capped = store.counts_up_to(None, 3).await.unwrap();
+    assert_eq!(capped.get(Status::Pending), Count::AtLeast(3));
+    for status in [
+        Status::Running,
+        Status::Completed,
+        Status::Failed,
+        Status::Cancelled,
+    ] {
+        assert_eq!(capped.get(status), Count::Exact(1), "{status}");
+    }
+    assert_eq!(capped.total(), Count::AtLeast(7));
+    // One scope under a small cap: never more than there is, never exact
+    // where the cap was reached.
+    for (scope, expected) in [(Some("scope-b"), b), (None, exact)] {
+        let counts = store.counts_up_to(scope, 2).await.unwrap();
+        for status in STATUSES {
+            let actual = expected.get(status);
+            match counts.get(status) {
+                Count::Exact(n) => assert_eq!(n, actual, "{scope:?} {status}: an exact count is exact"),
+                Count::AtLeast(n) => assert!(n <= actual, "{scope:?} {status}: at least {n} of {actual}"),
+            }
+            if actual >= 2 {
+                assert!(
+                    !counts.get(status).is_exact(),
+                    "{scope:?} {status}: {actual} reach the cap"
+                );
+            }
+        }
+    }
 }

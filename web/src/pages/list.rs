@@ -112,6 +112,7 @@ pub(crate) async fn show(
     let Query(params) = params.map_err(bad_query)?;
     let now = OffsetDateTime::now_utc();
     let query = params.query(now)?;
+    let _permit = ctx.shared.reads.enter()?;
     let page = ctx.shared.store.list(&query).await?;
     let filters = params.pairs();
     let next = page.next.map(|cursor| {

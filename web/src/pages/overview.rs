@@ -47,8 +47,9 @@ pub(crate) async fn show(
     if let Some(scope) = scope {
         check_text("scope", scope, MAX_SCOPE_LEN).map_err(|e| PageError::BadRequest(format!("{e}.")))?;
     }
+    let _permit = ctx.shared.reads.enter()?;
     let store = &ctx.shared.store;
-    let counts = store.counts(scope).await?;
+    let counts = store.counts_up_to(scope, ctx.shared.count_cap).await?;
     let mut newest = TaskQuery::new().limit(SAMPLE);
     let mut oldest_pending = TaskQuery::new()
         .status(Status::Pending)

@@ -42,6 +42,7 @@ pub(crate) async fn show(
             })?,
         None => 100,
     };
+    let _permit = ctx.shared.reads.enter()?;
     let tasks = ctx.shared.store.stranded(older_than, limit).await?;
     let now = OffsetDateTime::now_utc();
     let age = humantime::format_duration(older_than)

@@ -31,6 +31,7 @@ pub(crate) async fn show(
 ) -> Result<Html<String>, PageError> {
     let id = task_id(&id)?;
     let Query(params) = params.map_err(bad_query)?;
+    let _permit = ctx.shared.reads.enter()?;
     let story = ctx
         .shared
         .store

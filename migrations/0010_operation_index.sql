@@ -1,0 +1,13 @@
+-- taskfence 0010: listings by operation from an index.
+--
+-- Run with `search_path` set to taskfence's schema, as 0001.
+--
+-- A listing filtered by operation walks this index in id order, as the
+-- status and scope listings walk theirs (0003), so a page reads about as
+-- many entries as it returns, whatever the share of that operation.
+--
+-- Built inside the migration's transaction, which blocks writes to `tasks`
+-- while it builds. On a large table, build it first with
+-- `CREATE INDEX CONCURRENTLY` under the same name and definition; then this
+-- statement finds it and does nothing.
+CREATE INDEX IF NOT EXISTS tasks_operation_id ON tasks (operation, id);
