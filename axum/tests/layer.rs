@@ -717,7 +717,7 @@ async fn the_query_string_is_stored_only_when_asked(fixture: Box<dyn Fixture>) {
 /// store's clock moves three leases on while the body is read.
 async fn a_response_streamed_past_the_lease_never_runs_the_handler_twice(fixture: Box<dyn Fixture>) {
     let lease = Duration::from_millis(600);
-    let mut app = App::start(fixture, move |layer| layer.lease(lease)).await;
+    let mut app = App::start(fixture, move |layer| layer.lease_duration(lease)).await;
     let first = {
         let (client, url) = (app.client.clone(), format!("{}/stream", app.base));
         tokio::spawn(async move {

@@ -87,7 +87,7 @@ impl Target {
 
 /// The concrete store, for what only one backend has.
 #[derive(Clone)]
-pub(crate) enum Backend {
+pub(crate) enum Concrete {
     /// PostgreSQL.
     Postgres(Arc<PgStore>),
     /// DynamoDB.
@@ -100,7 +100,7 @@ pub(crate) struct Store {
     /// Every command's view of it.
     pub inspect: Arc<dyn Inspect>,
     /// The same store, concretely.
-    pub backend: Backend,
+    pub concrete: Concrete,
 }
 
 impl Store {
@@ -109,15 +109,15 @@ impl Store {
     /// PostgreSQL: the schema's `store_clock()`; DynamoDB: this machine's
     /// clock, which is what a DynamoDB writer stamps with too.
     pub(crate) async fn now(&self) -> Result<OffsetDateTime, CliError> {
-        match &self.backend {
-            Backend::Postgres(pg) => {
+        match &self.concrete {
+            Concrete::Postgres(pg) => {
                 let sql = format!("SELECT \"{}\".store_clock()", pg.schema());
                 sqlx::query_scalar::<_, OffsetDateTime>(sqlx::AssertSqlSafe(sql.as_str()))
                     .fetch_one(pg.pool())
                     .await
                     .map_err(|e| CliError::from(taskfence::Error::storage(e)))
             }
-            Backend::DynamoDb(_) => Ok(OffsetDateTime::now_utc()),
+            Concrete::DynamoDb(_) => Ok(OffsetDateTime::now_utc()),
         }
     }
 
@@ -170,7 +170,7 @@ async fn postgres(url: &str, schema: &str) -> Result<Store, CliError> {
     conn.close().await.ok();
     Ok(Store {
         inspect: store.clone(),
-        backend: Backend::Postgres(store),
+        concrete: Concrete::Postgres(store),
     })
 }
 
@@ -201,7 +201,7 @@ async fn dynamodb(
     }
     Ok(Store {
         inspect: store.clone(),
-        backend: Backend::DynamoDb(store),
+        concrete: Concrete::DynamoDb(store),
     })
 }
 

@@ -48,8 +48,8 @@ use tracing::Instrument;
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
 use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
-pub use crate::policy::plan::Plan;
 use crate::policy::Failure;
+pub use crate::policy::plan::Plan;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };

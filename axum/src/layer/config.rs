@@ -148,7 +148,7 @@ pub(super) struct Settings {
     pub(super) operation: String,
     pub(super) scope: KeyScope,
     pub(super) required: bool,
-    pub(super) lease: Duration,
+    pub(super) lease_duration: Duration,
     pub(super) retention: Duration,
     pub(super) max_attempts: u32,
     pub(super) body_limit: usize,
@@ -191,7 +191,7 @@ impl<S: TaskStore + ?Sized> IdempotencyLayer<S> {
                 operation: "http".to_owned(),
                 scope,
                 required: true,
-                lease: Duration::from_secs(30),
+                lease_duration: Duration::from_secs(30),
                 retention: Duration::from_secs(24 * 3600),
                 max_attempts: 10,
                 body_limit: 2 * 1024 * 1024,
@@ -251,11 +251,11 @@ impl<S: TaskStore + ?Sized> IdempotencyLayer<S> {
     /// use std::time::Duration;
     /// # use taskfence_axum::{IdempotencyLayer, KeyScope};
     /// # let scope = KeyScope::single_tenant();
-    /// let layer = IdempotencyLayer::new(taskfence::MemoryStore::new(), scope).lease(Duration::from_secs(10));
+    /// let layer = IdempotencyLayer::new(taskfence::MemoryStore::new(), scope).lease_duration(Duration::from_secs(10));
     /// ```
     #[must_use]
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.settings.lease = lease;
+    pub fn lease_duration(mut self, lease_duration: Duration) -> Self {
+        self.settings.lease_duration = lease_duration;
         self
     }
 
@@ -420,7 +420,7 @@ impl<S: ?Sized> fmt::Debug for IdempotencyLayer<S> {
             .field("operation", &self.settings.operation)
             .field("scope", &self.settings.scope)
             .field("required", &self.settings.required)
-            .field("lease", &self.settings.lease)
+            .field("lease_duration", &self.settings.lease_duration)
             .field("retention", &self.settings.retention)
             .field("max_attempts", &self.settings.max_attempts)
             .field("body_limit", &self.settings.body_limit)

@@ -153,7 +153,7 @@ impl<S: TaskStore + ?Sized + 'static> Run<S> {
         if task.response.is_some() {
             return Ok(self.replay(&task));
         }
-        let claim = ClaimRequest::new(&self.settings.worker, self.settings.lease);
+        let claim = ClaimRequest::new(&self.settings.worker, self.settings.lease_duration);
         let lease = match self.store.claim(task.id, claim).await {
             Ok(Claim::Acquired(lease)) => lease,
             Ok(Claim::Completed(task)) => return Ok(self.replay(&task)),
@@ -177,7 +177,7 @@ impl<S: TaskStore + ?Sized + 'static> Run<S> {
         I: Service<Request<Body>, Response = Response>,
     {
         let types = &self.settings.types;
-        let mut lease = HandlerLease::new(Arc::clone(&self.store), lease, self.settings.lease);
+        let mut lease = HandlerLease::new(Arc::clone(&self.store), lease, self.settings.lease_duration);
         let handler = AssertUnwindSafe(inner.call(request)).catch_unwind();
         let response = match lease.renewing(handler).await {
             Err(panic) => {

@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use taskfence::TaskId;
 use taskfence::limits::MAX_PAGE;
 
-use crate::backend::{Backend, Store, Target, table_exists};
+use crate::backend::{Concrete, Store, Target, table_exists};
 use crate::cli::{MigrateArgs, PurgeArgs, RepublishDueArgs, StrandedArgs};
 use crate::error::{CliError, chain};
 use crate::output::{Report, TableStatus};
@@ -34,8 +34,8 @@ pub(super) fn check_migrate(args: &MigrateArgs, target: &Target) -> Result<(), C
 /// missing and leaves an existing one alone; `--status` and `--dry-run`
 /// describe it.
 pub(super) async fn migrate(store: &Store, args: MigrateArgs) -> Result<Report, CliError> {
-    match &store.backend {
-        Backend::Postgres(pg) => {
+    match &store.concrete {
+        Concrete::Postgres(pg) => {
             if args.status {
                 return Ok(Report::MigrationStatus(Box::new(pg.migration_status().await?)));
             }
@@ -70,7 +70,7 @@ pub(super) async fn migrate(store: &Store, args: MigrateArgs) -> Result<Report, 
                 to: args.to,
             })
         }
-        Backend::DynamoDb(dynamo) => {
+        Concrete::DynamoDb(dynamo) => {
             if args.status || args.dry_run {
                 return Ok(Report::Table(table_status(dynamo, args.dry_run).await?));
             }
@@ -212,11 +212,11 @@ pub(super) async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report
     let limit = usize::try_from(args.limit).unwrap_or(MAX_PAGE);
     let tasks = store.inspect.stranded(args.older_than, limit).await?;
     let ids: Vec<TaskId> = tasks.iter().map(|t| t.id).collect();
-    let redispatched = match (&store.backend, args.redispatch) {
+    let redispatched = match (&store.concrete, args.redispatch) {
         (_, false) => None,
         (_, true) if tasks.is_empty() => Some(0),
-        (Backend::Postgres(pg), true) => Some(pg.redispatch(&ids).await?),
-        (Backend::DynamoDb(dynamo), true) => Some(dynamo.redispatch(&ids).await?),
+        (Concrete::Postgres(pg), true) => Some(pg.redispatch(&ids).await?),
+        (Concrete::DynamoDb(dynamo), true) => Some(dynamo.redispatch(&ids).await?),
     };
     Ok(Report::Stranded { tasks, redispatched })
 }

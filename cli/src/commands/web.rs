@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Args;
 use taskfence_web::Dashboard;
 
-use crate::backend::{Backend, Store, Target};
+use crate::backend::{Concrete, Store, Target};
 use crate::cli::parse_duration;
 use crate::error::CliError;
 use crate::secrets;
@@ -90,9 +90,9 @@ pub(crate) async fn run(mut args: WebArgs, token_typed: bool, target: &Target) -
     if args.open_reads {
         dashboard = dashboard.open_reads();
     }
-    dashboard = match &store.backend {
-        Backend::Postgres(pg) => dashboard.redispatch(Arc::clone(pg) as Arc<dyn taskfence_web::Redispatch>),
-        Backend::DynamoDb(dynamo) => {
+    dashboard = match &store.concrete {
+        Concrete::Postgres(pg) => dashboard.redispatch(Arc::clone(pg) as Arc<dyn taskfence_web::Redispatch>),
+        Concrete::DynamoDb(dynamo) => {
             dashboard.redispatch(Arc::clone(dynamo) as Arc<dyn taskfence_web::Redispatch>)
         }
     };
