@@ -99,7 +99,7 @@ pub trait Inspect: TaskStore {
     /// by [`due`](TaskStore::due) (and `claim_next`). A task reopened before
     /// its first claim is on both. `older_than` must be positive; `limit` at
     /// most [`limits::MAX_PAGE`].
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>>;
 }
 
 /// Which way a listing runs.

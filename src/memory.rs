@@ -590,15 +590,17 @@ impl InspectBackend for MemoryStore {
         }))
     }
 
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         let state = self.lock();
         let cutoff = self.now() - older_than;
-        let mut stranded: Vec<&Task> = state
+        let mut stranded: Vec<TaskSummary> = state
             .tasks
             .values()
+            .map(TaskSummary::from)
             .filter(|t| rules::stranded(t, cutoff))
             .collect();
         stranded.sort_unstable_by_key(|t| (t.created_at, t.id));
-        Ok(stranded.into_iter().take(limit).cloned().collect())
+        stranded.truncate(limit);
+        Ok(stranded)
     }
 }

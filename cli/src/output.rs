@@ -74,7 +74,7 @@ pub(crate) enum Report {
     /// `stranded`.
     Stranded {
         /// The stranded tasks, oldest first.
-        tasks: Vec<Task>,
+        tasks: Vec<TaskSummary>,
         /// With `--redispatch`: the handoffs written.
         redispatched: Option<u64>,
     },
@@ -143,8 +143,7 @@ impl Report {
                 if found.is_empty() {
                     return "no stranded tasks\n".into();
                 }
-                let rows: Vec<TaskSummary> = found.iter().map(TaskSummary::from).collect();
-                let mut out = tasks(&rows, now);
+                let mut out = tasks(found, now);
                 if let Some(n) = redispatched {
                     out.push_str(&format!(
                         "re-dispatched {n} task(s): the dispatcher publishes them\n"
@@ -204,7 +203,7 @@ impl Report {
             Report::Stranded {
                 tasks, redispatched, ..
             } => json!({
-                "tasks": tasks_json(tasks),
+                "tasks": summaries_json(tasks),
                 "redispatched": redispatched,
             }),
             Report::Due { due, stranded } => json!({ "due": due, "stranded": stranded }),
@@ -244,10 +243,6 @@ fn summary_json(task: &TaskSummary) -> serde_json::Value {
         "deadline_at": task.deadline_at().map(|d| d.format(&Rfc3339).unwrap_or_default()),
     });
     v
-}
-
-fn tasks_json(tasks: &[Task]) -> serde_json::Value {
-    serde_json::Value::Array(tasks.iter().map(task_json).collect())
 }
 
 fn summaries_json(tasks: &[TaskSummary]) -> serde_json::Value {

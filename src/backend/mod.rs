@@ -47,7 +47,7 @@ use tracing::Instrument;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 pub use crate::policy::plan::Plan;
 use crate::store::{
@@ -162,7 +162,7 @@ pub trait InspectBackend: Backend {
     /// [`Inspect::story`], on validated input.
     async fn story(&self, id: TaskId) -> Result<Option<Story>>;
     /// [`Inspect::stranded`], on validated input.
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>>;
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>>;
 }
 
 #[async_trait]
@@ -313,7 +313,7 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
         InspectBackend::story(self, id).instrument(entry::story(id)).await
     }
 
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         let span = entry::stranded(older_than, limit)?;
         InspectBackend::stranded(self, older_than, limit)
             .instrument(span)

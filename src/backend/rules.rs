@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use super::{Plan, jitter_unit};
 use crate::effect::{Effect, EffectOutcome, EffectStart, EffectState};
 use crate::error::InvalidInput;
+use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, Failure, OnAmbiguous, RetryPolicy, StopReason};
 use crate::store::{Claim, ClaimNext, Fenced, Lease, Rejection};
 use crate::task::{AttemptId, Status, Task};
@@ -74,14 +75,14 @@ pub fn claim(task: &Task, now: OffsetDateTime) -> ClaimRule {
 /// since.) A task reopened a moment ago was handed off a moment ago.
 ///
 /// ```
-/// # fn f(task: &taskfence::Task) {
+/// # fn f(task: &taskfence::inspect::TaskSummary) {
 /// let cutoff = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
 /// if taskfence::backend::rules::stranded(task, cutoff) {
 ///     println!("{} has waited for a worker for over an hour", task.id);
 /// }
 /// # }
 /// ```
-pub fn stranded(task: &Task, cutoff: OffsetDateTime) -> bool {
+pub fn stranded(task: &TaskSummary, cutoff: OffsetDateTime) -> bool {
     task.status == Status::Pending
         && task.version == 0
         && task.created_at < cutoff

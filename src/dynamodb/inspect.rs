@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use crate::backend::InspectBackend;
 use crate::backend::rules;
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Counts, Cursor, Order, Page, Story, TaskQuery};
-use crate::task::{Status, Task, TaskId};
+use crate::inspect::{CappedCounts, Counts, Cursor, Order, Page, Story, TaskQuery, TaskSummary};
+use crate::task::{Status, TaskId};
 
 use super::bounded::{MAX_EXAMINED, too_broad};
 use super::effect::effects_of;
@@ -262,7 +262,7 @@ impl InspectBackend for DynamoStore {
         Ok(Some(story))
     }
 
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         let cutoff = self.now() - older_than;
         let mut stranded = Vec::new();
         let mut start = None;
@@ -284,10 +284,9 @@ impl InspectBackend for DynamoStore {
                 .await
                 .map_err(sdk)?;
             let ids = page.items().iter().map(task_id_of).collect::<Result<Vec<_>>>()?;
-            let mut items = self.batch_get(&ids).await?;
+            let mut found = self.batch_get_summaries(&ids).await?;
             for id in ids {
-                let Some(found) = items.remove(&id) else { continue };
-                let task = item::task(&found).map_err(Error::storage)?;
+                let Some(task) = found.remove(&id) else { continue };
                 // Claimed or cancelled since the index saw it: not stranded.
                 if rules::stranded(&task, cutoff) {
                     stranded.push(task);

@@ -15,7 +15,7 @@ use tracing::Instrument;
 use crate::backend::{Backend, InspectBackend, entry};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{InvalidInput, Result};
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -267,7 +267,7 @@ impl InspectBackend for WithItems<'_> {
         InspectBackend::story(self.store, id).await
     }
 
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         InspectBackend::stranded(self.store, older_than, limit).await
     }
 }

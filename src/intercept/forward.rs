@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -261,7 +261,7 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
         let run = hooks.story(self.inner.inspector(), id);
         hooks.around(Call::new("story").task(id), Box::pin(run)).await
     }
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         let hooks = &self.interceptor;
         let run = hooks.stranded(self.inner.inspector(), older_than, limit);
         hooks.around(Call::new("stranded"), Box::pin(run)).await

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -223,7 +223,12 @@ pub trait Intercept: Send + Sync {
         inner.story(id).await
     }
     /// [`Inspect::stranded`]; forwards to `inner` unless overridden.
-    async fn stranded(&self, inner: &dyn Inspect, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(
+        &self,
+        inner: &dyn Inspect,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<Vec<TaskSummary>> {
         inner.stranded(older_than, limit).await
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::effect::{Effect, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Page, Story};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskSummary};
 use crate::store::{Attempt, Claim, Fenced, Lease, Retry, Submitted};
 use crate::task::{Task, TaskId};
 
@@ -252,6 +252,15 @@ impl Outcome for Option<Story> {
     }
     fn task(&self) -> Option<&Task> {
         self.as_ref().map(|story| &story.task)
+    }
+}
+
+impl Outcome for Vec<TaskSummary> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+    fn count(&self) -> Option<u64> {
+        Some(self.len() as u64)
     }
 }
 

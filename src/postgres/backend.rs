@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery};
+use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -153,7 +153,7 @@ impl<S: Site> InspectBackend for S {
         bounded!(self, |sql, conn| ops::story(sql, conn, id))
     }
 
-    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<Task>> {
+    async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         bounded!(self, |sql, conn| ops::stranded(sql, conn, older_than, limit))
     }
 }

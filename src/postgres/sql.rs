@@ -986,7 +986,7 @@ impl Statements {
             )),
             stranded: Sql::from(format!(
                 "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() - $1 AS cutoff)
-                 SELECT {cols} FROM {s}.tasks AS t
+                 SELECT {SUMMARY_COLUMNS} FROM {s}.tasks AS t
                  WHERE t.status = 'pending' AND t.version = 0
                    AND t.created_at < (SELECT cutoff FROM clock)
                    AND (t.not_before IS NULL OR t.not_before < (SELECT cutoff FROM clock))

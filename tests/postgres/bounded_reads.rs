@@ -121,8 +121,8 @@ async fn plan(conn: &mut sqlx::PgConnection, sql: &str, args: &str, types: &str)
 
 /// The listing statements by their filters: each filter alone is an index
 /// condition walked in id order (no `Filter:` line re-checking rows, no
-/// Sort, no sequential scan), and no listing reads `payload` or `response`;
-/// each capped count scans under its `LIMIT`.
+/// Sort, no sequential scan), and no listing (the stranded one included)
+/// reads `payload` or `response`; each capped count scans under its `LIMIT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_and_capped_counts_are_index_driven_and_bounded() {
     let f = common::fixture().await;
@@ -184,6 +184,23 @@ async fn listings_and_capped_counts_are_index_driven_and_bounded() {
                 "{name}: the listing reads payloads or responses:\n{text}"
             );
         }
+    }
+    // The stranded listing (the overview's tile, the stranded page) is a
+    // listing too: summary rows under its LIMIT.
+    let stranded = plan(
+        &mut conn,
+        &sql("stranded"),
+        "'10 minutes', 1000",
+        "interval, int8",
+    )
+    .await;
+    let text = stranded.join("\n");
+    assert!(text.contains("Limit"), "stranded: no LIMIT:\n{text}");
+    for line in stranded.iter().filter(|l| l.trim_start().starts_with("Output:")) {
+        assert!(
+            !line.contains("payload") && !line.contains("response"),
+            "stranded: the listing reads payloads or responses:\n{text}"
+        );
     }
     // The overview's counts: every count scans under a LIMIT (its cap), from an index.
     for (name, types, args) in [

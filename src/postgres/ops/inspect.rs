@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use sqlx::Row;
-use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::postgres::PgConnection;
 
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Order, Page, Story, TaskQuery};
-use crate::task::{Status, Task, TaskId};
+use crate::inspect::{Counts, Order, Page, Story, TaskQuery, TaskSummary};
+use crate::task::{Status, TaskId};
 
 use crate::postgres::db;
 use crate::postgres::row::{self, interval};
@@ -92,7 +92,7 @@ pub(crate) async fn stranded(
     conn: &mut PgConnection,
     older_than: Duration,
     limit: usize,
-) -> Result<Vec<Task>> {
+) -> Result<Vec<TaskSummary>> {
     let rows = sql
         .stranded
         .query()
@@ -101,7 +101,7 @@ pub(crate) async fn stranded(
         .fetch_all(conn)
         .await
         .map_err(db)?;
-    tasks(&rows)
+    super::super::reads::summaries(&rows)
 }
 
 /// The bound that precedes (newest first) or follows (oldest first) every
@@ -111,9 +111,4 @@ fn open_cursor(order: Order) -> uuid::Uuid {
         Order::NewestFirst => uuid::Uuid::max(),
         Order::OldestFirst => uuid::Uuid::nil(),
     }
-}
-
-/// Tasks of the rows of a statement that returns the task columns.
-fn tasks(rows: &[PgRow]) -> Result<Vec<Task>> {
-    rows.iter().map(|row| row::task(row).map_err(db)).collect()
 }

@@ -12,6 +12,7 @@ use axum::extract::{Path, Query};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
+use taskfence::inspect::TaskSummary;
 use taskfence::limits::{MAX_ATTEMPTS, MAX_BATCH, MAX_PAGE, MAX_WORKER_LEN, check_reason, check_text};
 use taskfence::store::ReopenRequest;
 use taskfence::{Fenced, Task, TaskId};
@@ -214,7 +215,10 @@ pub(crate) async fn confirm_redispatch(
         Some(id) => {
             let id = task_id(id)?;
             ctx.may_confirm(&format!("/redispatch?id={id}"))?;
-            (vec![task(&ctx, id).await?], format!("/tasks/{id}"))
+            (
+                vec![TaskSummary::from(task(&ctx, id).await?)],
+                format!("/tasks/{id}"),
+            )
         }
         None => {
             let older_than = match given(&params.older_than) {
