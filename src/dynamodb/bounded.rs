@@ -4,17 +4,17 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{KeysAndAttributes, Select};
+use aws_sdk_dynamodb::types::Select;
 
 use crate::error::{Error, InvalidInput, Result};
 use crate::inspect::{Count, TaskSummary};
 use crate::task::{Status, TaskId};
 
-use super::item::{self, Item, s};
-use super::read::{BATCH_GET, task_id_of};
+use super::item::{self, s};
+use super::read::Projection;
 use super::store::DynamoStore;
 use super::table::{PARTITION_KEY, STATUS_INDEX};
-use super::tx::{CONFLICT_RETRIES, Raced, pause, sdk};
+use super::tx::sdk;
 
 /// Most `status` index entries one status's filtered listing examines
 /// before it refuses ([`InvalidInput::TooBroad`]): the index serves the
@@ -63,77 +63,12 @@ impl DynamoStore {
     /// The summaries of the tasks `ids` that exist, by id: consistent
     /// `BatchGetItem`s of the task items projected to [`SUMMARY_ATTRIBUTES`].
     pub(super) async fn batch_get_summaries(&self, ids: &[TaskId]) -> Result<HashMap<TaskId, TaskSummary>> {
-        let mut ids = ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
-        let read = Self::concurrently(chunks.len(), |i| {
-            let (store, chunk) = (self.clone(), chunks[i].clone());
-            async move {
-                let keys = chunk
-                    .iter()
-                    .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
-                    .collect();
-                store.batch_get_projected(keys).await
-            }
-        })
-        .await?;
-        let mut found = HashMap::with_capacity(ids.len());
-        for items in read {
-            for found_item in items? {
-                let task = item::task(&found_item).map_err(Error::storage)?;
-                found.insert(task_id_of(&found_item)?, TaskSummary::from(task));
-            }
-        }
-        Ok(found)
-    }
-
-    /// One projected `BatchGetItem` of at most 100 keys, asking again for
-    /// the keys DynamoDB leaves unprocessed.
-    async fn batch_get_projected(&self, mut keys: Vec<Item>) -> Result<Vec<Item>> {
-        let names: HashMap<String, String> = SUMMARY_ATTRIBUTES
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (format!("#a{i}"), (*a).to_owned()))
-            .collect();
-        let projection = (0..SUMMARY_ATTRIBUTES.len())
-            .map(|i| format!("#a{i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let mut out = Vec::with_capacity(keys.len());
-        let mut tries = 0;
-        while !keys.is_empty() {
-            if tries > 0 {
-                if tries > CONFLICT_RETRIES {
-                    return Err(Error::storage(Raced("batch read")));
-                }
-                tokio::time::sleep(pause(tries)).await;
-            }
-            tries += 1;
-            let wanted = KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .consistent_read(true)
-                .projection_expression(&projection)
-                .set_expression_attribute_names(Some(names.clone()))
-                .build()
-                .expect("keys are set");
-            let page = self
-                .client
-                .batch_get_item()
-                .request_items(&*self.table, wanted)
-                .send()
-                .await
-                .map_err(sdk)?;
-            if let Some(items) = page.responses().and_then(|r| r.get(&*self.table)) {
-                out.extend(items.iter().cloned());
-            }
-            keys = page
-                .unprocessed_keys()
-                .and_then(|u| u.get(&*self.table))
-                .map(|k| k.keys().to_vec())
-                .unwrap_or_default();
-        }
-        Ok(out)
+        let projection = Projection::of(&SUMMARY_ATTRIBUTES);
+        let items = self.batch_get_as(ids, Some(&projection)).await?;
+        items
+            .into_iter()
+            .map(|(id, found)| Ok((id, TaskSummary::from(item::task(&found).map_err(Error::storage)?))))
+            .collect()
     }
 
     /// Tasks in `status` (of `scope`), counted up to `cap`: `Select=COUNT`

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{AttributeValue, Select};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::backend::InspectBackend;
 use crate::backend::rules;
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Counts, Cursor, Order, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Count, Counts, Cursor, Order, Page, Story, TaskQuery, TaskSummary};
 use crate::task::{Status, TaskId};
 
 use super::bounded::{MAX_EXAMINED, too_broad};
@@ -125,33 +125,10 @@ impl DynamoStore {
     }
 
     /// How many tasks in `status` (of `scope`): `Select=COUNT` over the
-    /// status's whole index partition, page by page.
+    /// status's whole index partition, page by page (a count with no cap).
     pub(super) async fn count_status(&self, status: Status, scope: Option<String>) -> Result<u64> {
-        let mut total = 0u64;
-        let mut start = None;
-        loop {
-            let mut request = self
-                .client
-                .query()
-                .table_name(&*self.table)
-                .index_name(STATUS_INDEX)
-                .select(Select::Count)
-                .key_condition_expression("#status = :status")
-                .expression_attribute_names("#status", item::STATUS)
-                .expression_attribute_values(":status", s(status.as_str()))
-                .set_exclusive_start_key(start);
-            if let Some(scope) = &scope {
-                request = request
-                    .filter_expression("#scope = :scope")
-                    .expression_attribute_names("#scope", item::SCOPE)
-                    .expression_attribute_values(":scope", s(scope));
-            }
-            let page = request.send().await.map_err(sdk)?;
-            total += u64::try_from(page.count()).unwrap_or(0);
-            start = page.last_evaluated_key().cloned();
-            if start.is_none() {
-                return Ok(total);
-            }
+        match self.count_status_up_to(status, scope, u64::MAX).await? {
+            Count::Exact(n) | Count::AtLeast(n) => Ok(n),
         }
     }
 }

@@ -240,19 +240,29 @@ impl DynamoStore {
     /// keys per request, the requests concurrent; keys DynamoDB leaves
     /// unprocessed are asked again). A missing id has no entry.
     pub(super) async fn batch_get(&self, ids: &[TaskId]) -> Result<HashMap<TaskId, Item>> {
+        self.batch_get_as(ids, None).await
+    }
+
+    /// [`batch_get`](Self::batch_get), each item read as `projection` has
+    /// it (all of it without one).
+    pub(super) async fn batch_get_as(
+        &self,
+        ids: &[TaskId],
+        projection: Option<&Projection>,
+    ) -> Result<HashMap<TaskId, Item>> {
         // DynamoDB refuses a request that names one key twice.
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
         let chunks: Vec<Vec<TaskId>> = ids.chunks(BATCH_GET).map(<[TaskId]>::to_vec).collect();
         let read = Self::concurrently(chunks.len(), |i| {
-            let (store, chunk) = (self.clone(), chunks[i].clone());
+            let (store, chunk, projection) = (self.clone(), chunks[i].clone(), projection.cloned());
             async move {
                 let keys = chunk
                     .iter()
                     .map(|id| item::key_of(item::task_pk(*id), item::TASK_SK))
                     .collect();
-                store.batch_get_keys(keys).await
+                store.batch_get_keys_as(keys, projection.as_ref()).await
             }
         })
         .await?;
@@ -268,7 +278,17 @@ impl DynamoStore {
     /// One consistent `BatchGetItem` of at most 100 `keys` (any items of the
     /// table: tasks, handoffs); keys DynamoDB leaves unprocessed (throttled,
     /// or past 16 MB) are asked again after a pause.
-    pub(super) async fn batch_get_keys(&self, mut keys: Vec<Item>) -> Result<Vec<Item>> {
+    pub(super) async fn batch_get_keys(&self, keys: Vec<Item>) -> Result<Vec<Item>> {
+        self.batch_get_keys_as(keys, None).await
+    }
+
+    /// [`batch_get_keys`](Self::batch_get_keys), each item read as
+    /// `projection` has it (all of it without one).
+    async fn batch_get_keys_as(
+        &self,
+        mut keys: Vec<Item>,
+        projection: Option<&Projection>,
+    ) -> Result<Vec<Item>> {
         let mut out = Vec::with_capacity(keys.len());
         let mut tries = 0;
         while !keys.is_empty() {
@@ -279,11 +299,15 @@ impl DynamoStore {
                 tokio::time::sleep(pause(tries)).await;
             }
             tries += 1;
-            let wanted = KeysAndAttributes::builder()
+            let mut wanted = KeysAndAttributes::builder()
                 .set_keys(Some(keys))
-                .consistent_read(true)
-                .build()
-                .expect("keys are set");
+                .consistent_read(true);
+            if let Some(projection) = projection {
+                wanted = wanted
+                    .projection_expression(&projection.expression)
+                    .set_expression_attribute_names(Some(projection.names.clone()));
+            }
+            let wanted = wanted.build().expect("keys are set");
             let page = self
                 .client
                 .batch_get_item()
@@ -301,6 +325,30 @@ impl DynamoStore {
                 .unwrap_or_default();
         }
         Ok(out)
+    }
+}
+
+/// The attributes a read returns of each item (a `ProjectionExpression`
+/// with its attribute names).
+#[derive(Clone)]
+pub(super) struct Projection {
+    expression: String,
+    names: HashMap<String, String>,
+}
+
+impl Projection {
+    /// A projection to `attributes`.
+    pub(super) fn of(attributes: &[&str]) -> Self {
+        let names = attributes
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("#a{i}"), (*a).to_owned()))
+            .collect();
+        let expression = (0..attributes.len())
+            .map(|i| format!("#a{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self { expression, names }
     }
 }
 
