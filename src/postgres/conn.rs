@@ -113,11 +113,11 @@ use super::{PgStore, ops};
 /// ```
 pub struct PgConnStore<'c> {
     store: PgStore,
-    conn: Mutex<Held<'c>>,
+    conn: Mutex<Connection<'c>>,
 }
 
 /// The connection a [`PgConnStore`] runs on.
-enum Held<'c> {
+enum Connection<'c> {
     /// The caller's.
     Caller(&'c mut PgConnection),
     /// Its own, in a transaction it began: the transaction fixture's.
@@ -125,12 +125,12 @@ enum Held<'c> {
     Owned(Box<PgConnection>),
 }
 
-impl Held<'_> {
+impl Connection<'_> {
     fn get(&mut self) -> &mut PgConnection {
         match self {
-            Held::Caller(conn) => conn,
+            Connection::Caller(conn) => conn,
             #[cfg(feature = "testing")]
-            Held::Owned(conn) => conn,
+            Connection::Owned(conn) => conn,
         }
     }
 }
@@ -147,7 +147,7 @@ impl<'c> PgConnStore<'c> {
     pub(super) fn new(store: PgStore, conn: &'c mut PgConnection) -> Self {
         Self {
             store,
-            conn: Mutex::new(Held::Caller(conn)),
+            conn: Mutex::new(Connection::Caller(conn)),
         }
     }
 
@@ -227,7 +227,7 @@ impl PgConnStore<'static> {
             .map_err(super::db)?;
         Ok(Self {
             store,
-            conn: Mutex::new(Held::Owned(Box::new(conn))),
+            conn: Mutex::new(Connection::Owned(Box::new(conn))),
         })
     }
 }
@@ -244,7 +244,7 @@ impl Site for PgConnStore<'_> {
     }
 
     async fn conn(&self) -> Result<MappedMutexGuard<'_, PgConnection>> {
-        let mut conn = MutexGuard::map(self.conn.lock().await, Held::get);
+        let mut conn = MutexGuard::map(self.conn.lock().await, Connection::get);
         self.store.check_schema(&mut conn).await?;
         Ok(conn)
     }
