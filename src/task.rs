@@ -422,23 +422,56 @@ impl Task {
 
     /// Attempts made so far (each claim counts, a takeover too). Equal to the assignment version.
     pub fn attempts(&self) -> u32 {
-        u32::try_from(self.version).unwrap_or(u32::MAX)
+        budget::attempts(self.version)
     }
 
     /// Attempts made in the current retry budget: all of them, unless an
     /// operator [reopened](crate::TaskStore::reopen) the task with a fresh budget.
     pub fn attempts_in_budget(&self) -> u32 {
-        u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX)
+        budget::attempts_in_budget(self.version, self.budget_base)
     }
 
     /// Attempts still allowed by the policy's `max_attempts` in the current budget.
     pub fn attempts_left(&self) -> u32 {
-        self.policy.max_attempts.saturating_sub(self.attempts_in_budget())
+        budget::attempts_left(&self.policy, self.version, self.budget_base)
     }
 
     /// The elapsed-time deadline, if the policy has one: `budget_started_at + deadline`
     /// (`created_at + deadline` until the task is reopened).
     pub fn deadline_at(&self) -> Option<OffsetDateTime> {
-        self.policy.deadline.map(|d| self.budget_started_at + d)
+        budget::deadline_at(&self.policy, self.budget_started_at)
+    }
+}
+
+/// The retry budget's arithmetic, shared by [`Task`] and
+/// [`TaskSummary`](crate::inspect::TaskSummary), which carry the same fields.
+pub(crate) mod budget {
+    use time::OffsetDateTime;
+
+    use crate::policy::RetryPolicy;
+
+    /// Attempts made: the assignment version.
+    pub(crate) fn attempts(version: u64) -> u32 {
+        u32::try_from(version).unwrap_or(u32::MAX)
+    }
+
+    /// Attempts made since the budget began at `budget_base`.
+    pub(crate) fn attempts_in_budget(version: u64, budget_base: u64) -> u32 {
+        attempts(version.saturating_sub(budget_base))
+    }
+
+    /// Attempts the policy still allows in the current budget.
+    pub(crate) fn attempts_left(policy: &RetryPolicy, version: u64, budget_base: u64) -> u32 {
+        policy
+            .max_attempts
+            .saturating_sub(attempts_in_budget(version, budget_base))
+    }
+
+    /// The policy's deadline, counted from when the budget began.
+    pub(crate) fn deadline_at(
+        policy: &RetryPolicy,
+        budget_started_at: OffsetDateTime,
+    ) -> Option<OffsetDateTime> {
+        policy.deadline.map(|d| budget_started_at + d)
     }
 }

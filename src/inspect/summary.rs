@@ -5,7 +5,7 @@
 use time::OffsetDateTime;
 
 use crate::policy::{AcceptanceRule, RetryPolicy};
-use crate::task::{InputHash, RequestKey, Response, Status, Task, TaskId};
+use crate::task::{InputHash, RequestKey, Response, Status, Task, TaskId, budget};
 use crate::trace::TraceContext;
 
 /// One row of [`Inspect::list`](super::Inspect::list): a [`Task`] without
@@ -77,7 +77,7 @@ impl TaskSummary {
     /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.attempts(); }
     /// ```
     pub fn attempts(&self) -> u32 {
-        u32::try_from(self.version).unwrap_or(u32::MAX)
+        budget::attempts(self.version)
     }
 
     /// Attempts made in the current retry budget, as [`Task::attempts_in_budget`].
@@ -86,7 +86,7 @@ impl TaskSummary {
     /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.attempts_in_budget(); }
     /// ```
     pub fn attempts_in_budget(&self) -> u32 {
-        u32::try_from(self.version.saturating_sub(self.budget_base)).unwrap_or(u32::MAX)
+        budget::attempts_in_budget(self.version, self.budget_base)
     }
 
     /// Attempts still allowed in the current budget, as [`Task::attempts_left`].
@@ -95,7 +95,7 @@ impl TaskSummary {
     /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.attempts_left(); }
     /// ```
     pub fn attempts_left(&self) -> u32 {
-        self.policy.max_attempts.saturating_sub(self.attempts_in_budget())
+        budget::attempts_left(&self.policy, self.version, self.budget_base)
     }
 
     /// The elapsed-time deadline, if the policy has one, as [`Task::deadline_at`].
@@ -104,7 +104,7 @@ impl TaskSummary {
     /// # fn f(row: taskfence::inspect::TaskSummary) { let _ = row.deadline_at(); }
     /// ```
     pub fn deadline_at(&self) -> Option<OffsetDateTime> {
-        self.policy.deadline.map(|d| self.budget_started_at + d)
+        budget::deadline_at(&self.policy, self.budget_started_at)
     }
 }
 
