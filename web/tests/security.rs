@@ -68,7 +68,7 @@ async fn every_page(router: &Router, ids: [&taskfence::Task; 2], cookie: Option<
 async fn task_data_needs_sign_in_unless_reads_are_open() {
     let f = MemoryFixture::new();
     let (failed, completed) = secrets(&f).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await; // stranded after a second
+    f.advance(Duration::from_secs(2)).await; // stranded after a second (the store's clock)
     let router: Router = dashboard(f.inspector())
         .stranded_after(Duration::from_secs(1))
         .router();
