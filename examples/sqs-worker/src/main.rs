@@ -22,7 +22,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
-    BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue, store,
+    BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, aws, dynamo, store, work,
 };
 use taskfence::intercept::Intercepted;
 use taskfence::metrics::Recorder;
@@ -91,7 +91,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     }
     // One AWS configuration for every AWS client.
-    let aws = queue::aws_config().await;
+    let aws = aws::aws_config().await;
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&aws), &settings.queue_url);
     // Fail at start-up, not on the first message, when credentials, region or
     // queue URL are wrong.
@@ -121,7 +121,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             let client = aws_sdk_dynamodb::Client::new(&aws);
             dynamo::check_table(&client, table).await?;
             let store = DynamoStore::new(client, table)?;
-            let dispatcher = Dispatcher::dynamodb(store.clone(), queue.clone(), settings.dispatch_batch);
+            let dispatcher = Dispatcher::new(store.clone(), queue.clone(), settings.dispatch_batch);
             (Arc::new(store), dispatcher)
         }
     };
@@ -131,18 +131,16 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, Recorder));
     let dispatcher = dispatcher.due_from(Arc::clone(&store));
     let worker_id = settings.worker_id();
-    let stats = Arc::new(Stats::default());
     let worker = SqsWorker::new(
         queue.clone(),
         store,
-        provider,
         worker_id.clone(),
         settings.lease,
         &settings.worker_settings(),
-        Arc::clone(&stats),
     )?;
+    let stats = Arc::clone(worker.stats());
     let stop = worker.stop().clone();
-    let consumer = tokio::spawn(worker.run());
+    let consumer = tokio::spawn(worker.run(move |ctx| work(ctx, Arc::clone(&provider))));
     let (shutdown, shutting_down) = watch::channel(false);
     // Publishing needs sqs:SendMessage: both loops run with --dispatch.
     let republisher = settings.dispatch.then(|| {
