@@ -1,7 +1,7 @@
 //! The queue as the source of taskfence's [`Consumer`](taskfence::runtime::Consumer):
 //! [`SqsSource`] turns receives into deliveries and what became of each
 //! delivery into SQS calls, which go out ten per batch request from a task
-//! of their own ([`send_actions`]), so a slow SQS holds up neither the
+//! of their own ([`Calls::send`]), so a slow SQS holds up neither the
 //! consumer nor its stop. [`Stats`] counts what happened.
 
 use std::collections::{BTreeMap, HashMap, HashSet};

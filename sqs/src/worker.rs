@@ -111,6 +111,22 @@ impl SqsWorker {
         })
     }
 
+    /// Uses `stop` as the worker's stop switch: one made before anything
+    /// slow, so a signal during start-up is not lost.
+    ///
+    /// ```no_run
+    /// # fn f(worker: taskfence_sqs::SqsWorker) {
+    /// let stop = taskfence::runtime::Stop::new();
+    /// tokio::spawn(stop.clone().on_signals());
+    /// // … connect, migrate, build the worker …
+    /// let worker = worker.with_stop(stop);
+    /// # }
+    /// ```
+    pub fn with_stop(mut self, stop: Stop) -> Self {
+        self.consumer = self.consumer.with_stop(stop);
+        self
+    }
+
     /// What the worker counted.
     ///
     /// ```no_run

@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use taskfence_sqs::WorkerConfig;
+pub use taskfence_sqs::config::parse_duration;
 
 /// Where the tasks (and the outbox of handoffs) are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -34,21 +35,19 @@ pub enum ProviderKind {
     Simulated,
 }
 
-/// The worker service's configuration.
+/// Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT.
+///
+/// Then stops receiving, lets the messages in hand finish for
+/// --shutdown-grace, releases the tasks still running (their messages become
+/// visible again) and exits 0, within --shutdown-grace + --release-deadline;
+/// a second signal releases at once.
+///
+/// AWS: credentials from the default chain (environment, profile, SSO, web
+/// identity, ECS task role, instance role), the region from AWS_REGION or the
+/// profile, and AWS_ENDPOINT_URL_SQS (AWS_ENDPOINT_URL_DYNAMODB with --store
+/// dynamodb) for a local endpoint such as moto.
 #[derive(Debug, Clone, Parser)]
-#[command(
-    name = "sqs-worker",
-    version,
-    about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT.",
-    long_about = "Consumes an SQS queue of taskfence task ids until SIGTERM or SIGINT, then \
-        stops receiving, lets the messages in hand finish for --shutdown-grace, releases the \
-        tasks still running (their messages become visible again) and exits 0, within \
-        --shutdown-grace + --release-deadline; a second signal releases at once.\n\n\
-        AWS: credentials from the default chain (environment, profile, SSO, web identity, \
-        ECS task role, instance role), the region from AWS_REGION or the profile, and \
-        AWS_ENDPOINT_URL_SQS (AWS_ENDPOINT_URL_DYNAMODB with --store dynamodb) for a local \
-        endpoint such as moto."
-)]
+#[command(name = "sqs-worker", version)]
 pub struct Settings {
     /// Where tasks are stored: PostgreSQL (needs --database-url) or DynamoDB
     /// (needs --dynamodb-table).
@@ -93,35 +92,17 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_WORKER_ID")]
     pub worker_id: Option<String>,
 
-    /// Messages worked on at once.
-    #[arg(long, env = "TASKFENCE_CONCURRENCY", default_value_t = 8)]
-    pub concurrency: usize,
+    /// How the worker receives, hides and stops: `--concurrency` (8),
+    /// `--poll-wait` (5s), `--visibility-slack` (5s), `--shutdown-grace`
+    /// (20s), `--release-deadline` (5s), each with its `TASKFENCE_…`
+    /// variable (see `taskfence_sqs::WorkerConfig`).
+    #[command(flatten)]
+    pub worker: WorkerConfig,
 
     /// Lease length, renewed every third of it. A crashed worker's task is
     /// taken over about this long (plus the slack) after the crash.
     #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
-
-    /// Long-poll wait of each receive (at most 20s; a stop abandons it).
-    #[arg(long, env = "TASKFENCE_POLL_WAIT", default_value = "5s", value_parser = parse_duration)]
-    pub poll_wait: Duration,
-
-    /// How long past the lease a held message stays hidden.
-    #[arg(long, env = "TASKFENCE_VISIBILITY_SLACK", default_value = "5s", value_parser = parse_duration)]
-    pub visibility_slack: Duration,
-
-    /// After SIGTERM/SIGINT, how long the messages in hand may take to
-    /// finish before their tasks are released. Keep it plus
-    /// --release-deadline below your process manager's kill timeout
-    /// (Kubernetes: terminationGracePeriodSeconds, 30s).
-    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
-    pub shutdown_grace: Duration,
-
-    /// After the grace (or a second signal), how long releasing the tasks
-    /// still held and the last store and SQS calls may take: the process
-    /// exits within --shutdown-grace plus this, however slow SQS or the store.
-    #[arg(long, env = "TASKFENCE_RELEASE_DEADLINE", default_value = "5s", value_parser = parse_duration)]
-    pub release_deadline: Duration,
 
     /// Also publish the transactional outbox to the queue from this process
     /// (`--dispatch true`; several processes may: on PostgreSQL they share
@@ -148,13 +129,8 @@ pub struct Settings {
     /// The former name of --republish-interval (and of its variable), still
     /// read so an older deployment keeps its setting: see
     /// [`republish_every`](Self::republish_every).
-    #[arg(
-        long = "redispatch-interval",
-        env = "TASKFENCE_REDISPATCH_INTERVAL",
-        hide = true,
-        value_parser = parse_duration,
-        conflicts_with = "republish_interval"
-    )]
+    #[arg(long = "redispatch-interval", env = "TASKFENCE_REDISPATCH_INTERVAL", hide = true,
+          value_parser = parse_duration, conflicts_with = "republish_interval")]
     redispatch_interval: Option<Duration>,
 
     /// Serve Prometheus metrics (`taskfence_operations_total`, latencies,
@@ -171,17 +147,9 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_PROVIDER_URL")]
     pub provider_url: Option<String>,
 
-    /// Simulated provider (local runs only): shortest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MIN_LATENCY", default_value = "200ms", value_parser = parse_duration)]
-    pub sim_min_latency: Duration,
-
-    /// Simulated provider (local runs only): longest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = parse_duration)]
-    pub sim_max_latency: Duration,
-
-    /// Simulated provider (local runs only): fraction of calls failing transiently.
-    #[arg(long, env = "TASKFENCE_SIM_TRANSIENT_RATE", default_value_t = 0.0)]
-    pub sim_transient_rate: f64,
+    /// The simulated provider's `--sim-*` options (local runs and tests only).
+    #[command(flatten)]
+    pub sim: crate::sim::SimArgs,
 
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax
     /// (`info`, `sqs_worker=debug,taskfence=info`).
@@ -203,37 +171,6 @@ impl Settings {
     pub fn republish_every(&self) -> Duration {
         self.redispatch_interval.unwrap_or(self.republish_interval)
     }
-
-    /// The worker's settings.
-    pub fn worker_settings(&self) -> WorkerConfig {
-        WorkerConfig {
-            concurrency: self.concurrency,
-            poll_wait: self.poll_wait,
-            visibility_slack: self.visibility_slack,
-            shutdown_grace: self.shutdown_grace,
-            release_deadline: self.release_deadline,
-        }
-    }
-}
-
-/// A duration: `250ms`, `30s`, `5m`, `1h`, or a number of seconds (`1.5`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 250ms, 30s, 5m)"))?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 #[cfg(test)]

@@ -25,10 +25,9 @@ pub mod sim;
 pub mod store;
 pub mod worker;
 
-pub use config::Settings;
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};
 pub use taskfence_sqs::{Dispatcher, SqsQueue, SqsWorker, Stats, WorkerConfig};
-pub use worker::work;
+pub use {config::Settings, worker::work};
 
 /// A boxed error: the service reports every error with its full context.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
