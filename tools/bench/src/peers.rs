@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPool;
 use taskfence::{Claim, ClaimRequest, PgStore, Response, TaskId, TaskStore};
-use taskfence_test_support::TempSchema;
+use taskfence_test_support::{TempDatabase, TempSchema};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::db::{BenchSchema, LEASE, RESPONSE, Raw};
@@ -490,59 +490,12 @@ async fn pool09(cfg: &Config, workers: usize, database: Option<&str>) -> Res<sql
         .await?)
 }
 
-/// A temporary database (apalis's and awa's migrations create fixed schemas,
-/// `apalis` and `awa`, so each measurement gets a database of its own), dropped by
-/// [`TempDatabase::drop_now`]. Names carry their creation time: ones over an
-/// hour old, left by a killed run, are dropped when the next one is made.
-struct TempDatabase {
-    name: String,
-    admin: sqlx::PgPool,
-}
-
-const DB_PREFIX: &str = "taskfence_bench_peer_";
-
-impl TempDatabase {
-    async fn create(cfg: &Config) -> Res<Self> {
-        let admin = pool09(cfg, 0, None).await?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs();
-        let stale: Vec<String> =
-            sqlx::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
-                .bind(DB_PREFIX)
-                .fetch_all(&admin)
-                .await?;
-        for name in stale {
-            let born = name[DB_PREFIX.len()..]
-                .split('_')
-                .next()
-                .and_then(|s| s.parse::<u64>().ok());
-            if born.is_some_and(|b| b + 3600 < now) {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-                )))
-                .execute(&admin)
-                .await?;
-            }
-        }
-        let name = format!("{DB_PREFIX}{now}_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&admin)
-            .await?;
-        eprintln!("[bench] created database {name}");
-        Ok(Self { name, admin })
-    }
-
-    async fn drop_now(self) -> Res<()> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await?;
-        self.admin.close().await;
-        Ok(())
-    }
+/// A database of its own for a peer whose migrations create a fixed schema
+/// (apalis's `apalis`, awa's `awa`), announced on stderr; dropped on drop.
+async fn temp_database(url: &str) -> TempDatabase {
+    let db = TempDatabase::create_at(url).await;
+    eprintln!("[bench] created database {}", db.name());
+    db
 }
 
 #[cfg(feature = "apalis")]
@@ -558,9 +511,9 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
     use apalis::prelude::*;
     use apalis_postgres::PostgresStorage;
 
-    let db = TempDatabase::create(cfg).await?;
+    let db = temp_database(&cfg.url).await;
     let result = async {
-        let pool = pool09(cfg, workers, Some(&db.name)).await?;
+        let pool = pool09(cfg, workers, Some(db.name())).await?;
         PostgresStorage::setup(&pool).await?;
         let storage = PostgresStorage::<u64>::new(&pool);
         let meter = Meter::start(&pool).await?;
@@ -612,7 +565,7 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
         })
     }
     .await;
-    db.drop_now().await?;
+    drop(db);
     result
 }
 
@@ -630,10 +583,10 @@ struct AwaNoop {
 async fn awa(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
     use awa::{Client, InsertOpts, JobResult, QueueConfig};
 
-    let db = TempDatabase::create(cfg).await?;
+    let db = temp_database(&cfg.url).await;
     let result = async {
         let mut options: sqlx08::postgres::PgConnectOptions = cfg.url.parse()?;
-        options = options.database(&db.name);
+        options = options.database(db.name());
         // W connections for the work, and awa's own: its listener, heartbeat,
         // maintenance and completion batcher.
         let pool = sqlx08::postgres::PgPoolOptions::new()
@@ -688,7 +641,7 @@ async fn awa(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
         })
     }
     .await;
-    db.drop_now().await?;
+    drop(db);
     result
 }
 
