@@ -245,20 +245,29 @@ fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
         .map(|(_, k)| k)
 }
 
-/// Levenshtein distance.
+/// Edits between `a` and `b`: insertions, deletions, substitutions and
+/// swaps of two neighbours (the optimal string alignment distance), so a
+/// typing slip such as `LAESE` is one edit from `LEASE`.
 fn edits(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substituted = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substituted.min(row[j] + 1).min(previous + 1);
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -274,25 +283,39 @@ mod tests {
 
     #[test]
     fn only_unknown_prefixed_names_are_reported() {
-        assert_eq!(unknown_env_among(["PATH", "TASKFENCE_LEASE", "DATABASE_URL"], &KNOWN), None);
+        assert_eq!(
+            unknown_env_among(["PATH", "TASKFENCE_LEASE", "DATABASE_URL"], &KNOWN),
+            None
+        );
         let unknown = unknown_env_among(["TASKFENCE_NOPE", "TASKFENCE_NOPE", "taskfence_lease"], &KNOWN)
             .expect("one unknown");
-        assert_eq!(unknown.vars().len(), 1, "reported once, lower case is not the prefix");
-        assert_eq!(unknown.to_string(), "unknown environment variable, ignored: TASKFENCE_NOPE");
+        assert_eq!(
+            unknown.vars().len(),
+            1,
+            "reported once, lower case is not the prefix"
+        );
+        assert_eq!(
+            unknown.to_string(),
+            "unknown environment variable, ignored: TASKFENCE_NOPE"
+        );
     }
 
     #[test]
     fn close_names_get_a_suggestion_and_far_ones_none() {
         let suggest = |name: &str| {
-            unknown_env_among([name], &KNOWN)
-                .expect("unknown")
-                .vars()[0]
+            unknown_env_among([name], &KNOWN).expect("unknown").vars()[0]
                 .suggestion()
                 .map(str::to_owned)
         };
-        assert_eq!(suggest("TASKFENCE_CONCURENCY").as_deref(), Some("TASKFENCE_CONCURRENCY"));
+        assert_eq!(
+            suggest("TASKFENCE_CONCURENCY").as_deref(),
+            Some("TASKFENCE_CONCURRENCY")
+        );
         assert_eq!(suggest("TASKFENCE_LAESE").as_deref(), Some("TASKFENCE_LEASE"));
-        assert_eq!(suggest("TASKFENCE_SIM_LATENCY_MIN").as_deref(), Some("TASKFENCE_SIM_MIN_LATENCY"));
+        assert_eq!(
+            suggest("TASKFENCE_SIM_LATENCY_MIN").as_deref(),
+            Some("TASKFENCE_SIM_MIN_LATENCY")
+        );
         assert_eq!(suggest("TASKFENCE_PER_PARTITION"), None);
         assert_eq!(suggest("TASKFENCE_LEAS").as_deref(), Some("TASKFENCE_LEASE"));
         assert_eq!(suggest("TASKFENCE_LE"), None, "short names: one edit at most");
@@ -302,7 +325,8 @@ mod tests {
     fn edit_distance() {
         assert_eq!(edits("", ""), 0);
         assert_eq!(edits("LEASE", "LEASE"), 0);
-        assert_eq!(edits("LEASE", "LAESE"), 2);
+        assert_eq!(edits("LEASE", "LAESE"), 1, "a swap is one edit");
+        assert_eq!(edits("LEASE", "ELASE"), 1);
         assert_eq!(edits("LEASE", "LEASES"), 1);
         assert_eq!(edits("abc", ""), 3);
     }

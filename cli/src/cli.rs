@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use taskfence::config::Renamed;
 use taskfence::limits::{MAX_ATTEMPTS, MAX_DEADLINE, MAX_PAGE, MAX_SCAN_LIMIT};
 use taskfence::postgres::DEFAULT_SCHEMA;
-use taskfence::config::Renamed;
 use taskfence::{RequestKey, Status, TaskId};
 
 /// Printed under `taskfence --help`: what scripts may rely on.
@@ -444,8 +444,14 @@ mod tests {
         let id = "0190b6a2-5c1e-7d3f-9a4b-1c2d3e4f5a6b";
         let cli = Cli::try_parse_from(["taskfence", "retry", id, "--reason", "fixed"]).unwrap();
         let warning = cli.command.renamed().expect("a rename").warning();
-        assert!(matches!(cli.command, Command::Retry(ReopenArgs { id: Some(_), .. })));
-        assert!(warning.contains("`taskfence reopen`") && warning.contains("0.3"), "{warning}");
+        assert!(matches!(
+            cli.command,
+            Command::Retry(ReopenArgs { id: Some(_), .. })
+        ));
+        assert!(
+            warning.contains("`taskfence reopen`") && warning.contains("0.3"),
+            "{warning}"
+        );
         let cli = Cli::try_parse_from(["taskfence", "dispatch-due", "--print"]).unwrap();
         let warning = cli.command.renamed().expect("a rename").warning();
         assert!(warning.contains("`taskfence republish-due`"), "{warning}");
@@ -457,7 +463,12 @@ mod tests {
     fn every_variable_of_every_command_is_known() {
         use clap::CommandFactory;
         let known = known_env(&Cli::command());
-        for name in ["DATABASE_URL", "TASKFENCE_SCHEMA", "TASKFENCE_DYNAMODB_TABLE", "TASKFENCE_WEB_TOKEN"] {
+        for name in [
+            "DATABASE_URL",
+            "TASKFENCE_SCHEMA",
+            "TASKFENCE_DYNAMODB_TABLE",
+            "TASKFENCE_WEB_TOKEN",
+        ] {
             assert!(known.iter().any(|k| k == name), "{name} in {known:?}");
         }
     }

@@ -15,7 +15,10 @@ async fn retry_still_reopens_a_failed_task_with_a_warning() {
     let task = failed(&*f.store(), "tenant-a", "k1", "boom").await;
     let run = pg(&f, &["retry", &task.id.to_string(), "--reason", "fixed upstream"]);
     let out = run.ok();
-    assert!(out.starts_with(&format!("reopened task {}: pending", task.id)), "{run:#?}");
+    assert!(
+        out.starts_with(&format!("reopened task {}: pending", task.id)),
+        "{run:#?}"
+    );
     assert_eq!(
         run.stderr,
         "taskfence: warning: `taskfence retry` is deprecated and will be removed in 0.3: \
@@ -25,7 +28,10 @@ async fn retry_still_reopens_a_failed_task_with_a_warning() {
     assert_eq!(now.status, Status::Pending, "reopened");
     // The current name: the same, without the warning.
     let again = failed(&*f.store(), "tenant-a", "k2", "boom").await;
-    let run = pg(&f, &["reopen", &again.id.to_string(), "--reason", "fixed upstream"]);
+    let run = pg(
+        &f,
+        &["reopen", &again.id.to_string(), "--reason", "fixed upstream"],
+    );
     run.ok();
     assert_eq!(run.stderr, "", "{run:#?}");
 }
@@ -36,7 +42,9 @@ async fn dispatch_due_still_prints_the_due_ids_with_a_warning() {
     let run = pg(&f, &["dispatch-due", "--print"]);
     run.ok();
     assert!(
-        run.stderr.contains("`taskfence dispatch-due` is deprecated and will be removed in 0.3: use `taskfence republish-due`"),
+        run.stderr.contains(
+            "`taskfence dispatch-due` is deprecated and will be removed in 0.3: use `taskfence republish-due`"
+        ),
         "{run:#?}"
     );
 }

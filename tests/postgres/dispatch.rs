@@ -83,7 +83,11 @@ async fn a_store_without_handoffs_writes_no_handoff_row_and_the_default_one_does
         .unwrap();
     plain.submit(new_task("no-outbox")).await.unwrap();
     let mut tx = f.pg_store().pool().begin().await.unwrap();
-    plain.on(&mut tx).submit(new_task("no-outbox-in-tx")).await.unwrap();
+    plain
+        .on(&mut tx)
+        .submit(new_task("no-outbox-in-tx"))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert_eq!((f.count("tasks").await, f.count("handoffs").await), (2, 0));
     f.pg_store().submit(new_task("outbox")).await.unwrap();

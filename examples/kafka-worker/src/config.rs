@@ -301,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn the_former_per_partition_flag_and_variable_set_the_concurrency_with_a_warning() {
+    fn the_former_per_partition_flag_sets_the_concurrency_with_a_warning() {
         let base = [
             "kafka-worker",
             "--database-url=postgres://db/app",
@@ -314,7 +314,12 @@ mod tests {
             panic!("one deprecation: {:?}", s.deprecations());
         };
         let warning = renamed.warning();
-        for part in ["--per-partition", "--concurrency", "removed in 0.3", "read as --concurrency 4"] {
+        for part in [
+            "--per-partition",
+            "--concurrency",
+            "removed in 0.3",
+            "read as --concurrency 4",
+        ] {
             assert!(warning.contains(part), "{part:?} in {warning}");
         }
         // Given with the new name too, it is a usage error: which one is meant?
@@ -326,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn the_former_per_partition_variable_is_read_with_a_warning() {
+    fn the_former_variable_belongs_to_the_alias_so_it_is_not_reported_unknown() {
         use clap::CommandFactory;
         // The variable is what an env-configured deployment sets: the option reads it.
         let command = Settings::command();
@@ -334,7 +339,10 @@ mod tests {
             .get_arguments()
             .find(|arg| arg.get_id() == "per_partition")
             .expect("the alias");
-        assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some("TASKFENCE_PER_PARTITION"));
+        assert_eq!(
+            arg.get_env().and_then(|e| e.to_str()),
+            Some("TASKFENCE_PER_PARTITION")
+        );
         // And it is known, so it is not also reported as unknown.
         let known: Vec<&str> = command
             .get_arguments()

@@ -39,7 +39,12 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
         let meta = event.metadata();
         SystemTime.format_time(&mut writer)?;
         write!(writer, " {:>5} {}: ", meta.level(), meta.target())?;
@@ -153,7 +158,10 @@ mod tests {
         };
         let id = task.id.to_string();
         for (line, message) in [(outside, "outside"), (inside, "inside")] {
-            assert_eq!((line.level.as_str(), line.target.as_str()), ("INFO", module_path!()));
+            assert_eq!(
+                (line.level.as_str(), line.target.as_str()),
+                ("INFO", module_path!())
+            );
             assert!(line.rest.starts_with(&format!("{message} task={id}")), "{line:?}");
         }
         // The span's fields follow the event's, as more pairs.

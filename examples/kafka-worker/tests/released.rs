@@ -51,9 +51,11 @@ async fn released_events_say_whether_the_store_accepted_the_release() {
             .expect("publish");
     }
     let calls = |j: &MemoryJournal| j.count(|e| matches!(e, Event::ProviderCall { .. }));
-    wait_until("the provider called for every task", Duration::from_secs(120), || async {
-        calls(&journal) == tasks.len()
-    })
+    wait_until(
+        "the provider called for every task",
+        Duration::from_secs(120),
+        || async { calls(&journal) == tasks.len() },
+    )
     .await;
 
     // The operator cancels one while it runs: its release will be refused.
@@ -94,5 +96,9 @@ async fn released_events_say_whether_the_store_accepted_the_release() {
         assert_eq!(now.status, Status::Pending, "released: claimable again");
     }
     let now = store.get(cancelled).await.unwrap().unwrap();
-    assert_eq!(now.status, Status::Cancelled, "the refused release changed nothing");
+    assert_eq!(
+        now.status,
+        Status::Cancelled,
+        "the refused release changed nothing"
+    );
 }

@@ -386,16 +386,20 @@ mod tests {
         assert_eq!(s.republish_every(), Duration::from_secs(7));
         let warnings: Vec<String> = s.deprecations().iter().map(|r| r.warning()).collect();
         assert_eq!(warnings.len(), 3, "{warnings:?}");
-        for (warning, new) in warnings
-            .iter()
-            .zip(["--sim-min-latency", "--sim-max-latency", "--republish-interval"])
+        for (warning, new) in
+            warnings
+                .iter()
+                .zip(["--sim-min-latency", "--sim-max-latency", "--republish-interval"])
         {
             assert!(warning.contains("removed in 0.3"), "{warning}");
             assert!(warning.contains(new), "{new} in {warning}");
         }
         assert!(load(&["--sim-latency-min=10ms", "--sim-min-latency=5ms"]).is_err());
         let s = load(&["--sim-min-latency=5ms"]).unwrap();
-        assert_eq!((s.sim_min_latency, s.deprecations().len()), (Duration::from_millis(5), 0));
+        assert_eq!(
+            (s.sim_min_latency, s.deprecations().len()),
+            (Duration::from_millis(5), 0)
+        );
     }
 
     #[test]
