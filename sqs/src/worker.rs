@@ -103,6 +103,7 @@ impl SqsWorker {
             .prefetch(0)
             .stop_after(config.shutdown_grace, config.release_deadline);
         let (source, calls) = SqsSource::new(queue, config, Arc::clone(&stats));
+        let store = source.watch_releases(store);
         Ok(Self {
             consumer: Consumer::new(store, source, consumer_config)?,
             calls,

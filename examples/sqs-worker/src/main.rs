@@ -16,9 +16,9 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
+use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
     BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, aws, dynamo, store, work,
 };
@@ -35,7 +35,7 @@ const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let settings = Settings::parse();
+    let settings = Settings::load();
     let filter = match EnvFilter::try_new(&settings.log) {
         Ok(filter) => filter,
         Err(error) => {
@@ -43,7 +43,16 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // One line shape inside and outside the work (see `logs`).
+    sqs_worker::logs::init(filter);
+    // Former names still work until 0.3; a variable no option reads is
+    // reported, not silently ignored.
+    for renamed in settings.deprecations() {
+        tracing::warn!("{renamed}");
+    }
+    if let Some(unknown) = Settings::unknown_env() {
+        tracing::warn!("{unknown}");
+    }
     match serve(settings).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -67,7 +76,12 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
             Arc::new(HttpProvider::connect(url)?)
         }
         // Local runs and tests; delete this arm (and `sim`) in your copy.
-        ProviderKind::Simulated => settings.sim.provider(),
+        ProviderKind::Simulated => Arc::new(SimulatedLlm::new(SimulatedConfig {
+            min_latency: settings.sim_min_latency,
+            max_latency: settings.sim_max_latency.max(settings.sim_min_latency),
+            transient_rate: settings.sim_transient_rate,
+            ..SimulatedConfig::default()
+        })),
     };
     if let Some(addr) = settings.metrics_addr {
         let latency = Matcher::Full(OPERATION_DURATION_SECONDS.to_owned());
@@ -108,7 +122,13 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, Recorder));
     let outbox = outbox.due_from(Arc::clone(&store)).idle(settings.dispatch_idle);
     let worker_id = settings.worker_id();
-    let worker = SqsWorker::new(queue, store, &worker_id, settings.lease, &settings.worker)?;
+    let worker = SqsWorker::new(
+        queue,
+        store,
+        &worker_id,
+        settings.lease,
+        &settings.worker_settings(),
+    )?;
     let (stats, worker) = (Arc::clone(worker.stats()), worker.with_stop(stop.clone()));
     let consumer = tokio::spawn(worker.run(move |ctx| work(ctx, Arc::clone(&provider))));
     // Publishing needs sqs:SendMessage: the outbox and the republish loop run with --dispatch.
@@ -124,7 +144,7 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
     tracing::info!(%worker_id, queue = %settings.queue_url, store = ?settings.store, dispatch = settings.dispatch, "consuming");
 
     stop.requested().await;
-    let stop_by = tokio::time::Instant::now() + settings.worker.stop_within();
+    let stop_by = tokio::time::Instant::now() + settings.shutdown_grace + settings.release_deadline;
     let _ = shutdown.send(true);
     let stopped = consumer.await??;
     for task in loops {

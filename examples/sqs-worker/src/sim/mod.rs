@@ -14,9 +14,6 @@ pub use llm::{Call, CallOutcome, SimulatedConfig, SimulatedLlm};
 use taskfence::inspect::Inspect;
 use taskfence::{DynamoStore, TaskId};
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use aws_config::BehaviorVersion;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::config::{Credentials, Region};
@@ -46,33 +43,4 @@ pub async fn unpublished(store: &DynamoStore, tasks: &[TaskId]) -> Result<usize,
         }
     }
     Ok(pending)
-}
-
-/// The simulated provider's options (`--provider simulated`): local runs and
-/// tests only. Delete them with `sim` in your copy.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SimArgs {
-    /// Simulated provider (local runs only): shortest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MIN_LATENCY", default_value = "200ms", value_parser = crate::config::parse_duration)]
-    pub sim_min_latency: Duration,
-
-    /// Simulated provider (local runs only): longest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = crate::config::parse_duration)]
-    pub sim_max_latency: Duration,
-
-    /// Simulated provider (local runs only): fraction of calls failing transiently.
-    #[arg(long, env = "TASKFENCE_SIM_TRANSIENT_RATE", default_value_t = 0.0)]
-    pub sim_transient_rate: f64,
-}
-
-impl SimArgs {
-    /// The simulated provider these options describe.
-    pub fn provider(&self) -> Arc<dyn crate::Provider> {
-        Arc::new(SimulatedLlm::new(SimulatedConfig {
-            min_latency: self.sim_min_latency,
-            max_latency: self.sim_max_latency.max(self.sim_min_latency),
-            transient_rate: self.sim_transient_rate,
-            ..SimulatedConfig::default()
-        }))
-    }
 }
