@@ -89,10 +89,11 @@ async fn a_store_without_handoffs_writes_no_handoff_item_and_the_default_one_doe
     // Failed, then reopened: still none.
     let lease = acquire(&plain, task.id, "w").await;
     fail_accepted(&plain, lease, Failure::retryable("boom")).await;
-    plain
+    let reopened = plain
         .reopen(task.id, ReopenRequest::new("operator", "again"))
         .await
         .unwrap();
+    assert!(reopened.is_accepted(), "{reopened:?}");
     assert_eq!(f.count("H#").await, 0, "a reopening writes none either");
 
     // The fixture's store, built with the default: one handoff.
