@@ -3,7 +3,7 @@
 //! real PostgreSQL server, in one run.
 //!
 //! ```text
-//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle] [--out DIR] [--database-url URL]
+//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding] [--out DIR] [--database-url URL]
 //! ```
 //!
 //! Prints a Markdown report and writes `DIR/bench-results.md` and
@@ -20,6 +20,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 mod completion;
 mod contention;
 mod db;
+mod holding;
 mod lifecycle;
 mod memory;
 mod peers;
@@ -55,6 +56,8 @@ pub struct Config {
     pub lifecycle_only: bool,
     /// Run only the peers and the idle-queue latency, and print them.
     pub peers_only: bool,
+    /// Run only what a consumer holds (before/after), and print it.
+    pub holding_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -98,6 +101,7 @@ impl Config {
             url,
             lifecycle_only: false,
             peers_only: false,
+            holding_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -120,6 +124,7 @@ impl Config {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let mut lifecycle_only = false;
         let mut peers_only = false;
+        let mut holding_only = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -127,6 +132,7 @@ impl Config {
                 "--long" => mode = Mode::Long,
                 "--lifecycle" => lifecycle_only = true,
                 "--peers" => peers_only = true,
+                "--holding" => holding_only = true,
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -141,10 +147,11 @@ impl Config {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers] [--out DIR] [--database-url URL]\n\
+                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers | --holding] [--out DIR] [--database-url URL]\n\
                          writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
                          --lifecycle runs only the lifecycle section and prints it;\n\
-                         --peers runs only the peers and the idle-queue latency and prints them"
+                         --peers runs only the peers and the idle-queue latency and prints them;\n\
+                         --holding runs only what a consumer holds (before/after, and one kill) and prints it"
                     );
                     std::process::exit(0);
                 }
@@ -154,6 +161,7 @@ impl Config {
         Ok(Self {
             lifecycle_only,
             peers_only,
+            holding_only,
             ..Self::new(mode, out, url)
         })
     }
@@ -197,6 +205,11 @@ async fn run() -> Res<()> {
         lifecycle::run(&cfg, &pool, &mut report).await?;
         report.finish(started.elapsed());
         println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
+    if cfg.holding_only {
+        holding::run(&cfg, &pool).await?;
         pool.close().await;
         return Ok(());
     }
