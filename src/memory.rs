@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use crate::backend::rules::{self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule, Work};
+use crate::backend::rules::{
+    self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule, Work,
+};
 use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};

@@ -174,7 +174,9 @@ impl Renewals {
     /// ready lease.
     pub(crate) fn period(&self) -> Duration {
         if self.ready_lease < self.lease_duration {
-            self.renew_every.min(self.ready_lease / 3).max(Duration::from_millis(1))
+            self.renew_every
+                .min(self.ready_lease / 3)
+                .max(Duration::from_millis(1))
         } else {
             self.renew_every
         }
@@ -220,7 +222,9 @@ pub(crate) async fn renew_loop<S: Source>(
                     .map(|chunk| (chunk, renewals.ready_lease, false)),
             )
             .map(|(chunk, extend_by, is_full)| {
-                renew_batch(&*store, &*source, &held, &*clock, chunk, extend_by, is_full, every)
+                renew_batch(
+                    &*store, &*source, &held, &*clock, chunk, extend_by, is_full, every,
+                )
             });
         futures_util::future::join_all(batches).await;
         held.expire(clock.now());

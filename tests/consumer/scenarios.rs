@@ -878,7 +878,10 @@ pub(crate) async fn a_deploy_loop_spends_no_budget_on_prefetched_tasks(store: Ar
         if round < ROUNDS {
             // A deploy: the stop comes once work is running, with the next
             // tasks held ready.
-            eventually(WITHIN, || async { (started.load(Ordering::SeqCst) >= 2).then_some(()) }).await;
+            eventually(WITHIN, || async {
+                (started.load(Ordering::SeqCst) >= 2).then_some(())
+            })
+            .await;
         } else {
             // The last process stays until the queue is drained.
             all_reach(&*store, &ids, Status::Completed).await;

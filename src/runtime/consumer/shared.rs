@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 
 use super::config::ConsumerConfig;
 use super::stopped::Tally;
+use crate::backend::rules::Work;
 use crate::clock::Clock;
 use crate::runtime::commit::Committer;
 use crate::runtime::disposition::retry_at;
@@ -16,7 +17,6 @@ use crate::runtime::held::HeldLeases;
 use crate::runtime::source::Source;
 use crate::runtime::stop::Stop;
 use crate::runtime::{Disposition, RetryReason};
-use crate::backend::rules::Work;
 use crate::store::{Fenced, Lease, TaskStore};
 
 /// What every run of a consumer shares.

@@ -350,10 +350,18 @@ pub async fn stale_unstarted_release_is_refused_and_refunds_nothing(f: &dyn Fixt
     let expired = acquire(&*store, t.id, "paused").await;
     f.advance(PAST_LEASE).await;
     assert_eq!(
-        store.release_unstarted(expired.clone()).await.unwrap().rejection(),
+        store
+            .release_unstarted(expired.clone())
+            .await
+            .unwrap()
+            .rejection(),
         Some(&Rejection::LeaseExpired)
     );
-    assert_eq!(task(&*store, t.id).await.attempts_in_budget(), 1, "nothing refunded");
+    assert_eq!(
+        task(&*store, t.id).await.attempts_in_budget(),
+        1,
+        "nothing refunded"
+    );
 
     // Superseded by a takeover.
     let current = acquire(&*store, t.id, "takes over").await;
@@ -369,17 +377,34 @@ pub async fn stale_unstarted_release_is_refused_and_refunds_nothing(f: &dyn Fixt
     );
 
     // The current lease refunds its own claim, once.
-    assert!(store.release_unstarted(current.clone()).await.unwrap().is_accepted());
+    assert!(
+        store
+            .release_unstarted(current.clone())
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     assert_eq!(
         store.release_unstarted(current).await.unwrap().rejection(),
         Some(&Rejection::NotRunning(Status::Pending))
     );
     let back = task(&*store, t.id).await;
     assert_eq!(
-        (back.status, back.version, back.attempts_in_budget(), back.attempts_left()),
+        (
+            back.status,
+            back.version,
+            back.attempts_in_budget(),
+            back.attempts_left()
+        ),
         (Status::Pending, 2, 1, 1)
     );
     // The refunded attempt is there to run.
     let last = acquire(&*store, t.id, "runs it").await;
-    assert!(store.complete(last, Response::from("sent")).await.unwrap().is_accepted());
+    assert!(
+        store
+            .complete(last, Response::from("sent"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
 }

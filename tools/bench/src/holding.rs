@@ -89,7 +89,11 @@ pub async fn run(cfg: &Config, pool: &PgPool) -> Res<()> {
             for k in 0..2 {
                 let i = (k + round) % 2;
                 let holding = all[i].0;
-                eprintln!("[bench] holding: {} work {work:?}, round {}", holding.name(), round + 1);
+                eprintln!(
+                    "[bench] holding: {} work {work:?}, round {}",
+                    holding.name(),
+                    round + 1
+                );
                 let figures = measure(cfg, pool, holding, n, work).await?;
                 all[i].1.push(figures);
             }
@@ -100,7 +104,11 @@ pub async fn run(cfg: &Config, pool: &PgPool) -> Res<()> {
             let rate = med(figs, |f| f.rate);
             out.push_str(&format!(
                 "| {} | {} | {:.0} | {:.2}× | {:.0} | {:.0} ({:.0} + {:.0}) | {:.1} s | {:.0} |\n",
-                if work.is_zero() { "no-op".to_owned() } else { format!("{} ms", work.as_millis()) },
+                if work.is_zero() {
+                    "no-op".to_owned()
+                } else {
+                    format!("{} ms", work.as_millis())
+                },
                 holding.name(),
                 rate,
                 rate / before_rate,
