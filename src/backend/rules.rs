@@ -180,7 +180,8 @@ pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejec
 /// held a lease in the current budget (after the
 /// [`budget_base`](Task::budget_base), up to the current version) while no response is saved
 /// and the task is not terminal — its own lease may have expired or been
-/// taken over.
+/// taken over. (A claim given back unstarted raises the base: an attempt
+/// older than such a claim no longer saves, and the task runs again.)
 ///
 /// ```
 /// use taskfence::backend::rules::accept;
