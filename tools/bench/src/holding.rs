@@ -72,7 +72,7 @@ struct Figures {
 }
 
 /// Runs the comparison and prints it as a Markdown table.
-pub async fn run(cfg: &Config, pool: &PgPool) -> Res<()> {
+pub(crate) async fn run(cfg: &Config, pool: &PgPool) -> Res<()> {
     let (n, rounds) = if cfg.mode == Mode::Quick {
         (400, 1)
     } else {
