@@ -712,6 +712,13 @@ impl Intercept for Alive {
         self.2.answered(task, &answer);
         answer
     }
+    // A prefetched claim given back at a stop: its answer is reported alike.
+    async fn release_unstarted(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
+        let task = lease.task_id();
+        let answer = inner.release_unstarted(lease).await;
+        self.2.answered(task, &answer);
+        answer
+    }
     async fn claim_many(
         &self,
         inner: &dyn TaskStore,

@@ -161,6 +161,16 @@ struct Releases(Arc<Mutex<HashMap<TaskId, Result<(), String>>>>);
 impl Releases {
     /// `(accepted, refusal)` of the release of `task`: the store's
     /// rejection or error when it did not accept it.
+    /// Keeps the store's answer to the release of `task`.
+    fn note(&self, task: TaskId, answer: &taskfence::Result<Fenced<()>>) {
+        let noted = match answer {
+            Ok(Fenced::Accepted(())) => Ok(()),
+            Ok(Fenced::Rejected(rejection)) => Err(format!("refused: {rejection}")),
+            Err(error) => Err(format!("store error: {error}")),
+        };
+        self.0.lock().unwrap().insert(task, noted);
+    }
+
     fn take(&self, task: TaskId) -> (bool, Option<String>) {
         match self.0.lock().unwrap().remove(&task) {
             Some(Ok(())) => (true, None),
@@ -175,12 +185,14 @@ impl Intercept for Releases {
     async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
         let task = lease.task_id();
         let answer = inner.release(lease).await;
-        let noted = match &answer {
-            Ok(Fenced::Accepted(())) => Ok(()),
-            Ok(Fenced::Rejected(rejection)) => Err(format!("refused: {rejection}")),
-            Err(error) => Err(format!("store error: {error}")),
-        };
-        self.0.lock().unwrap().insert(task, noted);
+        self.note(task, &answer);
+        answer
+    }
+    // A claim given back before its work began: its answer is reported alike.
+    async fn release_unstarted(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
+        let task = lease.task_id();
+        let answer = inner.release_unstarted(lease).await;
+        self.note(task, &answer);
         answer
     }
     // The store's native batches, not `Intercept`'s one-by-one defaults.
