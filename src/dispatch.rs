@@ -214,7 +214,7 @@ impl<B: OutboxBackend + ?Sized> Outbox for B {}
 /// outbox (`PgStore`, `DynamoStore`), each forwarding to the trait's: so
 /// `store.dispatch(…)` needs no import, as it did before the trait, and
 /// generic code takes an `S: Outbox`. The methods are written once, here.
-#[cfg(any(feature = "postgres", feature = "dynamodb"))]
+#[cfg(any(feature = "postgres", feature = "dynamodb", feature = "sqlite"))]
 macro_rules! inherent_outbox_methods {
     ($store:ident) => {
         impl $store {
@@ -282,7 +282,7 @@ macro_rules! inherent_outbox_methods {
         }
     };
 }
-#[cfg(any(feature = "postgres", feature = "dynamodb"))]
+#[cfg(any(feature = "postgres", feature = "dynamodb", feature = "sqlite"))]
 pub(crate) use inherent_outbox_methods;
 
 /// The dispatcher loop, the one round every outbox runs: take, publish in
