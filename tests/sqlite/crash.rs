@@ -28,7 +28,7 @@ async fn writer(path: &str, role: &str) {
         let role = role.to_owned();
         tokio::spawn(async move {
             let mut going = Some(going);
-            for i in 0.. {
+            for i in 0u64.. {
                 let t = store
                     .submit(task(format!("{role}-{i}")))
                     .await
@@ -38,7 +38,7 @@ async fn writer(path: &str, role: &str) {
                     .claim(t.id, ClaimRequest::new(&role, Duration::from_secs(30)))
                     .await
                     .unwrap()
-                    && i % 3 != 0
+                    && !i.is_multiple_of(3)
                 {
                     assert!(store.complete(lease, "done".into()).await.unwrap().is_accepted());
                 }

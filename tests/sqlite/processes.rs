@@ -22,7 +22,7 @@ const TASKS: usize = 200;
 const TEST: &str = "processes::two_processes_race_claims_and_completions_on_one_file";
 
 fn task(i: usize) -> NewTask {
-    let acceptance = if i % 2 == 0 {
+    let acceptance = if i.is_multiple_of(2) {
         AcceptanceRule::CurrentAssignment
     } else {
         AcceptanceRule::FirstValidAnswer
@@ -78,7 +78,7 @@ async fn racer(path: &str, me: &str) {
                         break;
                     }
                     // Every other round, claim by id (racing the other process's queue).
-                    let leases = if round % 2 == 0 {
+                    let leases = if round.is_multiple_of(2) {
                         store
                             .claim_next(ClaimNext::new(&me, lease, 8))
                             .await
