@@ -30,7 +30,8 @@
 //! Handoffs are written by default, on both stores: forgetting to ask for
 //! an outbox would strand work silently. An application that runs no
 //! dispatcher builds its store `without_handoffs()`
-//! (`PgStoreBuilder::without_handoffs`, `DynamoStoreBuilder::without_handoffs`)
+//! (`PgStoreBuilder::without_handoffs`, `SqliteStoreBuilder::without_handoffs`,
+//! `DynamoStoreBuilder::without_handoffs`)
 //! so nothing accumulates unpublished until the purge; one task at a time,
 //! [`NewTask::without_handoff`](crate::NewTask::without_handoff) does the same.
 

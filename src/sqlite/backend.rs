@@ -26,7 +26,8 @@ macro_rules! implement {
     ($site:ty) => {
         #[async_trait]
         impl Backend for $site {
-            async fn submit(&self, task: NewTask) -> Result<Submitted> {
+            async fn submit(&self, mut task: NewTask) -> Result<Submitted> {
+                task.handoff &= self.store().handoffs;
                 run!(self, Write, |conn, now| ops::submit(
                     conn,
                     now,

@@ -53,6 +53,8 @@ pub struct SqliteStore {
     pub(super) pool: SqlitePool,
     clock: Arc<dyn Clock>,
     busy_budget: Duration,
+    /// Whether submissions write handoffs ([`SqliteStoreBuilder::without_handoffs`]).
+    pub(super) handoffs: bool,
     /// This process's writers queue here, so they take SQLite's write lock
     /// one after another instead of polling it.
     pub(super) writers: Arc<Mutex<()>>,
@@ -94,6 +96,7 @@ pub struct SqliteStoreBuilder {
     max_connections: u32,
     busy_budget: Duration,
     clock: Arc<dyn Clock>,
+    handoffs: bool,
 }
 
 impl SqliteStoreBuilder {
@@ -135,6 +138,23 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Makes every submission go without a handoff, whatever the task says:
+    /// for an application that runs no dispatcher (its consumers take work
+    /// with `claim_next`), so nothing accumulates unpublished until the
+    /// purge. [`NewTask::without_handoff`](crate::NewTask::without_handoff)
+    /// does the same for one task. By default each submission writes one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// # let path = std::env::temp_dir().join(format!("taskfence-doc-{}.db", uuid::Uuid::now_v7()));
+    /// let store = taskfence::SqliteStore::builder(&path).without_handoffs().open().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_handoffs(mut self) -> Self {
+        self.handoffs = false;
+        self
+    }
+
     /// Opens (creating it if missing) the file and its pool.
     pub async fn open(self) -> Result<SqliteStore> {
         let pool = SqlitePoolOptions::new()
@@ -143,7 +163,9 @@ impl SqliteStoreBuilder {
             .connect_with(self.options)
             .await
             .map_err(db)?;
-        Ok(SqliteStore::assemble(pool, self.clock, self.busy_budget))
+        let mut store = SqliteStore::assemble(pool, self.clock, self.busy_budget);
+        store.handoffs = self.handoffs;
+        Ok(store)
     }
 }
 
@@ -174,6 +196,7 @@ impl SqliteStore {
             max_connections: 8,
             busy_budget: Self::DEFAULT_BUSY_BUDGET,
             clock: Arc::new(SystemClock),
+            handoffs: true,
         }
     }
 
@@ -215,6 +238,7 @@ impl SqliteStore {
             pool,
             clock,
             busy_budget,
+            handoffs: true,
             writers: Arc::default(),
             migrated: Arc::default(),
         }

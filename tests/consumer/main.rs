@@ -27,7 +27,9 @@ mod backends {
     /// A fresh file, the store on the system clock (the consumer runs in real time).
     pub(crate) async fn sqlite() -> (Box<dyn std::any::Any + Send>, Arc<dyn TaskStore>) {
         let f = taskfence::testing::SqliteFixture::new().await;
-        let store = taskfence::SqliteStore::open(f.path()).await.expect("open the file");
+        let store = taskfence::SqliteStore::open(f.path())
+            .await
+            .expect("open the file");
         (Box::new(f), Arc::new(store))
     }
 }
