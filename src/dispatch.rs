@@ -30,7 +30,8 @@
 //! Handoffs are written by default, on both stores: forgetting to ask for
 //! an outbox would strand work silently. An application that runs no
 //! dispatcher builds its store `without_handoffs()`
-//! (`PgStoreBuilder::without_handoffs`, `DynamoStoreBuilder::without_handoffs`)
+//! (`PgStoreBuilder::without_handoffs`, `SqliteStoreBuilder::without_handoffs`,
+//! `DynamoStoreBuilder::without_handoffs`)
 //! so nothing accumulates unpublished until the purge; one task at a time,
 //! [`NewTask::without_handoff`](crate::NewTask::without_handoff) does the same.
 
@@ -221,7 +222,7 @@ impl<B: OutboxBackend + ?Sized> Outbox for B {}
 /// outbox (`PgStore`, `DynamoStore`), each forwarding to the trait's: so
 /// `store.dispatch(…)` needs no import, as it did before the trait, and
 /// generic code takes an `S: Outbox`. The methods are written once, here.
-#[cfg(any(feature = "postgres", feature = "dynamodb"))]
+#[cfg(any(feature = "postgres", feature = "dynamodb", feature = "sqlite"))]
 macro_rules! inherent_outbox_methods {
     ($store:ident) => {
         impl $store {
@@ -289,7 +290,7 @@ macro_rules! inherent_outbox_methods {
         }
     };
 }
-#[cfg(any(feature = "postgres", feature = "dynamodb"))]
+#[cfg(any(feature = "postgres", feature = "dynamodb", feature = "sqlite"))]
 pub(crate) use inherent_outbox_methods;
 
 /// The dispatcher loop, the one round every outbox runs: take, publish in

@@ -70,6 +70,23 @@ pub enum Error {
         /// The limit it ran into.
         limit: std::time::Duration,
     },
+    /// The store stayed locked by another writer for longer than its busy
+    /// budget (SQLite: [`SqliteStoreBuilder::busy_budget`](crate::sqlite::SqliteStoreBuilder::busy_budget)),
+    /// so the write never began: nothing was written. Try again; if it
+    /// keeps happening, some writer holds its transaction too long.
+    #[error("the store was locked by another writer for longer than {waited:?}; nothing was written")]
+    Busy {
+        /// How long the call waited for the write lock in all.
+        waited: std::time::Duration,
+    },
+    /// The store cannot be written: its file (or directory) is read-only,
+    /// or its disk is full. The write was rolled back whole: nothing was
+    /// written. Retrying helps only once the cause is fixed.
+    #[error("the store cannot be written ({detail}); nothing was written")]
+    Unwritable {
+        /// What the storage engine said.
+        detail: String,
+    },
     /// The backend failed (connection lost, server restarted…). The operation
     /// may or may not have taken effect: read the task before deciding again.
     #[error("storage backend error: {0}")]
@@ -83,13 +100,14 @@ impl Error {
     }
 
     /// Wraps a migration failure that retrying cannot mend.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn migration(err: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self::Migration(Box::new(err))
     }
 
     /// A short, stable name of the variant (`not_found`, `invalid_input`,
-    /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `read_timeout`, `storage`): the `reason`
+    /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `read_timeout`, `busy`, `unwritable`,
+    /// `storage`): the `reason`
     /// label of the metrics, and a field for logs.
     ///
     /// ```
@@ -104,17 +122,23 @@ impl Error {
             Self::Migration(_) => "migration",
             Self::ItemRefused(_) => "item_refused",
             Self::ReadTimeout { .. } => "read_timeout",
+            Self::Busy { .. } => "busy",
+            Self::Unwritable { .. } => "unwritable",
             Self::Storage(_) => "storage",
         }
     }
 
     /// `true` when trying the same call again may succeed (a backend failure,
-    /// a read that ran out of time on a busy store).
+    /// a read that ran out of time on a busy store, a write lock held too long
+    /// by another writer).
     /// Every deterministic refusal — bad input, a key bound to other inputs,
     /// an unknown task, a schema to migrate, the application's own condition —
     /// is `false`.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Storage(_) | Self::ReadTimeout { .. })
+        matches!(
+            self,
+            Self::Storage(_) | Self::ReadTimeout { .. } | Self::Busy { .. }
+        )
     }
 }
 

@@ -19,6 +19,7 @@
 //! | [`memory`] | [`MemoryStore`], the embedded backend |
 //! | [`prelude`] | what a service or its tests use, in one `use taskfence::prelude::*` |
 //! | `postgres` | [`PgStore`], its transaction handle, migrations, its outbox (feature `postgres`) |
+//! | `sqlite` | [`SqliteStore`], its transaction handle, migrations, its outbox: a durable store in one file (feature `sqlite`) |
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
 //! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
 //! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
@@ -61,6 +62,10 @@ pub mod serialize;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite;
+
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
@@ -88,3 +93,5 @@ pub use task::{InputHash, NewTask, RequestKey, Response, Status, Task, TaskId};
 pub use dynamodb::DynamoStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PgStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;

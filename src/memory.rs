@@ -237,10 +237,7 @@ impl State {
                 self.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
                 let expires_at = now + request.lease_duration;
                 let task = self.task_mut(id);
-                task.version += 1;
-                task.status = Status::Running;
-                task.lease_until = Some(expires_at);
-                task.not_before = None;
+                rules::taken(task, expires_at);
                 let task = task.clone();
                 let attempt_id = AttemptId::new();
                 self.attempts.entry(id).or_default().push(Attempt {
@@ -267,13 +264,7 @@ impl State {
         error: Option<String>,
     ) -> Task {
         let task = self.task_mut(id);
-        task.status = status;
-        task.lease_until = None;
-        task.not_before = None;
-        task.finished_at = Some(now);
-        if error.is_some() {
-            task.last_error = error;
-        }
+        rules::terminal(task, status, now, error);
         task.clone()
     }
 }
@@ -385,10 +376,7 @@ impl Backend for MemoryStore {
             let task = state.task_mut(id);
             match rules::after_failure(task, lease.attempt_id(), &failure, now) {
                 Ok(not_before) => {
-                    task.status = Status::Pending;
-                    task.lease_until = None;
-                    task.not_before = Some(not_before);
-                    task.last_error = Some(failure.message);
+                    rules::retrying(task, not_before, failure.message);
                     Retry::Scheduled {
                         not_before,
                         attempts_left: task.attempts_left(),

@@ -16,7 +16,7 @@ use aws_config::BehaviorVersion;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 use taskfence::inspect::Inspect;
-use taskfence::{DynamoStore, PgStore};
+use taskfence::{DynamoStore, PgStore, SqliteStore};
 use time::OffsetDateTime;
 
 use crate::cli::StoreArgs;
@@ -35,6 +35,11 @@ pub(crate) enum Target {
         /// The schema.
         schema: String,
     },
+    /// The SQLite file at `path`.
+    Sqlite {
+        /// The database file.
+        path: std::path::PathBuf,
+    },
     /// DynamoDB `table`, on `endpoint` or AWS's.
     DynamoDb {
         /// The table.
@@ -52,36 +57,56 @@ pub(crate) struct Typed {
     pub database_url: bool,
     /// `--dynamodb-table` was typed.
     pub dynamodb_table: bool,
+    /// `--sqlite` was typed.
+    pub sqlite: bool,
 }
 
 impl Target {
-    /// Picks the backend: the one given; when both are, the one typed on the
-    /// command line (`DATABASE_URL` is often set for an application, and
-    /// `--dynamodb-table` then still works); both typed or neither given is a
-    /// usage error.
+    /// Picks the backend: the one given; when several are, the one typed on
+    /// the command line (`DATABASE_URL` is often set for an application, and
+    /// `--dynamodb-table` or `--sqlite` then still works); several typed or
+    /// none given is a usage error.
     pub(crate) fn choose(args: &StoreArgs, typed: Typed) -> Result<Self, CliError> {
-        let pg = || Target::Postgres {
-            url: args.database_url.clone().unwrap_or_default(),
-            schema: args.schema.clone(),
-        };
-        let dynamo = || Target::DynamoDb {
-            table: args.dynamodb_table.clone().unwrap_or_default(),
-            endpoint: args.dynamodb_endpoint.clone(),
-        };
-        match (&args.database_url, &args.dynamodb_table) {
-            (Some(_), None) => Ok(pg()),
-            (None, Some(_)) => Ok(dynamo()),
-            (Some(_), Some(_)) => match (typed.database_url, typed.dynamodb_table) {
-                (true, false) => Ok(pg()),
-                (false, true) => Ok(dynamo()),
-                _ => Err(CliError::Usage(
-                    "both a PostgreSQL URL and a DynamoDB table are given: choose one (--database-url / DATABASE_URL or --dynamodb-table / TASKFENCE_DYNAMODB_TABLE)".into(),
-                )),
-            },
-            (None, None) => Err(CliError::Usage(
-                "no store: give --database-url (or DATABASE_URL) or --dynamodb-table (or TASKFENCE_DYNAMODB_TABLE)".into(),
-            )),
+        let given: Vec<(bool, Target)> = [
+            args.database_url.as_ref().map(|url| {
+                (
+                    typed.database_url,
+                    Target::Postgres {
+                        url: url.clone(),
+                        schema: args.schema.clone(),
+                    },
+                )
+            }),
+            args.sqlite
+                .as_ref()
+                .map(|path| (typed.sqlite, Target::Sqlite { path: path.clone() })),
+            args.dynamodb_table.as_ref().map(|table| {
+                (
+                    typed.dynamodb_table,
+                    Target::DynamoDb {
+                        table: table.clone(),
+                        endpoint: args.dynamodb_endpoint.clone(),
+                    },
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        const FLAGS: &str = "--database-url / DATABASE_URL, --sqlite / TASKFENCE_SQLITE or --dynamodb-table / TASKFENCE_DYNAMODB_TABLE";
+        if given.is_empty() {
+            return Err(CliError::Usage(format!("no store: give one of {FLAGS}")));
         }
+        if given.len() == 1 {
+            return Ok(given.into_iter().next().map(|(_, t)| t).expect("one"));
+        }
+        let mut typed: Vec<Target> = given.into_iter().filter(|(t, _)| *t).map(|(_, t)| t).collect();
+        if typed.len() == 1 {
+            return Ok(typed.remove(0));
+        }
+        Err(CliError::Usage(format!(
+            "several stores are given: choose one ({FLAGS})"
+        )))
     }
 }
 
@@ -90,6 +115,8 @@ impl Target {
 pub(crate) enum Concrete {
     /// PostgreSQL.
     Postgres(Arc<PgStore>),
+    /// SQLite.
+    Sqlite(Arc<SqliteStore>),
     /// DynamoDB.
     DynamoDb(Arc<DynamoStore>),
 }
@@ -117,7 +144,8 @@ impl Store {
                     .await
                     .map_err(|e| CliError::from(taskfence::Error::storage(e)))
             }
-            Concrete::DynamoDb(_) => Ok(OffsetDateTime::now_utc()),
+            // The machine's clock: the one a SQLite store reads (same machine, same file).
+            Concrete::Sqlite(_) | Concrete::DynamoDb(_) => Ok(OffsetDateTime::now_utc()),
         }
     }
 
@@ -126,6 +154,7 @@ impl Store {
     pub(crate) async fn connect(target: &Target, table_may_be_missing: bool) -> Result<Self, CliError> {
         match target {
             Target::Postgres { url, schema } => postgres(url, schema).await,
+            Target::Sqlite { path } => sqlite(path, table_may_be_missing).await,
             Target::DynamoDb { table, endpoint } => {
                 dynamodb(table, endpoint.as_deref(), table_may_be_missing).await
             }
@@ -171,6 +200,27 @@ async fn postgres(url: &str, schema: &str) -> Result<Store, CliError> {
     Ok(Store {
         inspect: store.clone(),
         concrete: Concrete::Postgres(store),
+    })
+}
+
+/// The SQLite file at `path`; it must exist unless `may_be_missing` (the
+/// `migrate` command creates it), so a mistyped path is not a new empty store.
+async fn sqlite(path: &std::path::Path, may_be_missing: bool) -> Result<Store, CliError> {
+    if !may_be_missing && !path.exists() {
+        return Err(CliError::Operational(format!(
+            "SQLite file {} does not exist (create it with `taskfence migrate`)",
+            path.display()
+        )));
+    }
+    let store = SqliteStore::builder(path)
+        .max_connections(2)
+        .open()
+        .await
+        .map_err(|e| CliError::Operational(format!("cannot open SQLite file {}: {e}", path.display())))?;
+    let store = Arc::new(store);
+    Ok(Store {
+        inspect: store.clone(),
+        concrete: Concrete::Sqlite(store),
     })
 }
 
@@ -242,6 +292,7 @@ mod tests {
             schema: "taskfence".into(),
             dynamodb_table: table.map(Into::into),
             dynamodb_endpoint: None,
+            sqlite: None,
         }
     }
 
@@ -267,6 +318,22 @@ mod tests {
         assert!(matches!(
             Target::choose(&args(Some("postgres://x"), None), Typed::default()),
             Ok(Target::Postgres { .. })
+        ));
+        let sqlite_and_url = StoreArgs {
+            sqlite: Some("tasks.db".into()),
+            ..args(Some("postgres://x"), None)
+        };
+        let typed_sqlite = Typed {
+            sqlite: true,
+            ..Typed::default()
+        };
+        assert!(matches!(
+            Target::choose(&sqlite_and_url, typed_sqlite),
+            Ok(Target::Sqlite { .. })
+        ));
+        assert!(matches!(
+            Target::choose(&sqlite_and_url, Typed::default()),
+            Err(CliError::Usage(_))
         ));
     }
 }

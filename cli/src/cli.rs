@@ -37,7 +37,7 @@ pub(crate) struct Cli {
     pub command: Command,
 }
 
-/// The store to connect to: PostgreSQL or DynamoDB, one of them.
+/// The store to connect to: PostgreSQL, SQLite or DynamoDB, one of them.
 #[derive(Debug, Args)]
 pub(crate) struct StoreArgs {
     /// PostgreSQL connection URL (postgres://user:password@host:5432/db).
@@ -60,6 +60,10 @@ pub(crate) struct StoreArgs {
     /// PostgreSQL schema holding taskfence's tables.
     #[arg(long, env = "TASKFENCE_SCHEMA", global = true, default_value = DEFAULT_SCHEMA)]
     pub schema: String,
+
+    /// SQLite database file (created by `taskfence migrate` if missing).
+    #[arg(long, env = "TASKFENCE_SQLITE", global = true, value_name = "PATH")]
+    pub sqlite: Option<std::path::PathBuf>,
 
     /// DynamoDB table (AWS configuration from the environment, profile or role).
     #[arg(long, env = "TASKFENCE_DYNAMODB_TABLE", global = true, value_name = "TABLE")]

@@ -1,5 +1,5 @@
 //! The `taskfence` command-line tool: inspect and repair tasks on
-//! PostgreSQL or DynamoDB. See the README for every command and the exit
+//! PostgreSQL, SQLite or DynamoDB. See the README for every command and the exit
 //! codes.
 //!
 //! | module | what it holds |
@@ -84,6 +84,7 @@ fn run() -> Result<(), CliError> {
         Typed {
             database_url: typed("database_url") || typed("database_url_file"),
             dynamodb_table: typed("dynamodb_table"),
+            sqlite: typed("sqlite"),
         },
     )?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -30,9 +30,9 @@ use time::format_description::well_known::Rfc3339;
 pub(crate) enum Report {
     /// `migrate`: what was done to which schema or table.
     Migrated {
-        /// `postgres` or `dynamodb`.
+        /// `postgres`, `sqlite` or `dynamodb`.
         backend: &'static str,
-        /// The schema or table.
+        /// The schema, file or table.
         target: String,
         /// `migrated`, `created` or `exists`.
         action: &'static str,
@@ -102,7 +102,11 @@ impl Report {
                 action,
                 to,
             } => {
-                let what = if *backend == "postgres" { "schema" } else { "table" };
+                let what = match *backend {
+                    "postgres" => "schema",
+                    "sqlite" => "file",
+                    _ => "table",
+                };
                 match (*action, to) {
                     ("exists", _) => format!("{what} {target} already exists: nothing to do\n"),
                     ("created", _) => format!("created {what} {target}\n"),

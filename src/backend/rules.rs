@@ -335,9 +335,7 @@ impl Work {
 pub fn release(task: &Task, version: u64, now: OffsetDateTime, work: Work) -> Result<Task, Rejection> {
     fence(task, version, now)?;
     let mut released = task.clone();
-    released.status = Status::Pending;
-    released.lease_until = None;
-    released.not_before = Some(now);
+    self::released(&mut released, now);
     released.budget_base = (task.budget_base + work.refund()).min(task.version);
     Ok(released)
 }
@@ -547,4 +545,79 @@ pub fn finish_effect(
             effect: name.to_owned(),
         }),
     }
+}
+
+/// The task as a claim that [`claim`] answered [`ClaimRule::Take`] leaves it:
+/// the next assignment (version + 1), running under a lease until
+/// `expires_at`, no backoff. Every backend that decides in its own code
+/// applies the same change.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::{InputHash, NewTask, RequestKey, Status, TaskId};
+/// let now = time::OffsetDateTime::now_utc();
+/// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]));
+/// let mut task = taskfence::backend::new_task(TaskId::new(), new, now, now + NewTask::DEFAULT_RETENTION);
+/// taskfence::backend::rules::taken(&mut task, now + Duration::from_secs(30));
+/// assert_eq!((task.status, task.version), (Status::Running, 1));
+/// ```
+pub fn taken(task: &mut Task, expires_at: OffsetDateTime) {
+    task.version += 1;
+    task.status = Status::Running;
+    task.lease_until = Some(expires_at);
+    task.not_before = None;
+}
+
+/// The task as it ends at `now` in the terminal `status` (completed, failed
+/// or cancelled): no lease, no backoff, finished; `error` (a failure's
+/// message or a cancellation's reason), when given, replaces the last error.
+///
+/// ```
+/// # fn f(task: &mut taskfence::Task) {
+/// taskfence::backend::rules::terminal(task, taskfence::Status::Cancelled, time::OffsetDateTime::now_utc(), Some("by operator".into()));
+/// assert!(task.status.is_terminal());
+/// # }
+/// ```
+pub fn terminal(task: &mut Task, status: Status, now: OffsetDateTime, error: Option<String>) {
+    task.status = status;
+    task.lease_until = None;
+    task.not_before = None;
+    task.finished_at = Some(now);
+    if error.is_some() {
+        task.last_error = error;
+    }
+}
+
+/// The task as a [`release`](crate::TaskStore::release) at `now` leaves it:
+/// pending, no lease, and due again at once (since `now`), so
+/// [`due`](crate::TaskStore::due) and [`claim_next`](crate::TaskStore::claim_next) find it.
+///
+/// ```
+/// # fn f(task: &mut taskfence::Task) {
+/// taskfence::backend::rules::released(task, time::OffsetDateTime::now_utc());
+/// assert_eq!(task.status, taskfence::Status::Pending);
+/// # }
+/// ```
+pub fn released(task: &mut Task, now: OffsetDateTime) {
+    task.status = Status::Pending;
+    task.lease_until = None;
+    task.not_before = Some(now);
+}
+
+/// The task as a failure that [`after_failure`] scheduled for a retry leaves
+/// it: pending, no lease, not claimable before `not_before`, the failure's
+/// message kept as the last error.
+///
+/// ```
+/// # fn f(task: &mut taskfence::Task) {
+/// let later = time::OffsetDateTime::now_utc() + time::Duration::seconds(5);
+/// taskfence::backend::rules::retrying(task, later, "503".into());
+/// assert_eq!(task.not_before, Some(later));
+/// # }
+/// ```
+pub fn retrying(task: &mut Task, not_before: OffsetDateTime, message: String) {
+    task.status = Status::Pending;
+    task.lease_until = None;
+    task.not_before = Some(not_before);
+    task.last_error = Some(message);
 }

@@ -18,7 +18,7 @@
 //! | [`conformance_suite!`], [`inspection_suite!`], [`dispatch_suite!`] | one test per scenario of [`scenarios`] |
 //! | [`model_suite!`] | random interleavings checked against the reference [`model`], plus its kept counterexamples |
 //! | [`new_task`], [`task_in`], [`prompt_retry`], [`forged_lease`], [`acquire`], [`fail_accepted`], [`one_winner`], [`race`], [`runtime`] | the test kit |
-//! | [`MemoryFixture`], `PgFixture`, `PgTxFixture` (the store on one open transaction), `TempSchema`, `DynamoFixture` | fixtures of this crate's backends |
+//! | [`MemoryFixture`], `PgFixture`, `PgTxFixture` (the store on one open transaction), `TempSchema`, `SqliteFixture`, `DynamoFixture` | fixtures of this crate's backends |
 //! | [`Fixture`], [`InspectFixture`], [`OutboxFixture`], [`FencedWritesFixture`] | what a backend gives each suite: a store, its queries, its outbox, the application's fenced writes |
 //!
 //! The expression is a future, evaluated once per test, that yields a value
@@ -44,6 +44,8 @@ pub mod model;
 #[cfg(feature = "postgres")]
 mod postgres;
 pub mod scenarios;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use crate::__conformance_suite as conformance_suite;
 pub use crate::__dispatch_suite as dispatch_suite;
@@ -63,6 +65,9 @@ pub use dynamodb::DynamoFixture;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::{PgFixture, PgTxFixture, TempSchema};
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use sqlite::SqliteFixture;
 
 /// What a backend gives the conformance suite.
 ///

@@ -1,5 +1,6 @@
-//! The consumer (`taskfence::runtime::Consumer`) on `MemoryStore` and on
-//! `PgStore`, in real time: every scenario in `scenarios` runs on both.
+//! The consumer (`taskfence::runtime::Consumer`) on `MemoryStore`, on
+//! `PgStore` and on `SqliteStore`, in real time: every scenario in
+//! `scenarios` runs on each.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -22,6 +23,15 @@ mod backends {
         let store: Arc<dyn TaskStore> = Arc::new(f.pg_store().clone());
         (Box::new(f), store)
     }
+
+    /// A fresh file, the store on the system clock (the consumer runs in real time).
+    pub(crate) async fn sqlite() -> (Box<dyn std::any::Any + Send>, Arc<dyn TaskStore>) {
+        let f = taskfence::testing::SqliteFixture::new().await;
+        let store = taskfence::SqliteStore::open(f.path())
+            .await
+            .expect("open the file");
+        (Box::new(f), Arc::new(store))
+    }
 }
 
 macro_rules! on_every_backend {
@@ -40,6 +50,15 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     let (_keep, store) = crate::backends::postgres().await;
+                    crate::scenarios::$name(store).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let (_keep, store) = crate::backends::sqlite().await;
                     crate::scenarios::$name(store).await;
                 }
             )*

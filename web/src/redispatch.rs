@@ -50,6 +50,14 @@ impl Redispatch for taskfence::PgStore {
     }
 }
 
+#[cfg(feature = "sqlite")]
+#[async_trait]
+impl Redispatch for taskfence::SqliteStore {
+    async fn redispatch(&self, ids: &[TaskId]) -> taskfence::Result<u64> {
+        taskfence::SqliteStore::redispatch(self, ids).await
+    }
+}
+
 #[cfg(feature = "dynamodb")]
 #[async_trait]
 impl Redispatch for taskfence::DynamoStore {

@@ -13,7 +13,7 @@ use crate::output::{Report, TableStatus};
 
 /// What `migrate` checks before connecting: the PostgreSQL-only flags.
 pub(super) fn check_migrate(args: &MigrateArgs, target: &Target) -> Result<(), CliError> {
-    if matches!(target, Target::DynamoDb { .. }) {
+    if matches!(target, Target::DynamoDb { .. } | Target::Sqlite { .. }) {
         let flag = if args.print_sql {
             "--print-sql"
         } else if args.to.is_some() {
@@ -21,9 +21,11 @@ pub(super) fn check_migrate(args: &MigrateArgs, target: &Target) -> Result<(), C
         } else {
             return Ok(());
         };
-        return Err(CliError::Usage(format!(
-            "{flag} is for PostgreSQL: a DynamoDB table has no migrations (`migrate --status` shows the table and its indexes)"
-        )));
+        let why = match target {
+            Target::Sqlite { .. } => "a SQLite file is migrated whole, in one transaction",
+            _ => "a DynamoDB table has no migrations (`migrate --status` shows the table and its indexes)",
+        };
+        return Err(CliError::Usage(format!("{flag} is for PostgreSQL: {why}")));
     }
     Ok(())
 }
@@ -68,6 +70,25 @@ pub(super) async fn migrate(store: &Store, args: MigrateArgs) -> Result<Report, 
                 target: pg.schema().to_owned(),
                 action: "migrated",
                 to: args.to,
+            })
+        }
+        Concrete::Sqlite(sqlite) => {
+            if args.status || args.dry_run {
+                return Err(CliError::Usage(
+                    "--status and --dry-run are for PostgreSQL and DynamoDB: a SQLite file is migrated whole, in one transaction".into(),
+                ));
+            }
+            sqlite.migrate().await?;
+            Ok(Report::Migrated {
+                backend: "sqlite",
+                target: sqlite
+                    .pool()
+                    .connect_options()
+                    .get_filename()
+                    .display()
+                    .to_string(),
+                action: "migrated",
+                to: None,
             })
         }
         Concrete::DynamoDb(dynamo) => {
@@ -216,6 +237,7 @@ pub(super) async fn stranded(store: &Store, args: StrandedArgs) -> Result<Report
         (_, false) => None,
         (_, true) if tasks.is_empty() => Some(0),
         (Concrete::Postgres(pg), true) => Some(pg.redispatch(&ids).await?),
+        (Concrete::Sqlite(sqlite), true) => Some(sqlite.redispatch(&ids).await?),
         (Concrete::DynamoDb(dynamo), true) => Some(dynamo.redispatch(&ids).await?),
     };
     Ok(Report::Stranded { tasks, redispatched })

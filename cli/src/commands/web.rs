@@ -92,6 +92,9 @@ pub(crate) async fn run(mut args: WebArgs, token_typed: bool, target: &Target) -
     }
     dashboard = match &store.concrete {
         Concrete::Postgres(pg) => dashboard.redispatch(Arc::clone(pg) as Arc<dyn taskfence_web::Redispatch>),
+        Concrete::Sqlite(sqlite) => {
+            dashboard.redispatch(Arc::clone(sqlite) as Arc<dyn taskfence_web::Redispatch>)
+        }
         Concrete::DynamoDb(dynamo) => {
             dashboard.redispatch(Arc::clone(dynamo) as Arc<dyn taskfence_web::Redispatch>)
         }
@@ -108,6 +111,7 @@ pub(crate) async fn run(mut args: WebArgs, token_typed: bool, target: &Target) -
     let addr = listener.local_addr().unwrap_or(args.listen);
     let what = match target {
         Target::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
+        Target::Sqlite { path } => format!("SQLite file {}", path.display()),
         Target::DynamoDb { table, .. } => format!("DynamoDB table {table}"),
     };
     let mode = match (actions, args.open_reads) {

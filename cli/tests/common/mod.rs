@@ -53,6 +53,7 @@ pub(crate) fn taskfence() -> Command {
         "TASKFENCE_WEB_TOKEN_FILE",
         "TASKFENCE_SCHEMA",
         "TASKFENCE_DYNAMODB_TABLE",
+        "TASKFENCE_SQLITE",
         "AWS_ENDPOINT_URL_DYNAMODB",
         "RUST_BACKTRACE",
     ] {

@@ -18,7 +18,7 @@ use demo::sim::{self, Config};
 use demo::timebase::{REAL_TIME_SCALE, Timebase};
 
 const USAGE: &str = "Usage: cargo run -p demo -- [--tasks N] [--workers N] [--seed N] [--faults RATE] \
-                     [--database-url URL] [--real-time]";
+                     [--database-url URL | --sqlite PATH] [--real-time]";
 
 fn help() -> String {
     let d = Config::default();
@@ -40,6 +40,10 @@ Options:
                        kept afterwards for inspection). Time is real there, running {scale}x
                        faster than shown (a 30 s lease lasts {lease_ms} ms), so timing varies
                        from run to run and the counts may differ; the invariant holds all the same
+  --sqlite PATH        run on a SQLite file (taskfence::SqliteStore), created if missing and
+                       kept: each run adds its tasks under run-N/ beside the earlier runs',
+                       and says what the file held before. Time is simulated, as on the
+                       embedded store
   --real-time          run the embedded store on real time too, as --database-url does
   -h, --help           print this help
 
@@ -58,6 +62,7 @@ Exit status: 0 when the invariant holds, 1 when it does not or the store fails, 
 struct Args {
     config: Config,
     database_url: Option<String>,
+    sqlite: Option<std::path::PathBuf>,
     real_time: bool,
 }
 
@@ -66,6 +71,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
     let mut parsed = Args {
         config: Config::default(),
         database_url: None,
+        sqlite: None,
         real_time: false,
     };
     while let Some(arg) = args.next() {
@@ -90,11 +96,15 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--seed" => parsed.config.seed = number("--seed", value("--seed")?)?,
             "--faults" => parsed.config.faults = number("--faults", value("--faults")?)?,
             "--database-url" => parsed.database_url = Some(value("--database-url")?),
+            "--sqlite" => parsed.sqlite = Some(value("--sqlite")?.into()),
             "--real-time" => parsed.real_time = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     parsed.config.validate()?;
+    if parsed.database_url.is_some() && parsed.sqlite.is_some() {
+        return Err("--database-url and --sqlite: choose one store".into());
+    }
     Ok(Some(parsed))
 }
 
@@ -126,8 +136,19 @@ async fn main() -> ExitCode {
 }
 
 /// Runs the demo and prints it; `Ok(false)` when the invariant is violated.
-async fn demo(args: Args) -> Result<bool, Box<dyn Error>> {
+async fn demo(mut args: Args) -> Result<bool, Box<dyn Error>> {
     let (store, tb, backend): (Arc<dyn TaskStore>, Timebase, String) = match &args.database_url {
+        None if args.sqlite.is_some() => {
+            let path = args.sqlite.clone().unwrap_or_default();
+            let (tb, clock) = Timebase::new_virtual();
+            let (store, run) = sqlite(&path, clock).await?;
+            args.config.run = run;
+            (
+                store,
+                tb,
+                format!("SQLite file {}, run {run}, simulated time", path.display()),
+            )
+        }
         Some(url) => {
             let store = postgres(url).await?;
             (
@@ -199,6 +220,44 @@ impl Progress {
     fn finish(&self) {
         self.bar.finish_and_clear();
     }
+}
+
+/// Opens the SQLite file for `--sqlite` (created and migrated if needed) on
+/// the simulation's clock, says what earlier runs left in it, and returns the
+/// number of this run: one more than the newest task's run.
+async fn sqlite(
+    path: &std::path::Path,
+    clock: taskfence::clock::ManualClock,
+) -> Result<(Arc<dyn TaskStore>, u32), Box<dyn Error>> {
+    use taskfence::inspect::{Inspect, Order, TaskQuery};
+    let store = taskfence::SqliteStore::builder(path).clock(clock).open().await?;
+    store.migrate().await?;
+    let counts = store.counts(None).await?;
+    let newest = store
+        .list(&TaskQuery::new().order(Order::NewestFirst).limit(1))
+        .await?;
+    let last_run = newest
+        .tasks
+        .first()
+        .and_then(|t| t.key.scope.strip_prefix("run-"))
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0);
+    if counts.total() == 0 {
+        println!("{} is new: this is its first run.\n", path.display());
+    } else {
+        println!(
+            "{} holds {} tasks from {last_run} earlier run(s): {} completed, {} failed, {} cancelled, {} pending, {} running.\n",
+            path.display(),
+            counts.total(),
+            counts.completed,
+            counts.failed,
+            counts.cancelled,
+            counts.pending,
+            counts.running,
+        );
+    }
+    Ok((Arc::new(store), last_run + 1))
 }
 
 /// The schema `--database-url` runs in. It is dropped and created afresh at

@@ -91,9 +91,14 @@ pub fn input_hash(conversation: usize, message: usize) -> InputHash {
     ])
 }
 
-/// The request key of one press, scoped to the user.
-fn key(conversation: usize, name: String) -> RequestKey {
-    RequestKey::new(format!("user-{conversation}"), OPERATION, name)
+/// The request key of one press, scoped to the user (of the run, on a store
+/// that keeps earlier runs' tasks).
+fn key(run: u32, conversation: usize, name: String) -> RequestKey {
+    let scope = match run {
+        0 => format!("user-{conversation}"),
+        n => format!("run-{n}/user-{conversation}"),
+    };
+    RequestKey::new(scope, OPERATION, name)
 }
 
 const fn secs(s: u64) -> Duration {
@@ -106,7 +111,7 @@ const fn secs(s: u64) -> Duration {
 /// after the provider answered, a lost queue delete; a Regenerate that is new
 /// work, a long answer kept alive by lease renewals and a lost store reply; a
 /// task whose budget runs out.
-fn showcase(faults: bool) -> Vec<TaskPlan> {
+fn showcase(faults: bool, run: u32) -> Vec<TaskPlan> {
     let latency = Some(secs(4));
     let plain = |label: &str, message, at, name: &str| TaskPlan {
         label: label.to_owned(),
@@ -114,7 +119,7 @@ fn showcase(faults: bool) -> Vec<TaskPlan> {
         message,
         regenerate_of: None,
         at,
-        key: key(SHOWCASE, name.to_owned()),
+        key: key(run, SHOWCASE, name.to_owned()),
         resend_after: None,
         conflict_with: None,
         extra_copy_after: None,
@@ -151,9 +156,10 @@ pub fn workload(config: &Config, rng: &mut ChaCha8Rng) -> Vec<TaskPlan> {
         tasks,
         workers,
         faults: fault_rate,
+        run,
         ..
     } = *config;
-    let mut plans = showcase(fault_rate > 0.0);
+    let mut plans = showcase(fault_rate > 0.0, run);
     plans.truncate(tasks);
     let remaining = tasks - plans.len();
     // A task holds a worker ~10 s on average (calls, long answers, pauses,
@@ -213,7 +219,7 @@ pub fn workload(config: &Config, rng: &mut ChaCha8Rng) -> Vec<TaskPlan> {
                 message,
                 regenerate_of,
                 at,
-                key: key(conversation, name),
+                key: key(run, conversation, name),
                 resend_after,
                 conflict_with,
                 extra_copy_after,

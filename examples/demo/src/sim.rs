@@ -50,6 +50,10 @@ pub struct Config {
     pub seed: u64,
     /// Probability of each injected fault, `0.0..=1.0`.
     pub faults: f64,
+    /// Which run on a durable store this is (`--sqlite`): run `n > 0` keys
+    /// its tasks under `run-n/user-…`, beside the earlier runs' tasks. 0 (the
+    /// default): `user-…`, for a store that starts empty.
+    pub run: u32,
 }
 
 impl Default for Config {
@@ -59,6 +63,7 @@ impl Default for Config {
             workers: 4,
             seed: 42,
             faults: 0.1,
+            run: 0,
         }
     }
 }

@@ -247,6 +247,7 @@ async fn the_invariant_holds_across_seeds_and_fault_rates() {
             tasks: 150,
             workers: 1 + (seed as usize % 5),
             faults: [0.05, 0.3, 0.8][seed as usize % 3],
+            run: 0,
         };
         let (outcome, _) = run_simulated(&config).await;
         let s = &outcome.summary;
@@ -399,4 +400,34 @@ async fn the_demo_keeps_the_invariant_on_postgres() {
     );
     assert!(s.conflicts_rejected > 0 && s.resends_deduplicated > 0 && s.regenerates > 0);
     stored_tasks(&outcome, store.as_ref()).await;
+}
+
+/// `--sqlite PATH`: the story runs on a durable file, and a second run finds
+/// the first run's tasks there and adds its own beside them.
+#[test]
+fn a_second_sqlite_run_finds_the_first_runs_tasks() {
+    let dir = std::env::temp_dir().join(format!("taskfence-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("demo.db");
+    let run = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_demo"))
+            .args(["--tasks", "30", "--sqlite"])
+            .arg(&file)
+            .output()
+            .expect("run the demo")
+    };
+    let first = run();
+    let first_out = String::from_utf8_lossy(&first.stdout);
+    assert!(first.status.success(), "{first_out}");
+    assert!(first_out.contains("is new: this is its first run"), "{first_out}");
+    assert!(first_out.contains("invariant: one saved reply per completed task: OK"));
+    let second = run();
+    let second_out = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{second_out}");
+    assert!(
+        second_out.contains("holds 30 tasks from 1 earlier run(s)"),
+        "{second_out}"
+    );
+    assert!(second_out.contains("invariant: one saved reply per completed task: OK"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

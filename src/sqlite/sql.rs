@@ -1,0 +1,162 @@
+//! The statements, one constant each. One file is one database: the table
+//! names are fixed (no schema to render them for). Parameters are numbered
+//! (`?1`…); each statement says what they are.
+
+/// Every column of a task row, as `row::task` decodes them.
+pub(crate) const TASK: &str = "SELECT * FROM tasks WHERE id = ?1";
+
+/// ?1 scope, ?2 operation, ?3 request key.
+pub(crate) const TASK_BY_KEY: &str =
+    "SELECT * FROM tasks WHERE scope = ?1 AND operation = ?2 AND request_key = ?3";
+
+/// Whether the task goes out through the outbox (submit's `handoff`).
+pub(crate) const TASK_HANDOFF: &str = "SELECT handoff FROM tasks WHERE id = ?1";
+
+/// Every column, in this order.
+pub(crate) const INSERT_TASK: &str = "INSERT INTO tasks (
+        id, scope, operation, request_key, input_hash, payload, status, version,
+        max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous,
+        acceptance, budget_base, budget_started_at, lease_until, not_before, response, last_error,
+        created_at, finished_at, expires_at, trace_context, handoff)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+            ?21, ?22, ?23, ?24, ?25, ?26, ?27)";
+
+/// ?1 id, then the columns a decision changes; ?18 the response (NULL:
+/// unchanged — a response is written once, by the completion).
+pub(crate) const SAVE_TASK: &str = "UPDATE tasks SET
+        status = ?2, version = ?3, max_attempts = ?4, initial_backoff_ns = ?5, max_backoff_ns = ?6,
+        multiplier = ?7, jitter = ?8, deadline_ns = ?9, on_ambiguous = ?10, budget_base = ?11,
+        budget_started_at = ?12, lease_until = ?13, not_before = ?14, last_error = ?15,
+        finished_at = ?16, expires_at = ?17, response = coalesce(?18, response)
+    WHERE id = ?1";
+
+/// ?1 task id, ?2 number, ?3 attempt id, ?4 worker, ?5 started at.
+pub(crate) const INSERT_ATTEMPT: &str =
+    "INSERT INTO attempts (task_id, number, id, worker, started_at, outcome)
+    VALUES (?1, ?2, ?3, ?4, ?5, 'running')";
+
+/// ?1 task id, ?2 number, ?3 finished at, ?4 outcome, ?5 error: ends the
+/// attempt if it is still open.
+pub(crate) const FINISH_ATTEMPT: &str = "UPDATE attempts SET finished_at = ?3, outcome = ?4, error = ?5
+    WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL";
+
+/// ?1 task id, ?2 number, ?3 finished at: the attempt whose answer was saved,
+/// also when a takeover had closed it as expired.
+pub(crate) const COMPLETE_ATTEMPT: &str =
+    "UPDATE attempts SET finished_at = ?3, outcome = 'completed' WHERE task_id = ?1 AND number = ?2";
+
+/// ?1 task id, ?2 attempt id, ?3 the provider's operation id.
+pub(crate) const RECORD_OPERATION: &str =
+    "UPDATE attempts SET operation_id = ?3 WHERE task_id = ?1 AND id = ?2";
+
+/// ?1 task id.
+pub(crate) const ATTEMPTS: &str = "SELECT * FROM attempts WHERE task_id = ?1 ORDER BY number";
+
+/// ?1 task id.
+pub(crate) const REOPENINGS: &str = "SELECT * FROM reopenings WHERE task_id = ?1 ORDER BY number";
+
+/// ?1 task id, ?2 at, ?3 by, ?4 reason, ?5 from status, ?6 version; numbered
+/// after the task's last reopening. Returns the number.
+pub(crate) const INSERT_REOPENING: &str =
+    "INSERT INTO reopenings (task_id, number, at, by, reason, from_status, version)
+    SELECT ?1, coalesce(max(number), 0) + 1, ?2, ?3, ?4, ?5, ?6 FROM reopenings WHERE task_id = ?1";
+
+/// ?1 task id, ?2 created at.
+pub(crate) const INSERT_HANDOFF: &str = "INSERT INTO handoffs (task_id, created_at) VALUES (?1, ?2)";
+
+/// ?1 task id, ?2 now: a fresh handoff only for a task still pending that goes out through the outbox.
+pub(crate) const REDISPATCH: &str = "INSERT INTO handoffs (task_id, created_at)
+    SELECT id, ?2 FROM tasks WHERE id = ?1 AND status = 'pending' AND handoff = 1";
+
+/// ?1 task id.
+pub(crate) const HANDOFFS: &str =
+    "SELECT created_at, published_at FROM handoffs WHERE task_id = ?1 ORDER BY id";
+
+/// ?1 limit: the oldest unpublished handoffs, each with its task's version
+/// (NULL for a stray handoff whose task is gone).
+pub(crate) const TAKE_HANDOFFS: &str =
+    "SELECT h.id, h.task_id, (SELECT t.version FROM tasks AS t WHERE t.id = h.task_id) AS version
+    FROM handoffs AS h WHERE h.published_at IS NULL ORDER BY h.id LIMIT ?1";
+
+/// ?1 handoff id, ?2 now.
+pub(crate) const MARK_PUBLISHED: &str =
+    "UPDATE handoffs SET published_at = ?2 WHERE id = ?1 AND published_at IS NULL";
+
+/// ?1 task id, ?2 name.
+pub(crate) const EFFECT: &str = "SELECT * FROM effects WHERE task_id = ?1 AND name = ?2";
+
+/// ?1 task id: the journal by name.
+pub(crate) const EFFECTS: &str = "SELECT * FROM effects WHERE task_id = ?1 ORDER BY name";
+
+/// Every column of an effect record, replacing the one read under the same write lock.
+pub(crate) const PUT_EFFECT: &str = "INSERT OR REPLACE INTO effects
+        (task_id, name, state, version, attempt, reference, error, ambiguous, created_at, intended_at, settled_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+/// ?1 now, ?2 limit: expired leases and passed backoffs, by when they
+/// became due; each branch a range scan of its partial index.
+pub(crate) const DUE: &str = "SELECT id FROM (
+        SELECT id, due_at FROM (SELECT id, lease_until AS due_at FROM tasks
+            WHERE status = 'running' AND lease_until <= ?1 ORDER BY lease_until LIMIT ?2)
+        UNION ALL
+        SELECT id, due_at FROM (SELECT id, not_before AS due_at FROM tasks
+            WHERE status = 'pending' AND not_before IS NOT NULL AND not_before <= ?1 ORDER BY not_before LIMIT ?2))
+    ORDER BY due_at, id LIMIT ?2";
+
+/// The tasks that need a worker at ?1, oldest due first, up to ?2 per
+/// branch (never claimed, backoff passed or released, lease expired); the
+/// caller appends its operation and scope filters to each branch's `WHERE`
+/// at `{filter}` and the final `ORDER BY … LIMIT`.
+pub(crate) const NEEDING_WORKER: &str = "SELECT id, due_at FROM (
+        SELECT id, due_at FROM (SELECT id, created_at AS due_at FROM tasks
+            WHERE status = 'pending' AND version = 0 AND not_before IS NULL {filter}
+            ORDER BY created_at, id LIMIT ?2)
+        UNION ALL
+        SELECT id, due_at FROM (SELECT id, not_before AS due_at FROM tasks
+            WHERE status = 'pending' AND not_before IS NOT NULL AND not_before <= ?1 {filter}
+            ORDER BY not_before LIMIT ?2)
+        UNION ALL
+        SELECT id, due_at FROM (SELECT id, lease_until AS due_at FROM tasks
+            WHERE status = 'running' AND lease_until <= ?1 {filter}
+            ORDER BY lease_until LIMIT ?2))
+    ORDER BY due_at, id LIMIT ?2";
+
+/// ?1 now, ?2 limit: terminal tasks past their retention, soonest expired first.
+pub(crate) const EXPIRED: &str = "SELECT id FROM tasks
+    WHERE status IN ('completed', 'failed', 'cancelled') AND expires_at <= ?1
+    ORDER BY expires_at LIMIT ?2";
+
+/// ?1 task id: a purged task's rows, children first.
+pub(crate) const PURGE: [&str; 5] = [
+    "DELETE FROM attempts WHERE task_id = ?1",
+    "DELETE FROM reopenings WHERE task_id = ?1",
+    "DELETE FROM handoffs WHERE task_id = ?1",
+    "DELETE FROM effects WHERE task_id = ?1",
+    "DELETE FROM tasks WHERE id = ?1",
+];
+
+/// The summary columns (a task's without payload and response).
+pub(crate) const SUMMARY_COLUMNS: &str = "id, scope, operation, request_key, input_hash, status, version,
+    max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous,
+    acceptance, budget_base, budget_started_at, lease_until, not_before, last_error, created_at,
+    finished_at, expires_at, trace_context";
+
+/// ?1 cutoff (now less `older_than`), ?2 limit: never-claimed pending tasks
+/// submitted and last reopened before the cutoff, with no handoff published
+/// since, oldest first.
+pub(crate) const STRANDED: &str = "SELECT {cols} FROM tasks AS t
+    WHERE t.status = 'pending' AND t.version = 0 AND t.created_at < ?1
+      AND (t.not_before IS NULL OR t.not_before < ?1)
+      AND NOT EXISTS (SELECT 1 FROM handoffs AS h WHERE h.task_id = t.id AND h.published_at >= ?1)
+    ORDER BY t.created_at, t.id LIMIT ?2";
+
+/// ?1 scope (NULL: every scope): tasks by status.
+pub(crate) const COUNTS: &str =
+    "SELECT status, count(*) AS n FROM tasks WHERE ?1 IS NULL OR scope = ?1 GROUP BY status";
+
+/// ?1 status, ?2 scope (NULL: every scope), ?3 cap: one status counted up to the cap.
+pub(crate) const COUNT_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM tasks
+    WHERE status = ?1 AND (?2 IS NULL OR scope = ?2) LIMIT ?3)";
+
+/// The newest migration recorded (NULL: none).
+pub(crate) const SCHEMA_VERSION: &str = "SELECT max(version) FROM taskfence_migrations";
