@@ -60,19 +60,16 @@ pub(crate) fn purge(acceptance: AcceptanceRule) -> Config {
     }
 }
 
-/// Everything at once, with a two-worker process whose completions share a
-/// group commit, three attempts, a deadline and a longer horizon.
+/// The `faults` world with a two-worker process whose completions share a
+/// group commit beside a one-worker process, a deadline, a reopening and a
+/// longer horizon.
 pub(crate) fn deep(acceptance: AcceptanceRule, on_ambiguous: OnAmbiguous) -> Config {
     Config {
         processes: vec![2, 1],
-        script: vec![(0, 0), (0, 0), (0, 1), (1, 0)],
-        max_attempts: 3,
-        deadline: Some(9),
-        retention: 4,
-        horizon: 5,
-        slack: 8,
+        deadline: Some(6),
         reopens: 1,
-        cancels: 1,
+        horizon: 4,
+        slack: 6,
         ..faults(acceptance, on_ambiguous)
     }
 }

@@ -11,6 +11,7 @@
 
 mod checker;
 mod configs;
+mod consumer;
 mod planted;
 mod props;
 mod runs;
