@@ -61,15 +61,14 @@ pub(crate) fn purge(acceptance: AcceptanceRule) -> Config {
 }
 
 /// The `faults` world with a two-worker process whose completions share a
-/// group commit beside a one-worker process, a deadline, a reopening and a
-/// longer horizon.
+/// group commit beside a one-worker process, three attempts, a deadline and
+/// one reopening.
 pub(crate) fn deep(acceptance: AcceptanceRule, on_ambiguous: OnAmbiguous) -> Config {
     Config {
         processes: vec![2, 1],
+        max_attempts: 3,
         deadline: Some(6),
         reopens: 1,
-        horizon: 4,
-        slack: 6,
         ..faults(acceptance, on_ambiguous)
     }
 }

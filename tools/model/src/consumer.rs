@@ -19,8 +19,8 @@ use taskfence::error::{Error, Result};
 use taskfence::runtime::{ConsumerConfig, StoreQueue};
 use taskfence::store::{Attempt, AttemptOutcome, ClaimNext, ClaimRequest, ReopenRequest, Retry, Submitted};
 use taskfence::{
-    Claim, Failure, Fenced, InputHash, Lease, MemoryStore, NewTask, RequestKey, Response, RetryPolicy, Status, Task,
-    TaskId, TaskStore,
+    Claim, Failure, Fenced, InputHash, Lease, MemoryStore, NewTask, RequestKey, Response, RetryPolicy,
+    Status, Task, TaskId, TaskStore,
 };
 use time::OffsetDateTime;
 
@@ -111,15 +111,18 @@ impl Backend for Seeded {
     }
     async fn renew(&self, lease: &mut Lease, extend_by: Duration) -> Result<Fenced<()>> {
         let id = lease.task_id();
-        self.write(&[id], Backend::renew(&self.inner, lease, extend_by)).await
+        self.write(&[id], Backend::renew(&self.inner, lease, extend_by))
+            .await
     }
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
         let id = lease.task_id();
-        self.write(&[id], Backend::complete(&self.inner, lease, response)).await
+        self.write(&[id], Backend::complete(&self.inner, lease, response))
+            .await
     }
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>> {
         let id = lease.task_id();
-        self.write(&[id], Backend::fail(&self.inner, lease, failure)).await
+        self.write(&[id], Backend::fail(&self.inner, lease, failure))
+            .await
     }
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let id = lease.task_id();
@@ -130,7 +133,8 @@ impl Backend for Seeded {
     }
     async fn record_operation(&self, lease: &Lease, operation_id: &str) -> Result<Fenced<()>> {
         let id = lease.task_id();
-        self.write(&[id], Backend::record_operation(&self.inner, lease, operation_id)).await
+        self.write(&[id], Backend::record_operation(&self.inner, lease, operation_id))
+            .await
     }
     async fn attempts(&self, id: TaskId) -> Result<Vec<Attempt>> {
         Backend::attempts(&self.inner, id).await
@@ -138,7 +142,12 @@ impl Backend for Seeded {
     async fn begin_effect(&self, lease: &Lease, name: &str) -> Result<Fenced<EffectStart>> {
         Backend::begin_effect(&self.inner, lease, name).await
     }
-    async fn finish_effect(&self, lease: &Lease, name: &str, outcome: EffectOutcome) -> Result<Fenced<Effect>> {
+    async fn finish_effect(
+        &self,
+        lease: &Lease,
+        name: &str,
+        outcome: EffectOutcome,
+    ) -> Result<Fenced<Effect>> {
         Backend::finish_effect(&self.inner, lease, name, outcome).await
     }
     async fn effects(&self, id: TaskId) -> Result<Vec<Effect>> {
@@ -161,7 +170,10 @@ impl Backend for Seeded {
             Fate::FailBefore => Err(Error::storage(Injected("before the write"))),
             Fate::LoseAnswer => {
                 let leases = Backend::claim_next(&self.inner, request).await?;
-                self.faulted.lock().unwrap().extend(leases.iter().map(Lease::task_id));
+                self.faulted
+                    .lock()
+                    .unwrap()
+                    .extend(leases.iter().map(Lease::task_id));
                 Err(Error::storage(Injected("answer lost")))
             }
             Fate::Apply => Backend::claim_next(&self.inner, request).await,
@@ -169,11 +181,13 @@ impl Backend for Seeded {
     }
     async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
         let ids: Vec<TaskId> = leases.iter().map(Lease::task_id).collect();
-        self.write(&ids, Backend::renew_many(&self.inner, leases, extend_by)).await
+        self.write(&ids, Backend::renew_many(&self.inner, leases, extend_by))
+            .await
     }
     async fn complete_many(&self, completions: Vec<(Lease, Response)>) -> Result<Vec<Result<Fenced<Task>>>> {
         let ids: Vec<TaskId> = completions.iter().map(|(lease, _)| lease.task_id()).collect();
-        self.write(&ids, Backend::complete_many(&self.inner, completions)).await
+        self.write(&ids, Backend::complete_many(&self.inner, completions))
+            .await
     }
 }
 
@@ -208,10 +222,19 @@ async fn explore(seed: u64, seen: &mut Seen) {
     });
     let mut ids = Vec::new();
     for i in 0..TASKS {
-        let new = NewTask::new(RequestKey::new("s", "op", format!("k{i}")), InputHash::of([[i as u8]]))
-            .policy(RetryPolicy::default().max_attempts(3).jitter(0.0))
-            .without_handoff();
-        ids.push(TaskStore::submit(&memory, new).await.expect("submit").into_task().id);
+        let new = NewTask::new(
+            RequestKey::new("s", "op", format!("k{i}")),
+            InputHash::of([[i as u8]]),
+        )
+        .policy(RetryPolicy::default().max_attempts(3).jitter(0.0))
+        .without_handoff();
+        ids.push(
+            TaskStore::submit(&memory, new)
+                .await
+                .expect("submit")
+                .into_task()
+                .id,
+        );
     }
     let store: Arc<dyn TaskStore> = seeded.clone();
     let mut draw = fastrand::Rng::with_seed(seed ^ 0x5eed);
@@ -221,7 +244,10 @@ async fn explore(seed: u64, seen: &mut Seen) {
         .renew_every(Duration::from_secs(draw.u64(2..=6)))
         .commit(draw.usize(1..=4), Duration::from_millis(draw.u64(1..=50)))
         .idle(Duration::from_millis(50), Duration::from_millis(400))
-        .stop_after(Duration::from_secs(draw.u64(0..=15)), Duration::from_secs(draw.u64(1..=5)))
+        .stop_after(
+            Duration::from_secs(draw.u64(0..=15)),
+            Duration::from_secs(draw.u64(1..=5)),
+        )
         .lost_grace(Duration::from_secs(1));
     let consumer = StoreQueue::new(store)
         .consumer(config)
@@ -281,7 +307,10 @@ async fn explore(seed: u64, seen: &mut Seen) {
         if task.status == Status::Completed {
             completed += 1;
             let saved = task.response.as_ref().and_then(|r| r.as_str().map(str::to_owned));
-            let by = saved.as_deref().and_then(|s| s.strip_prefix('v')).and_then(|v| v.parse::<u64>().ok());
+            let by = saved
+                .as_deref()
+                .and_then(|s| s.strip_prefix('v'))
+                .and_then(|v| v.parse::<u64>().ok());
             assert!(
                 by.is_some_and(|v| ran.lock().unwrap().contains_key(&(*id, v))),
                 "seed {seed}: task {id} saved {saved:?}, a response no run of it produced"

@@ -62,10 +62,8 @@ impl WorldModel {
         if w.tick < c.horizon + c.slack {
             out.push(Action::Tick);
         }
-        if faults {
-            if usize::from(w.submitted) < c.script.len() {
-                out.push(Action::Submit(w.submitted));
-            }
+        if faults && usize::from(w.submitted) < c.script.len() {
+            out.push(Action::Submit(w.submitted));
         }
         for (i, worker) in w.workers.iter().enumerate() {
             let wi = i as u8;
