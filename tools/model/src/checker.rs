@@ -57,7 +57,8 @@ pub(crate) struct Report {
     pub(crate) states: usize,
     /// Transitions taken (to new or known states).
     pub(crate) transitions: usize,
-    /// The longest shortest path from the initial state.
+    /// The longest path from the initial state to a state's first visit
+    /// (breadth-first: the longest shortest path).
     pub(crate) depth: usize,
     /// Wall time of the search.
     pub(crate) elapsed: Duration,
@@ -110,9 +111,25 @@ struct Search<M: Model> {
     transitions: usize,
 }
 
+/// In which order the states are explored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// Breadth-first: every counterexample is a shortest one; the frontier
+    /// holds a whole level of states.
+    Breadth,
+    /// Depth-first: the frontier holds one path's branches, so a large world
+    /// fits in memory; a counterexample is a path, not the shortest.
+    Depth,
+}
+
 /// Explores every state of `model` reachable from its initial state (at
-/// most `limit`), checking its invariants, then its liveness property.
+/// most `limit`), breadth-first, checking its invariants, then its liveness property.
 pub(crate) fn check<M: Model>(model: &M, limit: usize) -> Result<Report, Box<Violation>> {
+    check_in(model, limit, Order::Breadth)
+}
+
+/// [`check`] in the given order.
+pub(crate) fn check_in<M: Model>(model: &M, limit: usize, order: Order) -> Result<Report, Box<Violation>> {
     let started = Instant::now();
     let mut search = Search::<M> {
         index: HashMap::new(),
@@ -132,8 +149,13 @@ pub(crate) fn check<M: Model>(model: &M, limit: usize) -> Result<Report, Box<Vio
     frontier.push_back((0u32, init));
     let mut actions = Vec::new();
     let progress = std::env::var_os("TASKFENCE_CHECK_PROGRESS").is_some();
-    while let Some((at, state)) = frontier.pop_front() {
-        if progress && at % 100_000 == 0 {
+    let mut next_report = 0;
+    while let Some((at, state)) = match order {
+        Order::Breadth => frontier.pop_front(),
+        Order::Depth => frontier.pop_back(),
+    } {
+        if progress && search.parent.len() >= next_report {
+            next_report += 500_000;
             eprintln!(
                 "{} states, {} waiting, depth {}, {:.1?}",
                 search.parent.len(),

@@ -2,21 +2,25 @@
 
 use taskfence::policy::{AcceptanceRule, OnAmbiguous};
 
-use crate::checker::check;
+use crate::checker::{Order, check_in};
 use crate::configs;
 use crate::seam::Rules;
 use crate::step::WorldModel;
 use crate::world::Config;
 
 /// States a configuration may reach before the search gives up.
-const LIMIT: usize = 20_000_000;
+const LIMIT: usize = 60_000_000;
 
 fn holds(name: &str, config: Config) {
+    holds_in(name, config, Order::Breadth);
+}
+
+fn holds_in(name: &str, config: Config, order: Order) {
     let model = WorldModel {
         config,
         rules: Rules::Real,
     };
-    match check(&model, LIMIT) {
+    match check_in(&model, LIMIT, order) {
         Ok(report) => println!(
             "{name}: {} states, {} transitions, depth {}, in {:.1?}",
             report.states, report.transitions, report.depth, report.elapsed
@@ -77,9 +81,10 @@ fn deep() {
         AcceptanceRule::FirstValidAnswer,
     ] {
         for on_ambiguous in [OnAmbiguous::Retry, OnAmbiguous::Stop] {
-            holds(
+            holds_in(
                 &format!("deep, {}, {on_ambiguous:?}", acceptance.as_str()),
                 configs::deep(acceptance, on_ambiguous),
+                Order::Depth,
             );
         }
     }
