@@ -80,3 +80,13 @@ fn key_conflict_replaces() {
 fn due_misses_expired_leases() {
     caught(Rules::DueMissesExpiredLeases, current(), "liveness", 4);
 }
+
+#[test]
+fn cancel_anything() {
+    caught(Rules::CancelAnything, current(), "became", 4);
+}
+
+#[test]
+fn any_completion_is_ours() {
+    caught(Rules::AnyCompletionIsOurs, current(), "heard \"saved\"", 13);
+}

@@ -34,6 +34,11 @@ pub(crate) enum Rules {
     KeyConflictReplaces,
     /// Redispatch misses running tasks whose lease expired.
     DueMissesExpiredLeases,
+    /// A cancellation cancels whatever the task's status, a completed one too.
+    CancelAnything,
+    /// (The worker's side) any "already completed" answer is taken for
+    /// one's own save, whoever saved.
+    AnyCompletionIsOurs,
 }
 
 /// What a submission of a key with an input must do, given the task
@@ -103,7 +108,16 @@ impl Rules {
     }
 
     pub(crate) fn cancel(self, task: &Task) -> CancelRule {
-        rules::cancel(task)
+        match self {
+            Rules::CancelAnything if task.status != Status::Cancelled => CancelRule::Cancel,
+            _ => rules::cancel(task),
+        }
+    }
+
+    /// Whether a worker whose completion was answered "already completed"
+    /// with `saved` learns its own save stood.
+    pub(crate) fn ours(self, saved: Option<&taskfence::Response>, mine: &taskfence::Response) -> bool {
+        self == Rules::AnyCompletionIsOurs || saved == Some(mine)
     }
 
     pub(crate) fn reopen(self, task: &Task) -> ReopenRule {

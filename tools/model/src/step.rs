@@ -139,10 +139,11 @@ impl WorldModel {
         if faults {
             for task in &w.tasks {
                 let n = number(task.id);
-                if w.cancels > 0 && !task.status.is_terminal() {
+                // The operator may try either on any task: the rules decide.
+                if w.cancels > 0 {
                     out.push(Action::Cancel { n });
                 }
-                if w.reopens > 0 && matches!(task.status, Status::Failed | Status::Cancelled) {
+                if w.reopens > 0 {
                     out.push(Action::Reopen { n });
                 }
                 if c.lossy_queue && w.has_message(n) {
@@ -604,7 +605,7 @@ impl WorldModel {
             }
             Some(Err(Rejection::AlreadyCompleted(task))) => {
                 // A repeated completion: the first one stood if the saved response is ours.
-                if task.response.as_ref() == Some(&mine) {
+                if self.rules.ours(task.response.as_ref(), &mine) {
                     w.ghost[n as usize].reported = Some(lease.version());
                 }
                 true
