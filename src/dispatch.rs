@@ -26,6 +26,13 @@
 //! Every round hands `publish` [`Stamp`]s: the task id and the task's
 //! assignment version as the round read it, for the message's headers
 //! ([`Stamp::headers`]).
+//!
+//! Handoffs are written by default, on both stores: forgetting to ask for
+//! an outbox would strand work silently. An application that runs no
+//! dispatcher builds its store `without_handoffs()`
+//! (`PgStoreBuilder::without_handoffs`, `DynamoStoreBuilder::without_handoffs`)
+//! so nothing accumulates unpublished until the purge; one task at a time,
+//! [`NewTask::without_handoff`](crate::NewTask::without_handoff) does the same.
 
 use std::future::Future;
 

@@ -26,6 +26,7 @@
 //! | [`offsets`] | `OffsetTracker`: the safe commit position for Kafka-style consumers |
 //! | [`clock`] | the store clock of the embedded backends, and a manual one for tests |
 //! | [`limits`] | input limits every backend enforces |
+//! | [`config`] | a binary's settings: unknown `TASKFENCE_*` variables reported, former names read with a warning |
 //! | [`wire`] | versions on the wire: the task id and assignment version a message carries, and keeping only the newest per task |
 //! | [`backend`] | for implementing a store: the backend trait and the shared decision rules |
 //! | `serialize` | `serde` for the public data types (feature `serde`) |
@@ -33,6 +34,7 @@
 
 pub mod backend;
 pub mod clock;
+pub mod config;
 pub mod dispatch;
 pub mod effect;
 pub mod error;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use taskfence::config::Renamed;
 use taskfence::limits::{MAX_ATTEMPTS, MAX_DEADLINE, MAX_PAGE, MAX_SCAN_LIMIT};
 use taskfence::postgres::DEFAULT_SCHEMA;
 use taskfence::{RequestKey, Status, TaskId};
@@ -89,11 +90,45 @@ pub(crate) enum Command {
     /// List pending tasks that no worker ever claimed: their message was likely lost.
     Stranded(StrandedArgs),
     /// Print the ids of tasks to publish again, one per line (pipe them to a publisher).
-    /// Its former name `dispatch-due` still works.
-    #[command(alias = "dispatch-due")]
     RepublishDue(RepublishDueArgs),
     /// Serve the web dashboard until SIGINT or SIGTERM (read-only unless TASKFENCE_WEB_TOKEN is set).
     Web(crate::commands::web::WebArgs),
+    /// The former name of `reopen`, the same arguments: runs it with a
+    /// deprecation warning until 0.3.
+    #[command(hide = true)]
+    Retry(ReopenArgs),
+    /// The former name of `republish-due`, the same arguments: runs it with
+    /// a deprecation warning until 0.3.
+    #[command(hide = true)]
+    DispatchDue(RepublishDueArgs),
+}
+
+impl Command {
+    /// The rename, when the command was given under a former name (its
+    /// warning to print); it runs as the current command.
+    pub(crate) fn renamed(&self) -> Option<Renamed> {
+        let (old, new) = match self {
+            Command::Retry(_) => ("taskfence retry", "taskfence reopen"),
+            Command::DispatchDue(_) => ("taskfence dispatch-due", "taskfence republish-due"),
+            _ => return None,
+        };
+        Some(Renamed::new(old, new).note("the same arguments"))
+    }
+}
+
+/// Every environment variable an option of `command` or of its
+/// subcommands reads: what [`taskfence::config::unknown_env`] knows.
+pub(crate) fn known_env(command: &clap::Command) -> Vec<String> {
+    let mut known: Vec<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env()?.to_str().map(str::to_owned))
+        .collect();
+    for sub in command.get_subcommands() {
+        known.extend(known_env(sub));
+    }
+    known.sort();
+    known.dedup();
+    known
 }
 
 /// `taskfence stats`.
@@ -401,6 +436,41 @@ mod tests {
         assert!(parse_key("tenant-7/chat.reply").is_err());
         assert!(parse_key("tenant-7//k").is_err());
         assert!(parse_key("/op/k").is_err());
+    }
+
+    #[test]
+    fn former_command_names_run_the_current_commands() {
+        use clap::Parser;
+        let id = "0190b6a2-5c1e-7d3f-9a4b-1c2d3e4f5a6b";
+        let cli = Cli::try_parse_from(["taskfence", "retry", id, "--reason", "fixed"]).unwrap();
+        let warning = cli.command.renamed().expect("a rename").warning();
+        assert!(matches!(
+            cli.command,
+            Command::Retry(ReopenArgs { id: Some(_), .. })
+        ));
+        assert!(
+            warning.contains("`taskfence reopen`") && warning.contains("0.3"),
+            "{warning}"
+        );
+        let cli = Cli::try_parse_from(["taskfence", "dispatch-due", "--print"]).unwrap();
+        let warning = cli.command.renamed().expect("a rename").warning();
+        assert!(warning.contains("`taskfence republish-due`"), "{warning}");
+        let cli = Cli::try_parse_from(["taskfence", "reopen", id, "--reason", "fixed"]).unwrap();
+        assert!(cli.command.renamed().is_none(), "the current name: no warning");
+    }
+
+    #[test]
+    fn every_variable_of_every_command_is_known() {
+        use clap::CommandFactory;
+        let known = known_env(&Cli::command());
+        for name in [
+            "DATABASE_URL",
+            "TASKFENCE_SCHEMA",
+            "TASKFENCE_DYNAMODB_TABLE",
+            "TASKFENCE_WEB_TOKEN",
+        ] {
+            assert!(known.iter().any(|k| k == name), "{name} in {known:?}");
+        }
     }
 
     #[test]

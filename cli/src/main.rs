@@ -49,6 +49,16 @@ fn run() -> Result<(), CliError> {
         Err(e) => return Err(CliError::from_clap(&e)),
     };
     let mut cli = Cli::from_arg_matches(&matches).map_err(|e| CliError::from_clap(&e))?;
+    // A variable no option reads is reported, not silently ignored.
+    let known = cli::known_env(&Cli::command());
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    if let Some(unknown) = taskfence::config::unknown_env(&known) {
+        secrets::warn(&unknown.to_string());
+    }
+    // Former command names still run, with a warning, until 0.3.
+    if let Some(renamed) = cli.command.renamed() {
+        secrets::warn(&renamed.warning());
+    }
     let typed = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
     if let Some(path) = &cli.store.database_url_file {
         if typed("database_url") {

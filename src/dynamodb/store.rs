@@ -63,6 +63,8 @@ pub struct DynamoStore {
     pub(super) client: Client,
     pub(super) table: Arc<str>,
     clock: Arc<dyn Clock>,
+    /// Whether submissions write handoffs (see [`DynamoStoreBuilder::without_handoffs`]).
+    handoffs: bool,
 }
 
 impl fmt::Debug for DynamoStore {
@@ -70,6 +72,7 @@ impl fmt::Debug for DynamoStore {
         f.debug_struct("DynamoStore")
             .field("table", &self.table)
             .field("clock", &self.clock)
+            .field("handoffs", &self.handoffs)
             .finish_non_exhaustive()
     }
 }
@@ -88,6 +91,7 @@ pub struct DynamoStoreBuilder {
     client: Client,
     table: String,
     clock: Arc<dyn Clock>,
+    handoffs: bool,
 }
 
 impl DynamoStoreBuilder {
@@ -100,6 +104,26 @@ impl DynamoStoreBuilder {
     /// ```
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// No submission through this store writes a handoff item, whatever the
+    /// [`NewTask`](crate::NewTask) says: for an application that runs no
+    /// dispatcher ([`dispatch`](crate::dispatch::Outbox::dispatch)), so no
+    /// item accumulates unpublished until the purge and each submission is
+    /// a transaction of two items, not three. By default every submission
+    /// writes one (the transactional outbox, as on PostgreSQL) unless the
+    /// task was submitted [`without_handoff`](crate::NewTask::without_handoff);
+    /// a reopening writes one when its task had one. `PgStore` has the same
+    /// switch.
+    ///
+    /// ```no_run
+    /// # fn f(client: aws_sdk_dynamodb::Client) -> taskfence::Result<()> {
+    /// let store = taskfence::DynamoStore::builder(client, "taskfence").without_handoffs().build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_handoffs(mut self) -> Self {
+        self.handoffs = false;
         self
     }
 
@@ -127,6 +151,7 @@ impl DynamoStoreBuilder {
             client: self.client,
             table: self.table.into(),
             clock: self.clock,
+            handoffs: self.handoffs,
         })
     }
 }
@@ -156,6 +181,7 @@ impl DynamoStore {
             client,
             table: table.into(),
             clock: Arc::new(SystemClock),
+            handoffs: true,
         }
     }
 
@@ -218,7 +244,7 @@ impl DynamoStore {
     ) -> Result<Submitted> {
         let now = self.now();
         let expires_at = now + new.retention;
-        let handoff = new.handoff;
+        let handoff = new.handoff && self.handoffs;
         let task = new_task(TaskId::new(), new, now, expires_at);
         let (key_item, mut task_item) = item::new_items(&task);
         if !handoff {

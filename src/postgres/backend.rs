@@ -20,7 +20,8 @@ use super::{ops, reads};
 
 #[async_trait]
 impl<S: Site> Backend for S {
-    async fn submit(&self, task: NewTask) -> Result<Submitted> {
+    async fn submit(&self, mut task: NewTask) -> Result<Submitted> {
+        task.handoff &= self.handoffs();
         ops::submit(self.sql(), &mut *self.conn().await?, task).await
     }
 

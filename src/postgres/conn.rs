@@ -243,6 +243,10 @@ impl Site for PgConnStore<'_> {
         &self.store.sql
     }
 
+    fn handoffs(&self) -> bool {
+        self.store.handoffs
+    }
+
     async fn conn(&self) -> Result<MappedMutexGuard<'_, PgConnection>> {
         let mut conn = MutexGuard::map(self.conn.lock().await, Connection::get);
         self.store.check_schema(&mut conn).await?;

@@ -25,6 +25,10 @@ pub(crate) trait Site: Send + Sync {
     /// The statements, rendered for the store's schema.
     fn sql(&self) -> &Statements;
 
+    /// Whether a submission may write a handoff (the store's switch,
+    /// [`without_handoffs`](super::PgStoreBuilder::without_handoffs)).
+    fn handoffs(&self) -> bool;
+
     /// The connection for one operation, once the store knows its schema is
     /// current ([`Error::NotMigrated`](crate::Error::NotMigrated) otherwise).
     fn conn(&self) -> impl Future<Output = Result<Self::Conn<'_>>> + Send;
@@ -43,6 +47,10 @@ impl Site for PgStore {
 
     fn sql(&self) -> &Statements {
         &self.sql
+    }
+
+    fn handoffs(&self) -> bool {
+        self.handoffs
     }
 
     async fn conn(&self) -> Result<PoolConnection<Postgres>> {

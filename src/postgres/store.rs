@@ -54,6 +54,8 @@ pub struct PgStore {
     pub(super) notify: Option<String>,
     /// The statement timeout of every [`Inspect`](crate::inspect::Inspect) read.
     pub(super) read_timeout: Duration,
+    /// Whether submissions write handoffs (see [`PgStoreBuilder::without_handoffs`]).
+    pub(super) handoffs: bool,
 }
 
 /// The channel of a schema's submissions: `<schema>_submitted`, the schema
@@ -71,6 +73,7 @@ impl fmt::Debug for PgStore {
             .field("schema", &self.schema.name())
             .field("pool", &self.pool)
             .field("read_timeout", &self.read_timeout)
+            .field("handoffs", &self.handoffs)
             .finish()
     }
 }
@@ -90,6 +93,7 @@ pub struct PgStoreBuilder {
     schema: String,
     notify: bool,
     read_timeout: Duration,
+    handoffs: bool,
 }
 
 impl PgStoreBuilder {
@@ -135,6 +139,26 @@ impl PgStoreBuilder {
         self
     }
 
+    /// No submission through this store writes a handoff row, whatever the
+    /// [`NewTask`](crate::NewTask) says: for an application that runs no
+    /// dispatcher (its workers take tasks with
+    /// [`claim_next`](crate::TaskStore::claim_next), or it publishes on its
+    /// own), so nothing accumulates unpublished in the outbox until the
+    /// purge. By default every submission writes one (the transactional
+    /// outbox, as since 0.1.0) unless the task was submitted
+    /// [`without_handoff`](crate::NewTask::without_handoff); a reopening
+    /// writes one when its task had one. `DynamoStore` has the same switch.
+    ///
+    /// ```no_run
+    /// # fn f(pool: sqlx::PgPool) -> taskfence::Result<()> {
+    /// let store = taskfence::PgStore::builder(pool).without_handoffs().build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_handoffs(mut self) -> Self {
+        self.handoffs = false;
+        self
+    }
+
     /// Builds the store; fails with [`InvalidInput::NotAnIdentifier`](crate::error::InvalidInput::NotAnIdentifier) for a bad schema name.
     pub fn build(self) -> Result<PgStore> {
         let schema = Schema::new(&self.schema)?;
@@ -146,6 +170,7 @@ impl PgStoreBuilder {
             schema,
             migrated: Arc::default(),
             read_timeout: self.read_timeout,
+            handoffs: self.handoffs,
         })
     }
 }
@@ -180,6 +205,7 @@ impl PgStore {
             schema: DEFAULT_SCHEMA.to_owned(),
             notify: false,
             read_timeout: super::DEFAULT_READ_TIMEOUT,
+            handoffs: true,
         }
     }
 

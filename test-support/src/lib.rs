@@ -11,10 +11,12 @@ use std::time::Duration;
 pub mod dynamo;
 pub mod faults;
 pub mod kafka;
+pub mod private_server;
 pub mod process;
 mod server;
 pub mod wire;
 
+pub use private_server::PrivateServer;
 pub use process::{ChildProcess, free_port, signal_pid};
 pub use server::{
     TempDatabase, database_url, fixture, fixture_with, pooled_fixture, row_count, shared_pool,

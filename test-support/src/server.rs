@@ -123,17 +123,24 @@ pub async fn wait_until_blocked(f: &PgFixture, marker: &str) {
 }
 
 /// A database of its own on the test server (for tests that need the
-/// `public` schema, like a host application's migrations), dropped on drop.
+/// `public` schema, like a host application's migrations, or a system whose
+/// schema name is fixed), dropped on drop.
 pub struct TempDatabase {
     admin: PgConnectOptions,
     name: String,
 }
 
 impl TempDatabase {
-    /// Creates `taskfence_db_<unique>`.
+    /// Creates `taskfence_db_<unique>` on the test server.
     pub async fn create() -> Self {
+        Self::create_at(&database_url().await).await
+    }
+
+    /// Creates `taskfence_db_<unique>` on the server of `url` (its database
+    /// is where the `CREATE DATABASE` and the final `DROP` run).
+    pub async fn create_at(url: &str) -> Self {
         use sqlx::{ConnectOptions, Connection};
-        let admin: PgConnectOptions = database_url().await.parse().expect("valid URL");
+        let admin: PgConnectOptions = url.parse().expect("valid URL");
         let unique = uuid::Uuid::now_v7().simple().to_string();
         let name = format!("taskfence_db_{}", &unique[unique.len() - 16..]);
         let mut conn = admin.connect().await.expect("connect");
@@ -143,6 +150,11 @@ impl TempDatabase {
             .expect("create database");
         conn.close().await.ok();
         Self { admin, name }
+    }
+
+    /// The new database's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Connect options for the new database.

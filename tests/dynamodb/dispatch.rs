@@ -66,3 +66,37 @@ async fn a_task_without_a_handoff_is_its_item_and_its_record() {
     let items = (f.count("T").await, f.count("H#").await, f.count("K").await);
     assert_eq!(items, (1, 0, 1), "the task and its record");
 }
+
+/// A store built `without_handoffs` writes no handoff item, whatever the
+/// task says, nor with a reopening: an application without a dispatcher
+/// accumulates nothing. The default store writes one per submission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_handoffs_writes_no_handoff_item_and_the_default_one_does() {
+    let f = dynamo::fixture().await;
+    let plain = taskfence::DynamoStore::builder(f.dynamo_store().client().clone(), f.table())
+        .clock(f.clock().clone())
+        .without_handoffs()
+        .build()
+        .unwrap();
+    let once = taskfence::RetryPolicy::default().max_attempts(1);
+    let task = plain
+        .submit(new_task("no-outbox").policy(once))
+        .await
+        .unwrap()
+        .into_task();
+    let items = || async { (f.count("T").await, f.count("H#").await, f.count("K").await) };
+    assert_eq!(items().await, (1, 0, 1), "the task and its record, no handoff");
+    // Failed, then reopened: still none.
+    let lease = acquire(&plain, task.id, "w").await;
+    fail_accepted(&plain, lease, Failure::retryable("boom")).await;
+    let reopened = plain
+        .reopen(task.id, ReopenRequest::new("operator", "again"))
+        .await
+        .unwrap();
+    assert!(reopened.is_accepted(), "{reopened:?}");
+    assert_eq!(f.count("H#").await, 0, "a reopening writes none either");
+
+    // The fixture's store, built with the default: one handoff.
+    f.dynamo_store().submit(new_task("outbox")).await.unwrap();
+    assert_eq!(f.count("H#").await, 1, "the default writes the handoff");
+}

@@ -69,3 +69,27 @@ async fn a_task_without_a_handoff_is_one_row() {
     );
     assert_eq!(f.record_count().await, 1);
 }
+
+/// A store built `without_handoffs` writes no handoff row, whatever the
+/// task says: an application without a dispatcher accumulates nothing. The
+/// default store writes one per submission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_handoffs_writes_no_handoff_row_and_the_default_one_does() {
+    let f = common::fixture().await;
+    let plain = taskfence::PgStore::builder(f.pg_store().pool().clone())
+        .schema(f.schema())
+        .without_handoffs()
+        .build()
+        .unwrap();
+    plain.submit(new_task("no-outbox")).await.unwrap();
+    let mut tx = f.pg_store().pool().begin().await.unwrap();
+    plain
+        .on(&mut tx)
+        .submit(new_task("no-outbox-in-tx"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!((f.count("tasks").await, f.count("handoffs").await), (2, 0));
+    f.pg_store().submit(new_task("outbox")).await.unwrap();
+    assert_eq!((f.count("tasks").await, f.count("handoffs").await), (3, 1));
+}

@@ -25,7 +25,9 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
     // What can be checked without the store is, before connecting.
     match &command {
         Command::Migrate(args) => maintain::check_migrate(args, target)?,
-        Command::Reopen(args) if args.id.is_none() => repair::check_bulk("reopen", &args.bulk)?,
+        Command::Reopen(args) | Command::Retry(args) if args.id.is_none() => {
+            repair::check_bulk("reopen", &args.bulk)?;
+        }
         Command::Cancel(args) if args.id.is_none() => repair::check_bulk("cancel", &args.bulk)?,
         _ => {}
     }
@@ -36,11 +38,14 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Stats(args) => read::stats(&store, args).await,
         Command::List(args) => read::list(&store, args).await,
         Command::Show(args) => read::show(&store, args).await,
-        Command::Reopen(args) => repair::reopen(&store, args).await,
+        // `retry` and `dispatch-due`: former names, with a warning from `main`.
+        Command::Reopen(args) | Command::Retry(args) => repair::reopen(&store, args).await,
         Command::Cancel(args) => repair::cancel(&store, args).await,
         Command::Purge(args) => maintain::purge(&store, args).await,
         Command::Stranded(args) => maintain::stranded(&store, args).await,
-        Command::RepublishDue(args) => maintain::republish_due(&store, args).await,
+        Command::RepublishDue(args) | Command::DispatchDue(args) => {
+            maintain::republish_due(&store, args).await
+        }
         // `main` runs it (it serves, with no report): never here.
         Command::Web(_) => Err(CliError::Usage("`web` is run by itself".into())),
     }?;

@@ -304,6 +304,19 @@ pub struct Settings {
 pub type Tokens = HashMap<String, String>;
 
 impl Settings {
+    /// The `TASKFENCE_*` variables of this process that no option reads
+    /// (log it at start-up): a misspelt one would otherwise be silently
+    /// ignored.
+    pub fn unknown_env() -> Option<taskfence::config::UnknownVars> {
+        use clap::CommandFactory;
+        let command = Self::command();
+        let known: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env()?.to_str())
+            .collect();
+        taskfence::config::unknown_env(&known)
+    }
+
     /// The service's [`Config`]: defaults with these settings applied.
     pub fn config(&self) -> Config {
         let mut config = Config::new(self.tokens.clone());

@@ -26,6 +26,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // A `TASKFENCE_*` variable no option reads is reported, not silently ignored.
+    if let Some(unknown) = Settings::unknown_env() {
+        tracing::warn!("{unknown}");
+    }
     let code = match run(settings).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {

@@ -100,6 +100,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    // It reads no `TASKFENCE_*` variable: one set is a mistake, reported.
+    if let Some(unknown) = taskfence::config::unknown_env(&[]) {
+        eprintln!("warning: {unknown}");
+    }
     let args = match parse(std::env::args().skip(1)) {
         Ok(Some(args)) => args,
         Ok(None) => {

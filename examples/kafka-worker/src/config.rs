@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use taskfence::config::{Renamed, UnknownVars};
 
 /// Settings of the `kafka-worker` service.
 #[derive(Debug, Clone, Parser)]
@@ -60,6 +61,17 @@ pub struct Settings {
     /// Tasks worked on at once (as many again are held claimed and ready).
     #[arg(long, env = "TASKFENCE_CONCURRENCY", default_value_t = 16)]
     pub concurrency: usize,
+
+    /// The former `--per-partition` / `TASKFENCE_PER_PARTITION` (records of
+    /// one partition worked on at once), read as `--concurrency` until 0.3:
+    /// see [`Settings::deprecations`].
+    #[arg(
+        long = "per-partition",
+        env = "TASKFENCE_PER_PARTITION",
+        hide = true,
+        conflicts_with = "concurrency"
+    )]
+    per_partition: Option<usize>,
 
     /// Lease length (store clock), renewed every third of it while the provider runs.
     #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
@@ -125,6 +137,10 @@ pub struct Settings {
     /// Log filter (`tracing_subscriber::EnvFilter` syntax, e.g. `info,kafka_worker=debug`).
     #[arg(long = "log", env = "RUST_LOG", default_value = "info")]
     pub log: String,
+
+    /// Former names found while parsing, each with its warning.
+    #[arg(skip)]
+    deprecations: Vec<Renamed>,
 }
 
 impl Settings {
@@ -141,7 +157,8 @@ impl Settings {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let settings = Self::try_parse_from(args)?;
+        let mut settings = Self::try_parse_from(args)?;
+        settings.read_former_names();
         if settings.provider == ProviderKind::Http && settings.provider_url.is_none() {
             use clap::CommandFactory;
             return Err(Self::command().error(
@@ -150,6 +167,48 @@ impl Settings {
             ));
         }
         Ok(settings)
+    }
+
+    /// The former names this configuration used, each with its deprecation
+    /// warning (log them at start-up). They still work until 0.3.
+    pub fn deprecations(&self) -> &[Renamed] {
+        &self.deprecations
+    }
+
+    /// The `TASKFENCE_*` variables of this process that no option reads
+    /// (log it at start-up): a misspelt or retired one would otherwise be
+    /// silently ignored.
+    pub fn unknown_env() -> Option<UnknownVars> {
+        use clap::CommandFactory;
+        let command = Self::command();
+        let known: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env()?.to_str())
+            .collect();
+        taskfence::config::unknown_env(&known)
+    }
+
+    /// Folds the former names into the current settings.
+    fn read_former_names(&mut self) {
+        if let Some(per_partition) = self.per_partition.take() {
+            // The old limit was per assigned partition, the consumer's is per
+            // process: the number of partitions a process holds changes with
+            // every rebalance, so no exact mapping exists. One partition's
+            // limit is the conservative one (never more work at once than
+            // before on any partition).
+            self.concurrency = per_partition;
+            self.deprecations.push(
+                Renamed::new(
+                    "--per-partition / TASKFENCE_PER_PARTITION",
+                    "--concurrency / TASKFENCE_CONCURRENCY",
+                )
+                .note(format!(
+                    "it limited the records of each partition worked on at once, the consumer \
+                     limits the whole process: read as --concurrency {per_partition}; with P \
+                     partitions per process, set --concurrency {per_partition}×P for the old total"
+                )),
+            );
+        }
     }
 }
 
@@ -239,6 +298,59 @@ mod tests {
         assert!(!s.dispatch);
         assert_eq!(s.results_topic.as_deref(), Some("replies"));
         assert_eq!(s.shutdown_grace, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn the_former_per_partition_flag_sets_the_concurrency_with_a_warning() {
+        let base = [
+            "kafka-worker",
+            "--database-url=postgres://db/app",
+            "--bootstrap=kafka:9092",
+            "--provider=simulated",
+        ];
+        let s = Settings::try_load_from(base.iter().chain(&["--per-partition", "4"])).unwrap();
+        assert_eq!(s.concurrency, 4);
+        let [renamed] = s.deprecations() else {
+            panic!("one deprecation: {:?}", s.deprecations());
+        };
+        let warning = renamed.warning();
+        for part in [
+            "--per-partition",
+            "--concurrency",
+            "removed in 0.3",
+            "read as --concurrency 4",
+        ] {
+            assert!(warning.contains(part), "{part:?} in {warning}");
+        }
+        // Given with the new name too, it is a usage error: which one is meant?
+        let both = Settings::try_load_from(base.iter().chain(&["--per-partition=4", "--concurrency=8"]));
+        assert!(both.is_err());
+        // The new name alone: no warning.
+        let s = Settings::try_load_from(base.iter().chain(&["--concurrency=8"])).unwrap();
+        assert_eq!((s.concurrency, s.deprecations().len()), (8, 0));
+    }
+
+    #[test]
+    fn the_former_variable_belongs_to_the_alias_so_it_is_not_reported_unknown() {
+        use clap::CommandFactory;
+        // The variable is what an env-configured deployment sets: the option reads it.
+        let command = Settings::command();
+        let arg = command
+            .get_arguments()
+            .find(|arg| arg.get_id() == "per_partition")
+            .expect("the alias");
+        assert_eq!(
+            arg.get_env().and_then(|e| e.to_str()),
+            Some("TASKFENCE_PER_PARTITION")
+        );
+        // And it is known, so it is not also reported as unknown.
+        let known: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env()?.to_str())
+            .collect();
+        assert!(taskfence::config::unknown_env_among(["TASKFENCE_PER_PARTITION"], &known).is_none());
+        let unknown = taskfence::config::unknown_env_among(["TASKFENCE_CONCURENCY"], &known).unwrap();
+        assert_eq!(unknown.vars()[0].suggestion(), Some("TASKFENCE_CONCURRENCY"));
     }
 
     #[test]

@@ -172,6 +172,8 @@ struct Shared {
     results: Option<Arc<Results>>,
     /// Saved tasks seen by a claim or a completion, until their records settle.
     saved: Arc<Saved>,
+    /// The store's answers to releases, until their records settle.
+    releases: Arc<Releases>,
     /// Taken on shutdown or kill (dropping it leaves the group).
     client: Mutex<Option<Arc<StreamConsumer<Ctx>>>>,
 }
@@ -198,6 +200,7 @@ impl Shared {
             retry_delay: config.min_retry_delay,
             results: kafka.results.clone(),
             saved: Arc::default(),
+            releases: Arc::default(),
             client: Mutex::new(None),
         }
     }
@@ -439,11 +442,21 @@ impl Source for KafkaSource {
                 ..
             } => {
                 let consumer = shared.name.clone();
+                let (accepted, refusal) = match shared.releases.take(task) {
+                    Some(Ok(())) => (true, None),
+                    Some(Err(refusal)) => (false, Some(refusal)),
+                    None => (false, Some("the store gave no answer".to_owned())),
+                };
+                if !accepted {
+                    tracing::warn!(%task, refusal = refusal.as_deref().unwrap_or_default(), "the store did not accept the release; the lease runs out on its own");
+                }
                 shared.journal.record(Event::Released {
                     consumer,
                     partition,
                     offset,
                     task,
+                    accepted,
+                    refusal,
                 });
                 return Ok(());
             }
@@ -642,10 +655,30 @@ impl Saved {
     }
 }
 
+/// The store's answer to each release, by task, until the record of the
+/// released task settles and the journal says whether it was accepted.
+#[derive(Default)]
+struct Releases(Mutex<HashMap<TaskId, Result<(), String>>>);
+
+impl Releases {
+    fn answered(&self, task: TaskId, answer: &taskfence::Result<Fenced<()>>) {
+        let answer = match answer {
+            Ok(Fenced::Accepted(())) => Ok(()),
+            Ok(Fenced::Rejected(rejection)) => Err(format!("refused: {rejection}")),
+            Err(error) => Err(format!("store error: {error}")),
+        };
+        self.0.lock().expect("releases lock").insert(task, answer);
+    }
+
+    fn take(&self, task: TaskId) -> Option<Result<(), String>> {
+        self.0.lock().expect("releases lock").remove(&task)
+    }
+}
+
 /// The store as this consumer sees it: every call refused once it is
 /// killed (a dead process writes nothing), batches kept native; saved
-/// tasks noted for [`Saved`].
-struct Alive(Arc<AtomicBool>, Arc<Saved>);
+/// tasks noted for [`Saved`], answers to releases for [`Releases`].
+struct Alive(Arc<AtomicBool>, Arc<Saved>, Arc<Releases>);
 
 impl Alive {
     fn claimed(&self, claim: &Claim) {
@@ -694,6 +727,12 @@ impl Intercept for Alive {
         let done = inner.complete(lease, response).await;
         self.completed(&done);
         done
+    }
+    async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
+        let task = lease.task_id();
+        let answer = inner.release(lease).await;
+        self.2.answered(task, &answer);
+        answer
     }
     async fn claim_many(
         &self,
@@ -786,7 +825,11 @@ impl ReplyConsumer {
         shared: Shared,
     ) -> Result<Self, SpawnError> {
         let shared = Arc::new(shared);
-        let alive = Alive(Arc::clone(&shared.dead), Arc::clone(&shared.saved));
+        let alive = Alive(
+            Arc::clone(&shared.dead),
+            Arc::clone(&shared.saved),
+            Arc::clone(&shared.releases),
+        );
         let store = Arc::new(Intercepted::new(store, alive));
         let consumer = Consumer::new(store, KafkaSource(Arc::clone(&shared)), config)?;
         let client: StreamConsumer<Ctx> = kafka

@@ -123,6 +123,14 @@ pub enum Event {
         offset: i64,
         /// The task.
         task: TaskId,
+        /// `true` if the store accepted the release: the task is pending
+        /// again, claimable at once. `false` if it refused it (the lease was
+        /// superseded or had expired) or did not answer: the task stays as it
+        /// is and a lease still held runs out on its own.
+        accepted: bool,
+        /// Why it was not accepted: the store's rejection or error (`None`
+        /// when accepted).
+        refusal: Option<String>,
     },
     /// A consumer was killed: it stopped at once and committed nothing more.
     Killed {

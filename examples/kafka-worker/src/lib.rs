@@ -12,7 +12,7 @@
 //! ([`results`]), so a downstream consumer keeps the newest per task.
 //!
 //! What to copy: [`config`], [`store`], [`provider`], [`dispatcher`],
-//! [`consumer`], [`results`], [`positions`], [`journal`] and `src/main.rs` (the service).
+//! [`consumer`], [`results`], [`positions`], [`journal`], [`logs`] and `src/main.rs` (the service).
 //! [`sim`] and `src/bin/demo.rs` are test scaffolding. See the README for the
 //! why: consumer positions versus per-message timers, and why committing an
 //! offset does not delete the record.
@@ -21,6 +21,7 @@ pub mod config;
 pub mod consumer;
 pub mod dispatcher;
 pub mod journal;
+pub mod logs;
 pub mod positions;
 pub mod provider;
 pub mod results;

@@ -12,7 +12,6 @@
 //!
 //! `kafka-worker --help` lists every option and its environment variable.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,11 +33,16 @@ const RELEASE_DEADLINE: Duration = Duration::from_secs(5);
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let settings = Settings::load();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&settings.log)?)
-        // Colours only on a terminal: log collectors get plain text.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
+    // One line shape inside and outside the work (see `logs`).
+    kafka_worker::logs::init(tracing_subscriber::EnvFilter::try_new(&settings.log)?);
+    // Former names still work until 0.3; a variable no option reads is
+    // reported, not silently ignored.
+    for renamed in settings.deprecations() {
+        tracing::warn!("{renamed}");
+    }
+    if let Some(unknown) = Settings::unknown_env() {
+        tracing::warn!("{unknown}");
+    }
     // Installed first, so a signal during start-up is not lost.
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;

@@ -91,6 +91,10 @@ async fn greet(ctx: WorkContext, work: Duration) -> Result<Response, Failure> {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    // It reads no `TASKFENCE_*` variable: one set is a mistake, reported.
+    if let Some(unknown) = taskfence::config::unknown_env(&[]) {
+        eprintln!("pg-worker: warning: {unknown}");
+    }
     let url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres");
     let work = Duration::from_millis(env("WORK_MS", "100").parse()?);
     let lease = Duration::from_secs(env("LEASE_SECS", "30").parse()?);

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use taskfence::config::{Renamed, UnknownVars};
 
 use crate::worker::WorkerSettings;
 
@@ -145,9 +146,8 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_REPUBLISH_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub republish_interval: Duration,
 
-    /// The former name of --republish-interval (and of its variable), still
-    /// read so an older deployment keeps its setting: see
-    /// [`republish_every`](Self::republish_every).
+    /// The former name of --republish-interval (and of its variable), read
+    /// as --republish-interval until 0.3 (see [`Settings::load`]).
     #[arg(
         long = "redispatch-interval",
         env = "TASKFENCE_REDISPATCH_INTERVAL",
@@ -179,6 +179,28 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = parse_duration)]
     pub sim_max_latency: Duration,
 
+    /// The former `--sim-latency-min` / `TASKFENCE_SIM_LATENCY_MIN`, read as
+    /// --sim-min-latency until 0.3 (see [`Settings::load`]).
+    #[arg(
+        long = "sim-latency-min",
+        env = "TASKFENCE_SIM_LATENCY_MIN",
+        hide = true,
+        value_parser = parse_duration,
+        conflicts_with = "sim_min_latency"
+    )]
+    sim_latency_min: Option<Duration>,
+
+    /// The former `--sim-latency-max` / `TASKFENCE_SIM_LATENCY_MAX`, read as
+    /// --sim-max-latency until 0.3 (see [`Settings::load`]).
+    #[arg(
+        long = "sim-latency-max",
+        env = "TASKFENCE_SIM_LATENCY_MAX",
+        hide = true,
+        value_parser = parse_duration,
+        conflicts_with = "sim_max_latency"
+    )]
+    sim_latency_max: Option<Duration>,
+
     /// Simulated provider (local runs only): fraction of calls failing transiently.
     #[arg(long, env = "TASKFENCE_SIM_TRANSIENT_RATE", default_value_t = 0.0)]
     pub sim_transient_rate: f64,
@@ -187,9 +209,76 @@ pub struct Settings {
     /// (`info`, `sqs_worker=debug,taskfence=info`).
     #[arg(long = "log", env = "RUST_LOG", default_value = "info")]
     pub log: String,
+
+    /// Former names found while parsing, each with its warning.
+    #[arg(skip)]
+    deprecations: Vec<Renamed>,
 }
 
 impl Settings {
+    /// Parses the command line and the environment (exiting with the usage
+    /// message when they are invalid, like [`Parser::parse`]), reading the
+    /// former names of renamed options into the current ones: see
+    /// [`deprecations`](Self::deprecations).
+    pub fn load() -> Self {
+        Self::try_load_from(std::env::args_os()).unwrap_or_else(|error| error.exit())
+    }
+
+    /// [`load`](Self::load) from `args` (and the environment).
+    pub fn try_load_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut settings = Self::try_parse_from(args)?;
+        settings.read_former_names();
+        Ok(settings)
+    }
+
+    /// The former names this configuration used, each with its deprecation
+    /// warning (log them at start-up). They still work until 0.3.
+    pub fn deprecations(&self) -> &[Renamed] {
+        &self.deprecations
+    }
+
+    /// The `TASKFENCE_*` variables of this process that no option reads
+    /// (log it at start-up): a misspelt or retired one would otherwise be
+    /// silently ignored.
+    pub fn unknown_env() -> Option<UnknownVars> {
+        use clap::CommandFactory;
+        let command = Self::command();
+        let known: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env()?.to_str())
+            .collect();
+        taskfence::config::unknown_env(&known)
+    }
+
+    fn read_former_names(&mut self) {
+        let renamed = |old: &str, new: &str| Renamed::new(old, new);
+        if let Some(latency) = self.sim_latency_min.take() {
+            self.sim_min_latency = latency;
+            self.deprecations.push(renamed(
+                "--sim-latency-min / TASKFENCE_SIM_LATENCY_MIN",
+                "--sim-min-latency / TASKFENCE_SIM_MIN_LATENCY",
+            ));
+        }
+        if let Some(latency) = self.sim_latency_max.take() {
+            self.sim_max_latency = latency;
+            self.deprecations.push(renamed(
+                "--sim-latency-max / TASKFENCE_SIM_LATENCY_MAX",
+                "--sim-max-latency / TASKFENCE_SIM_MAX_LATENCY",
+            ));
+        }
+        if let Some(interval) = self.redispatch_interval.take() {
+            self.republish_interval = interval;
+            self.deprecations.push(renamed(
+                "--redispatch-interval / TASKFENCE_REDISPATCH_INTERVAL",
+                "--republish-interval / TASKFENCE_REPUBLISH_INTERVAL",
+            ));
+        }
+    }
+
     /// The worker id: `--worker-id`, or `$HOSTNAME-<pid>`.
     pub fn worker_id(&self) -> String {
         self.worker_id.clone().unwrap_or_else(|| {
@@ -199,7 +288,8 @@ impl Settings {
     }
 
     /// How often to republish due tasks: --republish-interval, or its
-    /// former name --redispatch-interval when that is given.
+    /// former name --redispatch-interval when that is given (also when the
+    /// settings were parsed without [`load`](Self::load)).
     pub fn republish_every(&self) -> Duration {
         self.redispatch_interval.unwrap_or(self.republish_interval)
     }
@@ -272,6 +362,44 @@ mod tests {
             Duration::from_secs(7)
         );
         assert!(parse(&["--republish-interval", "5s", "--redispatch-interval", "7s"]).is_err());
+    }
+
+    #[test]
+    fn former_names_set_the_new_options_with_a_deprecation_warning() {
+        let base = [
+            "sqs-worker",
+            "--database-url",
+            "postgres://db",
+            "--queue-url",
+            "http://q",
+        ];
+        let load = |extra: &[&str]| Settings::try_load_from(base.iter().chain(extra));
+        let s = load(&[
+            "--sim-latency-min=10ms",
+            "--sim-latency-max=20ms",
+            "--redispatch-interval=7s",
+        ])
+        .unwrap();
+        assert_eq!(s.sim_min_latency, Duration::from_millis(10));
+        assert_eq!(s.sim_max_latency, Duration::from_millis(20));
+        assert_eq!(s.republish_interval, Duration::from_secs(7));
+        assert_eq!(s.republish_every(), Duration::from_secs(7));
+        let warnings: Vec<String> = s.deprecations().iter().map(|r| r.warning()).collect();
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        for (warning, new) in
+            warnings
+                .iter()
+                .zip(["--sim-min-latency", "--sim-max-latency", "--republish-interval"])
+        {
+            assert!(warning.contains("removed in 0.3"), "{warning}");
+            assert!(warning.contains(new), "{new} in {warning}");
+        }
+        assert!(load(&["--sim-latency-min=10ms", "--sim-min-latency=5ms"]).is_err());
+        let s = load(&["--sim-min-latency=5ms"]).unwrap();
+        assert_eq!(
+            (s.sim_min_latency, s.deprecations().len()),
+            (Duration::from_millis(5), 0)
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`dispatcher`]: the outbox → queue publisher.
 //! - [`worker`]: the queue as taskfence's consumer source, the work function.
 //! - [`provider`]: the model provider trait and the spot for a real one.
+//! - [`logs`]: the log lines, one shape inside and outside the work.
 //!
 //! Scaffolding (leave it): [`sim`], the simulated LLM, the injected faults and
 //! the scenario the demo binary and the tests run.
@@ -19,6 +20,7 @@
 pub mod config;
 pub mod dispatcher;
 pub mod dynamo;
+pub mod logs;
 pub mod provider;
 pub mod queue;
 pub mod sim;

@@ -17,7 +17,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use clap::Parser;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
@@ -33,7 +32,7 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let settings = Settings::parse();
+    let settings = Settings::load();
     let filter = match EnvFilter::try_new(&settings.log) {
         Ok(filter) => filter,
         Err(error) => {
@@ -41,7 +40,16 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // One line shape inside and outside the work (see `logs`).
+    sqs_worker::logs::init(filter);
+    // Former names still work until 0.3; a variable no option reads is
+    // reported, not silently ignored.
+    for renamed in settings.deprecations() {
+        tracing::warn!("{renamed}");
+    }
+    if let Some(unknown) = Settings::unknown_env() {
+        tracing::warn!("{unknown}");
+    }
     match serve(settings).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

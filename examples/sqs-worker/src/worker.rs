@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use taskfence::error::InvalidInput;
+use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{
-    Consumer, ConsumerConfig, Delivery, Disposition, Source, Stop, Stopped, WorkContext,
+    Consumer, ConsumerConfig, Delivery, Disposition, RetryReason, Source, Stop, Stopped, WorkContext,
 };
-use taskfence::{ClaimRequest, Failure, Fenced, Response, TaskId, TaskStore};
+use taskfence::{ClaimRequest, Failure, Fenced, Lease, Response, TaskId, TaskStore};
 use tokio::sync::{mpsc, watch};
 
 use crate::provider::{Provider, ProviderError, ProviderRequest};
@@ -41,6 +42,10 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Messages whose body is not a task id (deleted).
     pub malformed: AtomicU64,
+    /// Releases at a stop that the store refused (the lease was superseded
+    /// or had expired, the task cancelled) or did not answer: each is logged
+    /// (`released … accepted=false refusal=…`); its lease runs out on its own.
+    pub releases_refused: AtomicU64,
     dispositions: Mutex<BTreeMap<&'static str, u64>>,
     saved_by_task: Mutex<HashMap<TaskId, u32>>,
     in_flight: Mutex<HashSet<String>>,
@@ -166,12 +171,70 @@ enum Action {
     Delete,
 }
 
+/// The store's answer to each release, by task, until the delivery of the
+/// released task settles and says whether the store accepted it. Installed
+/// by [`SqsWorker::new`] as an [`Intercept`] on the store.
+#[derive(Clone, Default)]
+struct Releases(Arc<Mutex<HashMap<TaskId, Result<(), String>>>>);
+
+impl Releases {
+    /// `(accepted, refusal)` of the release of `task`: the store's
+    /// rejection or error when it did not accept it.
+    fn take(&self, task: TaskId) -> (bool, Option<String>) {
+        match self.0.lock().unwrap().remove(&task) {
+            Some(Ok(())) => (true, None),
+            Some(Err(refusal)) => (false, Some(refusal)),
+            None => (false, Some("the store gave no answer".to_owned())),
+        }
+    }
+}
+
+#[async_trait]
+impl Intercept for Releases {
+    async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
+        let task = lease.task_id();
+        let answer = inner.release(lease).await;
+        let noted = match &answer {
+            Ok(Fenced::Accepted(())) => Ok(()),
+            Ok(Fenced::Rejected(rejection)) => Err(format!("refused: {rejection}")),
+            Err(error) => Err(format!("store error: {error}")),
+        };
+        self.0.lock().unwrap().insert(task, noted);
+        answer
+    }
+    // The store's native batches, not `Intercept`'s one-by-one defaults.
+    async fn claim_many(
+        &self,
+        inner: &dyn TaskStore,
+        ids: &[TaskId],
+        request: ClaimRequest,
+    ) -> taskfence::Result<Vec<taskfence::Claim>> {
+        inner.claim_many(ids, request).await
+    }
+    async fn complete_many(
+        &self,
+        inner: &dyn TaskStore,
+        completions: Vec<(Lease, Response)>,
+    ) -> taskfence::Result<Vec<taskfence::Result<Fenced<taskfence::Task>>>> {
+        inner.complete_many(completions).await
+    }
+    async fn renew_many(
+        &self,
+        inner: &dyn TaskStore,
+        leases: &mut [Lease],
+        extend_by: Duration,
+    ) -> taskfence::Result<Vec<Fenced<()>>> {
+        inner.renew_many(leases, extend_by).await
+    }
+}
+
 /// An SQS queue whose messages name task ids, as the consumer's [`Source`].
 pub struct SqsSource {
     queue: SqsQueue,
     poll_wait: Duration,
     slack: Duration,
     stats: Arc<Stats>,
+    releases: Releases,
     actions: mpsc::UnboundedSender<(String, Action)>,
     stopping: watch::Receiver<bool>,
 }
@@ -235,6 +298,22 @@ impl Source for SqsSource {
     async fn settle(&self, receipt: Receipt, disposition: Disposition) -> taskfence::Result<()> {
         tracing::debug!(task_id = %receipt.task, ?disposition, "settled");
         self.stats.count(&disposition, receipt.task);
+        if let Disposition::RetryAfter {
+            reason: RetryReason::Released,
+            ..
+        } = disposition
+        {
+            // Whether the store took the task back: a refused release is
+            // logged and counted, never invisible.
+            let (accepted, refusal) = self.releases.take(receipt.task);
+            if accepted {
+                tracing::info!(task_id = %receipt.task, accepted, "released");
+            } else {
+                self.stats.releases_refused.fetch_add(1, Ordering::Relaxed);
+                let refusal = refusal.unwrap_or_default();
+                tracing::warn!(task_id = %receipt.task, accepted, refusal, "released");
+            }
+        }
         match disposition {
             // The store durably settled the task (saved or terminal): now, and
             // only now, the message may go.
@@ -348,11 +427,14 @@ impl SqsWorker {
             .stop_after(settings.shutdown_grace, settings.release_deadline);
         let (sender, actions) = mpsc::unbounded_channel();
         let (stopping, stopping_rx) = watch::channel(false);
+        let releases = Releases::default();
+        let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, releases.clone()));
         let source = SqsSource {
             queue: queue.clone(),
             poll_wait: settings.poll_wait,
             slack: settings.visibility_slack,
             stats: Arc::clone(&stats),
+            releases,
             actions: sender,
             stopping: stopping_rx,
         };

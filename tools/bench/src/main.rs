@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle] [--out DIR] [--database-url URL]
+//! cargo run --release -p taskfence-bench -- --sustained [--quick] [--phase-secs S] [--rate R] [--out DIR]
 //! ```
 //!
 //! Prints a Markdown report and writes `DIR/bench-results.md` and
@@ -26,6 +27,7 @@ mod peers;
 mod report;
 mod scale;
 mod stats;
+mod sustained;
 mod trips;
 
 /// The harness's error type: any error, reported and the run stops.
@@ -79,6 +81,12 @@ pub struct Config {
     pub memory_secs: f64,
     /// Rounds of the peers section (every system at every worker count).
     pub peer_rounds: usize,
+    /// Run only the sustained-load phases (on a private cluster) and write their report.
+    pub sustained: bool,
+    /// Seconds per sustained phase (default 300; 2 in quick mode).
+    pub phase_secs: Option<f64>,
+    /// The sustained run's offered rate (default: 70 % of the lowest measured peak).
+    pub rate: Option<f64>,
 }
 
 impl Config {
@@ -110,6 +118,9 @@ impl Config {
             contention_rounds: if quick { 2 } else { 20 },
             memory_secs: if quick { 0.2 } else { 1.0 },
             peer_rounds: if quick { 1 } else { 3 },
+            sustained: false,
+            phase_secs: None,
+            rate: None,
         }
     }
 
@@ -120,6 +131,7 @@ impl Config {
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let mut lifecycle_only = false;
         let mut peers_only = false;
+        let (mut sustained, mut phase_secs, mut rate) = (false, None, None);
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -127,6 +139,11 @@ impl Config {
                 "--long" => mode = Mode::Long,
                 "--lifecycle" => lifecycle_only = true,
                 "--peers" => peers_only = true,
+                "--sustained" => sustained = true,
+                "--phase-secs" => {
+                    phase_secs = Some(args.next().ok_or("--phase-secs needs seconds")?.parse()?);
+                }
+                "--rate" => rate = Some(args.next().ok_or("--rate needs tasks per second")?.parse()?),
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -144,7 +161,10 @@ impl Config {
                         "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers] [--out DIR] [--database-url URL]\n\
                          writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
                          --lifecycle runs only the lifecycle section and prints it;\n\
-                         --peers runs only the peers and the idle-queue latency and prints them"
+                         --peers runs only the peers and the idle-queue latency and prints them;\n\
+                         --sustained runs the sustained-load phases on a private cluster and writes\n\
+                         DIR/sustained-results.md, DIR/sustained-depth.svg and DIR/sustained-p99.svg\n\
+                         (--phase-secs S per phase, default 300; --rate R tasks/s, default 70 % of the lowest peak)"
                     );
                     std::process::exit(0);
                 }
@@ -154,6 +174,9 @@ impl Config {
         Ok(Self {
             lifecycle_only,
             peers_only,
+            sustained,
+            phase_secs,
+            rate,
             ..Self::new(mode, out, url)
         })
     }
@@ -190,6 +213,13 @@ async fn main() {
 async fn run() -> Res<()> {
     let cfg = Config::from_args()?;
     let started = Instant::now();
+    if cfg.sustained {
+        let mut report = sustained::run(&cfg).await?;
+        report.finish(started.elapsed());
+        std::fs::write(cfg.out.join("sustained-results.md"), report.markdown())?;
+        println!("{}", report.markdown());
+        return Ok(());
+    }
     let pool = pool(&cfg, cfg.pool_size(), &[]).await?;
     let mut report = report::Report::new(&cfg, db::describe(&pool).await?);
 

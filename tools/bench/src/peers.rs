@@ -1,10 +1,11 @@
 //! Peers: the same queue workload on taskfence (the consumer on the store,
 //! and the broker path in batches), the raw-SQL batched ceiling, apalis
-//! (`apalis-postgres`) and River (`riverqueue`, fetch cooldown tuned and
-//! default), side by side in one run.
+//! (`apalis-postgres`), River (`riverqueue`, fetch cooldown tuned and
+//! default) and awa, side by side in one run, with the WAL bytes and write
+//! transactions each spends per task.
 //!
-//! Per system and worker count `W`: a fresh schema (apalis: a fresh temporary
-//! database, its migrations create the fixed schema `apalis`), set up with the
+//! Per system and worker count `W`: a fresh schema (apalis and awa: a fresh
+//! temporary database, their migrations create fixed schemas), set up with the
 //! system's own migrations; `N` tasks enqueued one by one by `W` producers
 //! (enqueue throughput); then `W` workers run a no-op on every task, and the
 //! clock stops when a count in the database reaches `N` completions
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPool;
 use taskfence::{Claim, ClaimRequest, PgStore, Response, TaskId, TaskStore};
-use taskfence_test_support::TempSchema;
+use taskfence_test_support::{TempDatabase, TempSchema};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::db::{BenchSchema, LEASE, RESPONSE, Raw};
@@ -41,10 +42,11 @@ pub(crate) enum System {
     Apalis,
     River,
     RiverDefault,
+    Awa,
 }
 
 impl System {
-    pub(crate) const ALL: [System; 8] = [
+    pub(crate) const ALL: [System; 9] = [
         System::Consumer,
         System::ConsumerPrefetch,
         System::ConsumerNotify,
@@ -53,6 +55,7 @@ impl System {
         System::Apalis,
         System::River,
         System::RiverDefault,
+        System::Awa,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -65,15 +68,16 @@ impl System {
             System::Apalis => "apalis-postgres",
             System::River => "River (riverqueue), 1 ms cooldown",
             System::RiverDefault => "River (riverqueue), default",
+            System::Awa => "awa",
         }
     }
 
     fn is_peer(self) -> bool {
-        matches!(self, System::Apalis | System::River | System::RiverDefault)
+        Self::PEERS.contains(&self)
     }
 
-    /// The peers a ratio is taken to (the faster of them).
-    const PEERS: [System; 3] = [System::Apalis, System::River, System::RiverDefault];
+    /// The peers a ratio is taken to (the fastest of them).
+    const PEERS: [System; 4] = [System::Apalis, System::River, System::RiverDefault, System::Awa];
 
     /// Whether this build measures it (apalis needs the `apalis` feature).
     fn built(self) -> bool {
@@ -81,11 +85,56 @@ impl System {
     }
 }
 
-/// One measurement: tasks per second.
+/// One measurement: tasks per second, and what the cluster wrote per task.
 #[derive(Debug, Clone, Copy)]
 struct Rates {
     enqueue: f64,
     process: f64,
+    cost: Cost,
+}
+
+/// What one task cost the cluster from its enqueue to its completion,
+/// averaged over a measurement: WAL bytes (`pg_current_wal_lsn` before and
+/// after) and write transactions (transaction ids assigned: every
+/// transaction that wrote, committed or not; read-only ones take none).
+/// Both are cluster-wide and exact, so a measurement includes whatever else
+/// the server did meanwhile: run the harness on a quiet server.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    wal_bytes: f64,
+    write_transactions: f64,
+}
+
+/// The cluster's WAL position and next transaction id when a measurement
+/// began (the peers run in other databases; both counters span the cluster).
+struct Meter {
+    lsn: String,
+    next_xid: i64,
+}
+
+impl Meter {
+    async fn start(pool: &PgPool) -> Res<Self> {
+        let (lsn, next_xid): (String, i64) =
+            sqlx::query_as("SELECT pg_current_wal_lsn()::text, txid_snapshot_xmax(txid_current_snapshot())")
+                .fetch_one(pool)
+                .await?;
+        Ok(Self { lsn, next_xid })
+    }
+
+    /// The cost per task of the `n` tasks measured since [`Meter::start`].
+    async fn per_task(&self, pool: &PgPool, n: u64) -> Res<Cost> {
+        let (wal, next_xid): (f64, i64) = sqlx::query_as(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8, \
+                    txid_snapshot_xmax(txid_current_snapshot())",
+        )
+        .bind(&self.lsn)
+        .fetch_one(pool)
+        .await?;
+        Ok(Cost {
+            wal_bytes: wal / n as f64,
+            write_transactions: (next_xid - self.next_xid) as f64 / n as f64,
+        })
+    }
 }
 
 /// Runs `n` calls of `step(i)`, `i` in `0..n`, on `workers` concurrent
@@ -155,6 +204,7 @@ async fn measure(cfg: &Config, pool: &PgPool, system: System, workers: usize, n:
         System::Apalis => Err("apalis-postgres is not built (feature `apalis`)".into()),
         System::River => river(cfg, workers, n, Some(riverqueue::FETCH_COOLDOWN_MIN)).await,
         System::RiverDefault => river(cfg, workers, n, None).await,
+        System::Awa => awa(cfg, workers, n).await,
     }
 }
 
@@ -186,6 +236,7 @@ async fn consumer(
     let queue = StoreQueue::new(store.clone());
     // Listening while the tasks are submitted, as a deployment would.
     let listening = notify.then(|| queue.wake_on_notify(&pg));
+    let meter = Meter::start(&pool).await?;
     let enqueue = {
         let store = store.clone();
         produce(workers, n, move |_| {
@@ -212,6 +263,7 @@ async fn consumer(
     let running = tokio::spawn(consumer.run(|_ctx| async { Ok(Response::new(RESPONSE.to_vec())) }));
     all_completed(&pool, &schema, n).await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
+    let cost = meter.per_task(&pool, n).await?;
     stop.request();
     let stopped = running.await??;
     if let Some(listening) = listening {
@@ -222,7 +274,11 @@ async fn consumer(
     }
     pool.close().await;
     drop(schema);
-    Ok(Rates { enqueue, process })
+    Ok(Rates {
+        enqueue,
+        process,
+        cost,
+    })
 }
 
 /// Waits until `n` tasks of taskfence's `schema` are completed.
@@ -252,6 +308,7 @@ async fn taskfence(cfg: &Config, main: &PgPool, workers: usize, n: u64, batch: u
     let schema = BenchSchema::create(cfg, main).await?;
     let pool = own_pool(cfg, workers).await?;
     let store = PgStore::builder(pool.clone()).schema(schema.name()).build()?;
+    let meter = Meter::start(&pool).await?;
     let enqueue = {
         let store = store.clone();
         produce(workers, n, move |_| {
@@ -308,13 +365,18 @@ async fn taskfence(cfg: &Config, main: &PgPool, workers: usize, n: u64, batch: u
         .collect();
     all_completed(&pool, &schema, n).await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
+    let cost = meter.per_task(&pool, n).await?;
     dispatcher.await??;
     for h in handles {
         h.await??;
     }
     pool.close().await;
     drop(schema);
-    Ok(Rates { enqueue, process })
+    Ok(Rates {
+        enqueue,
+        process,
+        cost,
+    })
 }
 
 /// One message: one task claimed and completed, or a batch with one
@@ -362,6 +424,7 @@ async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rat
     .await?;
     let pool = own_pool(cfg, workers).await?;
     let raw = Arc::new(Raw::new(&schema));
+    let meter = Meter::start(&pool).await?;
     let enqueue = {
         let (raw, pool) = (raw.clone(), pool.clone());
         produce(workers, n, move |_| {
@@ -398,12 +461,17 @@ async fn ceiling(cfg: &Config, main: &PgPool, workers: usize, n: u64) -> Res<Rat
     })
     .await?;
     let process = n as f64 / start.elapsed().as_secs_f64();
+    let cost = meter.per_task(&pool, n).await?;
     for h in handles {
         h.await??;
     }
     pool.close().await;
     drop(schema);
-    Ok(Rates { enqueue, process })
+    Ok(Rates {
+        enqueue,
+        process,
+        cost,
+    })
 }
 
 /// A sqlx 0.9 pool (the peers' sqlx) of `W + 4` connections on `database`
@@ -422,62 +490,12 @@ async fn pool09(cfg: &Config, workers: usize, database: Option<&str>) -> Res<sql
         .await?)
 }
 
-#[cfg(feature = "apalis")]
-/// A temporary database (apalis's migrations create the fixed schema
-/// `apalis`, so each measurement gets a database of its own), dropped by
-/// [`TempDatabase::drop_now`]. Names carry their creation time: ones over an
-/// hour old, left by a killed run, are dropped when the next one is made.
-struct TempDatabase {
-    name: String,
-    admin: sqlx::PgPool,
-}
-
-#[cfg(feature = "apalis")]
-const DB_PREFIX: &str = "taskfence_bench_apalis_";
-
-#[cfg(feature = "apalis")]
-impl TempDatabase {
-    async fn create(cfg: &Config) -> Res<Self> {
-        let admin = pool09(cfg, 0, None).await?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs();
-        let stale: Vec<String> =
-            sqlx::query_scalar("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
-                .bind(DB_PREFIX)
-                .fetch_all(&admin)
-                .await?;
-        for name in stale {
-            let born = name[DB_PREFIX.len()..]
-                .split('_')
-                .next()
-                .and_then(|s| s.parse::<u64>().ok());
-            if born.is_some_and(|b| b + 3600 < now) {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-                )))
-                .execute(&admin)
-                .await?;
-            }
-        }
-        let name = format!("{DB_PREFIX}{now}_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&admin)
-            .await?;
-        eprintln!("[bench] created database {name}");
-        Ok(Self { name, admin })
-    }
-
-    async fn drop_now(self) -> Res<()> {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-            self.name
-        )))
-        .execute(&self.admin)
-        .await?;
-        self.admin.close().await;
-        Ok(())
-    }
+/// A database of its own for a peer whose migrations create a fixed schema
+/// (apalis's `apalis`, awa's `awa`), announced on stderr; dropped on drop.
+async fn temp_database(url: &str) -> TempDatabase {
+    let db = TempDatabase::create_at(url).await;
+    eprintln!("[bench] created database {}", db.name());
+    db
 }
 
 #[cfg(feature = "apalis")]
@@ -493,11 +511,12 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
     use apalis::prelude::*;
     use apalis_postgres::PostgresStorage;
 
-    let db = TempDatabase::create(cfg).await?;
+    let db = temp_database(&cfg.url).await;
     let result = async {
-        let pool = pool09(cfg, workers, Some(&db.name)).await?;
+        let pool = pool09(cfg, workers, Some(db.name())).await?;
         PostgresStorage::setup(&pool).await?;
         let storage = PostgresStorage::<u64>::new(&pool);
+        let meter = Meter::start(&pool).await?;
         let enqueue = {
             let storage = storage.clone();
             produce(workers, n, move |i| {
@@ -527,6 +546,7 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
         })
         .await;
         let process = n as f64 / start.elapsed().as_secs_f64();
+        let cost = meter.per_task(&pool, n).await;
         for h in &handles {
             h.abort();
         }
@@ -537,10 +557,91 @@ async fn apalis(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
         }
         pool.close().await;
         counted?;
-        Res::Ok(Rates { enqueue, process })
+        let cost = cost?;
+        Res::Ok(Rates {
+            enqueue,
+            process,
+            cost,
+        })
     }
     .await;
-    db.drop_now().await?;
+    drop(db);
+    result
+}
+
+#[derive(Debug, serde::Deserialize, serde::Serialize, awa::JobArgs)]
+struct AwaNoop {
+    n: u64,
+}
+
+/// awa (0.6, on sqlx 0.8) with its documented defaults: its migrations
+/// (`awa::migrations::run`) in a fresh database; `insert_with` one by one;
+/// one `Client` with the queue at `max_workers = W` (its default
+/// `QueueConfig` otherwise: polling every 200 ms between notifications,
+/// claims in batches, completions batched). Completed is awa's own count
+/// (`admin::state_counts`).
+async fn awa(cfg: &Config, workers: usize, n: u64) -> Res<Rates> {
+    use awa::{Client, InsertOpts, JobResult, QueueConfig};
+
+    let db = temp_database(&cfg.url).await;
+    let result = async {
+        let mut options: sqlx08::postgres::PgConnectOptions = cfg.url.parse()?;
+        options = options.database(db.name());
+        // W connections for the work, and awa's own: its listener, heartbeat,
+        // maintenance and completion batcher.
+        let pool = sqlx08::postgres::PgPoolOptions::new()
+            .max_connections(u32::try_from(workers + 8)?)
+            .connect_with(options)
+            .await?;
+        awa::migrations::run(&pool).await?;
+        let meter_pool = pool09(cfg, 0, None).await?;
+        let opts = || InsertOpts {
+            queue: "bench".into(),
+            ..Default::default()
+        };
+        let meter = Meter::start(&meter_pool).await?;
+        let enqueue = {
+            let pool = pool.clone();
+            produce(workers, n, move |i| {
+                let pool = pool.clone();
+                async move {
+                    awa::insert_with(&pool, &AwaNoop { n: i }, opts()).await?;
+                    Ok(())
+                }
+            })
+            .await?
+        };
+        let start = Instant::now();
+        let client = Client::builder(pool.clone())
+            .queue(
+                "bench",
+                QueueConfig {
+                    max_workers: u32::try_from(workers)?,
+                    ..Default::default()
+                },
+            )
+            .register::<AwaNoop, _, _>(|_args, _ctx| async { Ok(JobResult::Completed) })
+            .build()?;
+        client.start().await?;
+        let counted = wait_for(n, limit(n), || async {
+            let counts = awa::admin::state_counts(&pool).await?;
+            Ok(counts.get(&awa::JobState::Completed).copied().unwrap_or(0))
+        })
+        .await;
+        let process = n as f64 / start.elapsed().as_secs_f64();
+        let cost = meter.per_task(&meter_pool, n).await;
+        client.shutdown(Duration::from_secs(10)).await;
+        pool.close().await;
+        meter_pool.close().await;
+        counted?;
+        Res::Ok(Rates {
+            enqueue,
+            process,
+            cost: cost?,
+        })
+    }
+    .await;
+    drop(db);
     result
 }
 
@@ -586,6 +687,7 @@ async fn river(cfg: &Config, workers: usize, n: u64, cooldown: Option<Duration>)
         builder = builder.fetch_cooldown(cooldown);
     }
     let client = builder.build()?;
+    let meter = Meter::start(&pool).await?;
     let enqueue = {
         let client = client.clone();
         produce(workers, n, move |i| {
@@ -607,12 +709,18 @@ async fn river(cfg: &Config, workers: usize, n: u64, cooldown: Option<Duration>)
     })
     .await;
     let process = n as f64 / start.elapsed().as_secs_f64();
+    let cost = meter.per_task(&pool, n).await;
     run.stop().await?;
     drop(client);
     pool.close().await;
     counted?;
+    let cost = cost?;
     drop(schema);
-    Ok(Rates { enqueue, process })
+    Ok(Rates {
+        enqueue,
+        process,
+        cost,
+    })
 }
 
 /// Tasks per measurement at `workers`.
@@ -652,6 +760,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
     };
     let enq = |r: &Rates| r.enqueue;
     let proc_ = |r: &Rates| r.process;
+    let wal = |r: &Rates| r.cost.wal_bytes;
+    let writes = |r: &Rates| r.cost.write_transactions;
 
     report.section(
         "Peers: enqueue and processing throughput",
@@ -675,10 +785,16 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              fencing beyond the version, nothing else written). **apalis-postgres** 1.0: `push`, W \
              apalis workers with the default `Config` (fetches of 10, acknowledgements in batches). \
              **River** (riverqueue 0.5): `Client::insert`, one client with `max_workers = W`, the \
-             fetch cooldown at its 1 ms minimum, and at its 100 ms default. Every system gets its \
-             own pool of W + 4 connections. N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
+             fetch cooldown at its 1 ms minimum, and at its 100 ms default. **awa** 0.6: \
+             `insert_with`, one `Client` with the queue at `max_workers = W` and its default \
+             `QueueConfig` otherwise (a fresh temporary database; completions counted by \
+             `admin::state_counts`). Every system gets its own pool of W + 4 connections (awa W + 8: \
+             its listener, heartbeat and maintenance take their own). Per task, from the first \
+             enqueue to the last completion: WAL bytes (`pg_current_wal_lsn` before and after) and \
+             write transactions (transaction ids assigned, committed or not), cluster-wide: the \
+             server ran nothing else. N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
              the order of systems rotated per round; medians. Ratios are to the fastest peer \
-             (apalis, River tuned, River default) at that worker count.",
+             (apalis, River tuned, River default, awa) at that worker count.",
             tasks(cfg, 1),
             tasks(cfg, 8),
             tasks(cfg, 32),
@@ -704,6 +820,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
                     "–".into(),
                     no,
                     "–".into(),
+                    "–".into(),
+                    "–".into(),
                 ]);
                 continue;
             }
@@ -715,6 +833,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
                 ratio(e, best_enq),
                 format!("{p:.0}"),
                 ratio(p, best_proc),
+                format!("{:.0}", med(workers, system, wal)),
+                format!("{:.2}", med(workers, system, writes)),
             ]);
         }
     }
@@ -726,6 +846,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
             "enqueue ÷ fastest peer",
             "processing (tasks/s)",
             "processing ÷ fastest peer",
+            "WAL bytes / task",
+            "write transactions / task",
         ],
         rows,
     );

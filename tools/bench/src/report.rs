@@ -91,7 +91,7 @@ impl Report {
 }
 
 /// The lines' colours and dash patterns, in the order the series come.
-const STYLES: [(&str, &str); 6] = [
+pub(crate) const STYLES: [(&str, &str); 6] = [
     ("#1f77b4", "none"),
     ("#2ca02c", "none"),
     ("#d62728", "6 4"),
@@ -211,7 +211,7 @@ pub(crate) fn chart(series: &[Series]) -> String {
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
-fn nice_step(raw: f64) -> f64 {
+pub(crate) fn nice_step(raw: f64) -> f64 {
     let raw = raw.max(1e-9);
     let magnitude = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0]

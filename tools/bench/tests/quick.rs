@@ -5,7 +5,7 @@
 use std::process::Command;
 
 /// The peers section's systems, as the report and the chart name them.
-const SYSTEMS: [&str; 8] = [
+const SYSTEMS: [&str; 9] = [
     "taskfence consumer",
     "taskfence consumer, prefetch 4×",
     "taskfence consumer, NOTIFY",
@@ -14,10 +14,12 @@ const SYSTEMS: [&str; 8] = [
     "apalis-postgres",
     "River (riverqueue), 1 ms cooldown",
     "River (riverqueue), default",
+    "awa",
 ];
 
 /// The peers table: a row per system per worker count whose figures parse
-/// (throughputs as numbers, ratios as `1.23×`), and the targets table.
+/// (throughputs as numbers, ratios as `1.23×`, the WAL bytes and write
+/// transactions per task as numbers), and the targets table.
 fn peers_section_has_every_system_and_figures(md: &str) {
     let section = md
         .split("## Peers: enqueue and processing throughput")
@@ -34,7 +36,7 @@ fn peers_section_has_every_system_and_figures(md: &str) {
                 .find(|l| l.starts_with(&prefix))
                 .unwrap_or_else(|| panic!("no peers row {prefix} in:\n{section}"));
             let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-            assert_eq!(cells.len(), 6, "six columns in {row:?}");
+            assert_eq!(cells.len(), 8, "eight columns in {row:?}");
             if system == "apalis-postgres" && !cfg!(feature = "apalis") {
                 assert!(cells[2].starts_with("not built"), "{row:?}");
                 continue;
@@ -51,6 +53,12 @@ fn peers_section_has_every_system_and_figures(md: &str) {
                     .and_then(|n| n.parse().ok())
                     .unwrap_or_else(|| panic!("ratio {r:?} in {row:?}"));
                 assert!(v > 0.0, "ratio {r:?} in {row:?}");
+            }
+            for per_task in [cells[6], cells[7]] {
+                let v: f64 = per_task
+                    .parse()
+                    .unwrap_or_else(|_| panic!("cost per task {per_task:?} in {row:?}"));
+                assert!(v > 0.0, "every system writes: {per_task:?} in {row:?}");
             }
         }
     }
@@ -147,7 +155,7 @@ fn quick_mode_writes_every_section_and_the_chart() {
     );
 
     // Every schema the run created (it names them on stderr: the store's and
-    // the ceiling's, River's) is gone, and so is every apalis database.
+    // the ceiling's, River's) is gone, and so is every database (awa's, apalis's).
     let stderr = String::from_utf8_lossy(&run.stderr);
     let created: Vec<String> = stderr
         .lines()
@@ -163,11 +171,12 @@ fn quick_mode_writes_every_section_and_the_chart() {
         .filter_map(|l| l.strip_prefix("[bench] created database "))
         .map(str::to_owned)
         .collect();
-    let expected = if cfg!(feature = "apalis") { 3 } else { 0 };
+    // awa's, and apalis's when built: one per worker count each.
+    let expected = if cfg!(feature = "apalis") { 6 } else { 3 };
     assert_eq!(
         databases.len(),
         expected,
-        "one apalis database per worker count:\n{stderr}"
+        "one database per worker count for each peer with a fixed schema:\n{stderr}"
     );
     let (left, dbs_left) = tokio::runtime::Runtime::new().expect("runtime").block_on(async {
         let pool = sqlx::PgPool::connect(&url).await.expect("connect");

@@ -5,13 +5,13 @@
 //! database and counts what must be zero.
 //!
 //! Modules: [`queue`] (the harness's own tables: the at-least-once queue and
-//! the simulated provider's log), [`server`] (a private PostgreSQL cluster the
-//! harness may restart), [`checker`] (the final counts), [`args`] (flag parsing).
+//! the simulated provider's log), [`checker`] (the final counts), [`args`]
+//! (flag parsing). The private PostgreSQL cluster the harness may restart is
+//! `taskfence_test_support::PrivateServer`, shared with the benchmark.
 
 pub mod args;
 pub mod checker;
 pub mod queue;
-pub mod server;
 
 /// Every request key of a chaos run lives in this scope.
 pub const SCOPE: &str = "chaos";

@@ -33,6 +33,10 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     // Logs to stderr, filtered by RUST_LOG (default info); no traces.
     let _telemetry = chat_api::telemetry::init(None);
+    // It reads no `TASKFENCE_*` variable: one set is a mistake, reported.
+    if let Some(unknown) = taskfence::config::unknown_env(&[]) {
+        tracing::warn!("{unknown}");
+    }
     let keys = match args.ignore_keys {
         true => Keys::Ignore,
         false => Keys::Honour,

@@ -45,6 +45,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // stdout is the story; logs must not interleave with it.
         .with_writer(std::io::stderr)
         .init();
+    // It reads no `TASKFENCE_*` variable: one set is a mistake, reported.
+    if let Some(unknown) = taskfence::config::unknown_env(&[]) {
+        tracing::warn!("{unknown}");
+    }
     let pool = PgPoolOptions::new()
         .test_before_acquire(false)
         .connect(&args.database_url)

@@ -24,6 +24,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .with_ansi(std::io::stdout().is_terminal())
         .init();
+    if let Some(unknown) = taskfence::config::unknown_env(&["TASKFENCE_KAFKA_BOOTSTRAP"]) {
+        tracing::warn!("{unknown}");
+    }
     let bootstrap = std::env::var("TASKFENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into());
     let count: usize = std::env::var("TASKS")
         .ok()

@@ -33,6 +33,9 @@ async fn main() -> Result<(), BoxError> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
+    if let Some(unknown) = taskfence::config::unknown_env(&["TASKFENCE_SQS_ENDPOINT"]) {
+        tracing::warn!("{unknown}");
+    }
     let client = match std::env::var("TASKFENCE_SQS_ENDPOINT") {
         Ok(endpoint) => sim::local_sqs_client(&endpoint).await,
         Err(_) => aws_sdk_sqs::Client::new(&queue::aws_config().await),

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use chaos::args::Args;
 use chaos::checker;
 use chaos::queue::{self, Queue, quote};
-use chaos::server::PrivateServer;
 use chaos::{APP_PREFIX, OPERATION, SCOPE};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, TaskStore};
+use taskfence_test_support::PrivateServer;
 use taskfence_test_support::TempSchema;
 use tokio::process::{Child, Command};
 

@@ -1,10 +1,12 @@
-//! A private PostgreSQL cluster for one chaos run: `initdb` into a temporary
-//! directory, started with `pg_ctl` on a free loopback port, restarted on
-//! demand, stopped and deleted on drop.
+//! A private PostgreSQL cluster for one harness run (the chaos run, the
+//! benchmark's sustained load): `initdb` into a temporary directory, started
+//! with `pg_ctl` on a free loopback port with PostgreSQL's default settings
+//! (autovacuum on), restarted on demand, stopped and deleted on drop.
 //!
-//! Why not restart the shared server on 127.0.0.1:5432? Every other test
-//! running in parallel against it would lose its connections mid-test and
-//! fail. A private cluster runs the same PostgreSQL binaries, so the restart
+//! Why not the shared server on 127.0.0.1:5432? Restarting it would break
+//! every other test running in parallel against it, and its settings are the
+//! test machine's (this one runs with autovacuum off), not a production
+//! server's. A private cluster runs the same PostgreSQL binaries, so a restart
 //! is just as real, and it cannot make any other test flaky.
 //!
 //! When the harness runs as root (CI containers), the server commands run as
@@ -13,7 +15,15 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use taskfence_test_support::free_port;
+use crate::free_port;
+
+/// Every setting a private cluster runs with that is not PostgreSQL's default
+/// (besides its port and socket directory), for reports to state.
+pub const NON_DEFAULT: [&str; 3] = [
+    "-c listen_addresses=127.0.0.1",
+    "-c max_connections=300",
+    "-c log_min_messages=warning",
+];
 
 /// A running private cluster.
 #[derive(Debug)]
@@ -35,7 +45,7 @@ impl PrivateServer {
         let as_postgres = is_root();
         stop_abandoned(&bindir, as_postgres);
         let unique = uuid::Uuid::now_v7().simple().to_string();
-        let dir = std::env::temp_dir().join(format!("taskfence-chaos-{}", &unique[unique.len() - 12..]));
+        let dir = std::env::temp_dir().join(format!("taskfence-pg-{}", &unique[unique.len() - 12..]));
         let port = free_port();
         let server = Self {
             dir,
@@ -56,11 +66,7 @@ impl PrivateServer {
                 "--no-instructions",
             ],
         );
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c max_connections=300 \
-             -c shared_buffers=128MB -c log_min_messages=warning",
-            path(&server.dir)
-        );
+        let options = format!("{} -p {port} -k {}", NON_DEFAULT.join(" "), path(&server.dir));
         let log = server.dir.join("server.log");
         server.run(
             "pg_ctl",
@@ -154,7 +160,7 @@ impl Drop for PrivateServer {
 }
 
 /// The file in a cluster's directory naming the process that owns it.
-const OWNER_FILE: &str = "chaos-owner.pid";
+const OWNER_FILE: &str = "owner.pid";
 
 /// Stops and deletes the clusters of earlier runs whose owner is gone
 /// (killed with SIGKILL, so its `Drop` never ran).
@@ -166,7 +172,7 @@ fn stop_abandoned(bindir: &Path, as_postgres: bool) {
         let is_ours = dir
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("taskfence-chaos-"));
+            .is_some_and(|n| n.starts_with("taskfence-pg-"));
         let Ok(owner) = std::fs::read_to_string(dir.join(OWNER_FILE)) else {
             continue;
         };

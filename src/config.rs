@@ -1,0 +1,333 @@
+//! A deployment's settings as a binary reads them: environment variables
+//! under the `TASKFENCE_` prefix that the binary does not know are reported
+//! at start-up (with a "did you mean" for a close known name), never
+//! silently ignored, and renamed settings are read under their former name
+//! for one minor version, with a warning saying what replaces them.
+//!
+//! The command-line tool and every template call [`unknown_env`] with the
+//! names they read and print its [`UnknownVars`] as one warning; a former
+//! name they still accept is reported with [`Renamed::warning`]. Both are
+//! plain functions of their input: no logging, no dependency, no feature.
+//!
+//! ```
+//! use taskfence::config::{unknown_env_among, Renamed};
+//!
+//! let known = ["TASKFENCE_CONCURRENCY", "TASKFENCE_LEASE"];
+//! let present = ["PATH", "TASKFENCE_CONCURENCY", "TASKFENCE_LEASE", "TASKFENCE_COLOUR"];
+//! let unknown = unknown_env_among(present, &known).expect("two are unknown");
+//! assert_eq!(
+//!     unknown.to_string(),
+//!     "unknown environment variables, ignored: TASKFENCE_COLOUR, \
+//!      TASKFENCE_CONCURENCY (did you mean TASKFENCE_CONCURRENCY?)"
+//! );
+//!
+//! let renamed = Renamed::new("--per-partition", "--concurrency");
+//! assert!(renamed.warning().contains("removed in 0.3"));
+//! ```
+
+use std::fmt;
+
+/// The prefix of the environment variables taskfence's binaries read.
+pub const PREFIX: &str = "TASKFENCE_";
+
+/// The release that removes the former names still accepted now: a renamed
+/// command, flag or variable is read under its old name for one minor
+/// version.
+///
+/// ```
+/// assert_eq!(taskfence::config::ALIASES_REMOVED_IN, "0.3");
+/// ```
+pub const ALIASES_REMOVED_IN: &str = "0.3";
+
+/// The `TASKFENCE_*` variables set in this process's environment that are
+/// not in `known`, with a suggestion for each; `None` when every one is
+/// known. Call it once at start-up and log the answer as a warning: a
+/// misspelt or retired variable would otherwise change nothing, silently.
+///
+/// ```
+/// // A binary that reads only TASKFENCE_LEASE.
+/// if let Some(unknown) = taskfence::config::unknown_env(&["TASKFENCE_LEASE"]) {
+///     eprintln!("warning: {unknown}");
+/// }
+/// ```
+pub fn unknown_env(known: &[&str]) -> Option<UnknownVars> {
+    unknown_env_among(std::env::vars_os().map(|(name, _)| name), known)
+}
+
+/// [`unknown_env`] over the variable names `present` instead of the
+/// process's environment (names not valid Unicode are skipped: none of
+/// taskfence's is).
+///
+/// ```
+/// use taskfence::config::unknown_env_among;
+///
+/// assert!(unknown_env_among(["HOME", "TASKFENCE_LEASE"], &["TASKFENCE_LEASE"]).is_none());
+/// let unknown = unknown_env_among(["TASKFENCE_LAESE"], &["TASKFENCE_LEASE"]).unwrap();
+/// assert_eq!(unknown.vars()[0].suggestion(), Some("TASKFENCE_LEASE"));
+/// ```
+pub fn unknown_env_among<I, S>(present: I, known: &[&str]) -> Option<UnknownVars>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut vars: Vec<UnknownVar> = present
+        .into_iter()
+        .filter_map(|name| name.as_ref().to_str().map(str::to_owned))
+        .filter(|name| name.starts_with(PREFIX) && !known.contains(&name.as_str()))
+        .map(|name| UnknownVar {
+            suggestion: closest(&name, known).map(str::to_owned),
+            name,
+        })
+        .collect();
+    vars.sort_by(|a, b| a.name.cmp(&b.name));
+    vars.dedup_by(|a, b| a.name == b.name);
+    (!vars.is_empty()).then_some(UnknownVars { vars })
+}
+
+/// One environment variable no part of the binary reads.
+///
+/// ```
+/// let unknown = taskfence::config::unknown_env_among(["TASKFENCE_X"], &[]).unwrap();
+/// assert_eq!(unknown.vars()[0].name(), "TASKFENCE_X");
+/// assert_eq!(unknown.vars()[0].suggestion(), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVar {
+    name: String,
+    suggestion: Option<String>,
+}
+
+impl UnknownVar {
+    /// The variable's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The known name it most likely meant: one or two typing slips away,
+    /// or the same words in another order (`None`: nothing close).
+    pub fn suggestion(&self) -> Option<&str> {
+        self.suggestion.as_deref()
+    }
+}
+
+impl fmt::Display for UnknownVar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.suggestion {
+            Some(known) => write!(f, "{} (did you mean {known}?)", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// The unknown variables of one start-up, in name order; its `Display` is
+/// the one-line warning to log.
+///
+/// ```
+/// let unknown = taskfence::config::unknown_env_among(["TASKFENCE_B", "TASKFENCE_A"], &[]).unwrap();
+/// assert_eq!(unknown.to_string(), "unknown environment variables, ignored: TASKFENCE_A, TASKFENCE_B");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVars {
+    vars: Vec<UnknownVar>,
+}
+
+impl UnknownVars {
+    /// Each unknown variable (never empty).
+    pub fn vars(&self) -> &[UnknownVar] {
+        &self.vars
+    }
+}
+
+impl fmt::Display for UnknownVars {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.vars.len() {
+            1 => "unknown environment variable, ignored: ",
+            _ => "unknown environment variables, ignored: ",
+        };
+        f.write_str(what)?;
+        for (i, var) in self.vars.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{var}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A setting read under its former name: a command, flag or variable
+/// renamed before 0.1 that old scripts and deployments still use. It works
+/// until [`ALIASES_REMOVED_IN`]; [`warning`](Self::warning) says so.
+///
+/// ```
+/// use taskfence::config::Renamed;
+///
+/// let retry = Renamed::new("taskfence retry", "taskfence reopen").note("the same arguments");
+/// assert_eq!(
+///     retry.warning(),
+///     "`taskfence retry` is deprecated and will be removed in 0.3: \
+///      use `taskfence reopen` (the same arguments)"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renamed {
+    old: String,
+    new: String,
+    note: Option<String>,
+}
+
+impl Renamed {
+    /// `old` is now called `new`.
+    pub fn new(old: impl Into<String>, new: impl Into<String>) -> Self {
+        Self {
+            old: old.into(),
+            new: new.into(),
+            note: None,
+        }
+    }
+
+    /// What the old name maps to, when not exactly the new one.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// The former name.
+    pub fn old(&self) -> &str {
+        &self.old
+    }
+
+    /// The name to use.
+    pub fn new_name(&self) -> &str {
+        &self.new
+    }
+
+    /// The deprecation warning: the old name, the release that removes it,
+    /// the new name and the note.
+    pub fn warning(&self) -> String {
+        let mut text = format!(
+            "`{}` is deprecated and will be removed in {ALIASES_REMOVED_IN}: use `{}`",
+            self.old, self.new
+        );
+        if let Some(note) = &self.note {
+            text.push_str(&format!(" ({note})"));
+        }
+        text
+    }
+}
+
+impl fmt::Display for Renamed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.warning())
+    }
+}
+
+/// The known name closest to `name`: at most two edits apart (one for short
+/// names), or made of the same words in another order.
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let words = |s: &str| {
+        let mut w: Vec<String> = s.split('_').map(str::to_owned).collect();
+        w.sort();
+        w
+    };
+    let tail = &name[PREFIX.len()..];
+    let limit = if tail.len() <= 6 { 1 } else { 2 };
+    known
+        .iter()
+        .filter(|k| k.starts_with(PREFIX))
+        .filter_map(|k| {
+            let distance = edits(tail, &k[PREFIX.len()..]);
+            let reordered = words(name) == words(k);
+            let score = if reordered { 0 } else { distance };
+            (distance <= limit || reordered).then_some((score, *k))
+        })
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Edits between `a` and `b`: insertions, deletions, substitutions and
+/// swaps of two neighbours (the optimal string alignment distance), so a
+/// typing slip such as `LAESE` is one edit from `LEASE`.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KNOWN: [&str; 4] = [
+        "TASKFENCE_CONCURRENCY",
+        "TASKFENCE_SIM_MIN_LATENCY",
+        "TASKFENCE_LEASE",
+        "DATABASE_URL",
+    ];
+
+    #[test]
+    fn only_unknown_prefixed_names_are_reported() {
+        assert_eq!(
+            unknown_env_among(["PATH", "TASKFENCE_LEASE", "DATABASE_URL"], &KNOWN),
+            None
+        );
+        let unknown = unknown_env_among(["TASKFENCE_NOPE", "TASKFENCE_NOPE", "taskfence_lease"], &KNOWN)
+            .expect("one unknown");
+        assert_eq!(
+            unknown.vars().len(),
+            1,
+            "reported once, lower case is not the prefix"
+        );
+        assert_eq!(
+            unknown.to_string(),
+            "unknown environment variable, ignored: TASKFENCE_NOPE"
+        );
+    }
+
+    #[test]
+    fn close_names_get_a_suggestion_and_far_ones_none() {
+        let suggest = |name: &str| {
+            unknown_env_among([name], &KNOWN).expect("unknown").vars()[0]
+                .suggestion()
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            suggest("TASKFENCE_CONCURENCY").as_deref(),
+            Some("TASKFENCE_CONCURRENCY")
+        );
+        assert_eq!(suggest("TASKFENCE_LAESE").as_deref(), Some("TASKFENCE_LEASE"));
+        assert_eq!(
+            suggest("TASKFENCE_SIM_LATENCY_MIN").as_deref(),
+            Some("TASKFENCE_SIM_MIN_LATENCY")
+        );
+        assert_eq!(suggest("TASKFENCE_PER_PARTITION"), None);
+        assert_eq!(suggest("TASKFENCE_LEAS").as_deref(), Some("TASKFENCE_LEASE"));
+        assert_eq!(suggest("TASKFENCE_LE"), None, "short names: one edit at most");
+    }
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(edits("", ""), 0);
+        assert_eq!(edits("LEASE", "LEASE"), 0);
+        assert_eq!(edits("LEASE", "LAESE"), 1, "a swap is one edit");
+        assert_eq!(edits("LEASE", "ELASE"), 1);
+        assert_eq!(edits("LEASE", "LEASES"), 1);
+        assert_eq!(edits("abc", ""), 3);
+    }
+}
