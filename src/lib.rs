@@ -23,7 +23,6 @@
 //! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
 //! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
 //! | `testing` | the backend conformance suite and the test kit (feature `testing`) |
-//! | [`offsets`] | `OffsetTracker`: the safe commit position for Kafka-style consumers |
 //! | [`clock`] | the store clock of the embedded backends, and a manual one for tests |
 //! | [`limits`] | input limits every backend enforces |
 //! | [`config`] | a binary's settings: unknown `TASKFENCE_*` variables reported, former names read with a warning |
@@ -44,7 +43,6 @@ pub mod intercept;
 mod lease;
 pub mod limits;
 pub mod memory;
-pub mod offsets;
 pub mod policy;
 pub mod prelude;
 pub mod republish;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use time::OffsetDateTime;
 
-use crate::backend::rules::{self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule};
+use crate::backend::rules::{
+    self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule, Work,
+};
 use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
@@ -132,6 +134,27 @@ impl MemoryStore {
 
     fn now(&self) -> OffsetDateTime {
         self.inner.clock.now()
+    }
+
+    /// A release of `lease` as [`rules::release`] decides it: due again at
+    /// once (`due` and `claim_next` find it), the claim refunded when the
+    /// work never began.
+    fn release_as(&self, lease: Lease, work: Work) -> Result<Fenced<()>> {
+        let mut state = self.lock();
+        let now = self.now();
+        let id = lease.task_id();
+        let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
+        match rules::release(task, lease.version(), now, work) {
+            Err(rejection) => {
+                tracing::debug!(%rejection, "fenced write rejected");
+                Ok(Fenced::Rejected(rejection))
+            }
+            Ok(released) => {
+                state.finish_attempt(id, lease.version(), work.outcome(), now, None);
+                *state.task_mut(id) = released;
+                Ok(Fenced::Accepted(()))
+            }
+        }
     }
 
     /// Runs a fenced write: checks the lease against the task with
@@ -382,20 +405,11 @@ impl Backend for MemoryStore {
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        self.fenced(&lease, |state, now| {
-            state.finish_attempt(
-                lease.task_id(),
-                lease.version(),
-                AttemptOutcome::Released,
-                now,
-                None,
-            );
-            let task = state.task_mut(lease.task_id());
-            task.status = Status::Pending;
-            task.lease_until = None;
-            // Due again at once, and since now: `due` and `claim_next` find it.
-            task.not_before = Some(now);
-        })
+        self.release_as(lease, Work::Started)
+    }
+
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        self.release_as(lease, Work::NotStarted)
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {

@@ -56,7 +56,7 @@
 //!
 //! `operation` is the [`TaskStore`] or [`Inspect`](crate::inspect::Inspect) method's name (`submit`,
 //! `get`, `find`, `claim`, `claim_many`, `claim_next`, `renew`, `renew_many`, `complete`,
-//! `complete_many`, `fail`, `release`, `cancel`, `record_operation`,
+//! `complete_many`, `fail`, `release`, `release_unstarted`, `cancel`, `record_operation`,
 //! `begin_effect`, `finish_effect`, `effects`, `attempts`, `reopen`, `due`, `purge_expired`, `list`, `counts`, `story`,
 //! `stranded`). `outcome` and `reason` are the [`Outcome`] of the answer:
 //!
@@ -66,7 +66,7 @@
 //! | `get`, `find`, `story` | `found`, `absent` | — |
 //! | `claim`, each task of `claim_many` | `acquired`, `completed`, `busy`, `backoff`, `failed`, `cancelled`, `not_found` | — |
 //! | each task `claim_next` handed out | `acquired` | — |
-//! | `renew`, each lease of `renew_many`, `complete`, each lease of `complete_many`, `release`, `cancel`, `record_operation`, `finish_effect`, `reopen` | `accepted` | — |
+//! | `renew`, each lease of `renew_many`, `complete`, each lease of `complete_many`, `release`, `release_unstarted`, `cancel`, `record_operation`, `finish_effect`, `reopen` | `accepted` | — |
 //! | `begin_effect` | `accepted` | `call` (first call), `call_ambiguous` (calling again after an intent with no outcome), `done` (skip: done before), `stop` (ambiguous, the policy stops) |
 //! | `fail` | `accepted` | `scheduled` (a retry is planned), `exhausted` (terminally failed) |
 //! | any fenced write (the row above, and `fail`) | `rejected` | the [`Rejection::label`](crate::Rejection::label): `already_completed`, `superseded`, `lease_expired`, `not_running`, `not_terminal`, `key_reused` |
@@ -309,7 +309,7 @@ macro_rules! op_span {
 /// The call's span, with what the call names recorded.
 fn call_span(call: &Call) -> Span {
     let span = op_span!(call.operation;
-        "submit", "get", "find", "claim", "renew", "complete", "fail", "release", "cancel",
+        "submit", "get", "find", "claim", "renew", "complete", "fail", "release", "release_unstarted", "cancel",
         "record_operation", "begin_effect", "finish_effect", "effects", "attempts", "reopen", "due", "purge_expired", "claim_many",
         "complete_many", "claim_next", "renew_many", "list", "counts", "counts_up_to", "story", "stranded",
     );

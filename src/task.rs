@@ -334,15 +334,18 @@ pub struct Task {
     pub payload: Vec<u8>,
     /// Where the task is in its life.
     pub status: Status,
-    /// The fencing token: incremented atomically by every claim. Every claim is
-    /// one attempt, so this is also the number of attempts made.
+    /// The fencing token: incremented atomically by every claim, so this is
+    /// also the number of claims made (those given back unstarted included:
+    /// the budget does not count them, see [`budget_base`](Self::budget_base)).
     pub version: u64,
     /// Retry budget and backoff.
     pub policy: RetryPolicy,
     /// The assignment version at which the current retry budget began: 0, or
     /// the version when an operator last [reopened](crate::TaskStore::reopen)
-    /// the task. `version - budget_base` attempts count against the policy;
-    /// the version itself never goes back, so an old lease can never save.
+    /// the task; plus one for each claim since given back before its work
+    /// began ([`release_unstarted`](crate::TaskStore::release_unstarted)).
+    /// `version - budget_base` attempts count against the policy; the
+    /// version itself never goes back, so an old lease can never save.
     pub budget_base: u64,
     /// When the current retry budget began: `created_at`, or the instant of
     /// the last [reopening](crate::TaskStore::reopen). The policy's deadline counts from here.
@@ -420,13 +423,18 @@ impl Task {
         self
     }
 
-    /// Attempts made so far (each claim counts, a takeover too). Equal to the assignment version.
+    /// Claims made so far (a takeover too, and claims given back unstarted,
+    /// which the budget does not count: see
+    /// [`attempts_in_budget`](Self::attempts_in_budget)). Equal to the
+    /// assignment version.
     pub fn attempts(&self) -> u32 {
         budget::attempts(self.version)
     }
 
-    /// Attempts made in the current retry budget: all of them, unless an
-    /// operator [reopened](crate::TaskStore::reopen) the task with a fresh budget.
+    /// Attempts made in the current retry budget: every claim since the
+    /// budget began (all of them, unless an operator
+    /// [reopened](crate::TaskStore::reopen) the task with a fresh budget),
+    /// less those given back before their work began.
     pub fn attempts_in_budget(&self) -> u32 {
         budget::attempts_in_budget(self.version, self.budget_base)
     }

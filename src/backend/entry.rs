@@ -94,6 +94,10 @@ pub(crate) fn release(lease: &Lease) -> Span {
     lease_span("release", lease)
 }
 
+pub(crate) fn release_unstarted(lease: &Lease) -> Span {
+    lease_span("release_unstarted", lease)
+}
+
 pub(crate) fn cancel(id: TaskId, reason: &str) -> Checked {
     limits::check_reason(reason)?;
     Ok(span("cancel", Some(id)))

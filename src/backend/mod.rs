@@ -18,7 +18,7 @@
 //! | --- | --- |
 //! | [`Backend`], [`InspectBackend`] | the operations, on validated input |
 //! | [`OutboxBackend`] | a transactional outbox: take handoffs, mark them published, write new ones; the dispatcher loop is [`Outbox`](crate::dispatch::Outbox)'s |
-//! | [`rules`] | every decision (claim, fence, accept, fail, cancel, reopen) as a pure function of a task and an instant |
+//! | [`rules`] | every decision (claim, fence, accept, fail, release, cancel, reopen) as a pure function of a task and an instant |
 //! | [`Plan`], [`jitter_unit`] | a failed attempt's retry plan and its jitter draw |
 //! | [`new_task`], [`new_lease`], [`renewed`] | the task and lease values a backend hands back |
 //! | [`claim_one_by_one`], [`complete_one_by_one`], [`renew_one_by_one`] | batches made of single operations |
@@ -90,8 +90,13 @@ pub trait Backend: Send + Sync {
     async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>>;
     /// [`TaskStore::fail`], on validated input.
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
-    /// [`TaskStore::release`], on validated input.
+    /// [`TaskStore::release`], on validated input: decide with
+    /// [`rules::release`] and [`rules::Work::Started`].
     async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
+    /// [`TaskStore::release_unstarted`], on validated input: decide with
+    /// [`rules::release`] and [`rules::Work::NotStarted`] (the refund in the
+    /// same fenced write as the release).
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>>;
     /// [`TaskStore::cancel`], on validated input.
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>>;
     /// [`TaskStore::record_operation`], on validated input.
@@ -204,6 +209,11 @@ impl<B: Backend + ?Sized> TaskStore for B {
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let span = entry::release(&lease);
         Backend::release(self, lease).instrument(span).await
+    }
+
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        let span = entry::release_unstarted(&lease);
+        Backend::release_unstarted(self, lease).instrument(span).await
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {

@@ -14,7 +14,7 @@ use crate::effect::{Effect, EffectOutcome, EffectStart, EffectState};
 use crate::error::InvalidInput;
 use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, Failure, OnAmbiguous, RetryPolicy, StopReason};
-use crate::store::{Claim, ClaimNext, Fenced, Lease, Rejection};
+use crate::store::{AttemptOutcome, Claim, ClaimNext, Fenced, Lease, Rejection};
 use crate::task::{AttemptId, Status, Task};
 
 /// What a claim of `task` at `now` must do.
@@ -132,7 +132,8 @@ pub fn wanted(request: &ClaimNext, task: &Task) -> bool {
 }
 
 /// A check a write of a lease must pass, given the task, the lease's version
-/// and the store's instant: [`fence`] for renew, fail, release and
+/// and the store's instant: [`fence`] for renew, fail, release (its
+/// decision is [`release`]) and
 /// record_operation, [`accept`] for a completion. Backends run the same one in
 /// the write's guard and when they classify a refused write.
 ///
@@ -179,7 +180,8 @@ pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejec
 /// held a lease in the current budget (after the
 /// [`budget_base`](Task::budget_base), up to the current version) while no response is saved
 /// and the task is not terminal — its own lease may have expired or been
-/// taken over.
+/// taken over. (A claim given back unstarted raises the base: an attempt
+/// older than such a claim no longer saves, and the task runs again.)
 ///
 /// ```
 /// use taskfence::backend::rules::accept;
@@ -268,6 +270,76 @@ pub fn after_failure(
             Ok(not_before)
         }
     }
+}
+
+/// Whether the work of a lease given back had begun: what decides if its
+/// claim counts against the retry budget.
+///
+/// ```
+/// use taskfence::backend::rules::Work;
+/// assert_eq!(Work::NotStarted.refund(), 1);
+/// assert_eq!(Work::Started.refund(), 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// The work began ([`release`](crate::TaskStore::release)): the claim
+    /// was an attempt, and stays one.
+    Started,
+    /// The work never began
+    /// ([`release_unstarted`](crate::TaskStore::release_unstarted)): the
+    /// claim is refunded.
+    NotStarted,
+}
+
+impl Work {
+    /// The attempt outcome a release of this kind records.
+    pub const fn outcome(self) -> AttemptOutcome {
+        match self {
+            Work::Started => AttemptOutcome::Released,
+            Work::NotStarted => AttemptOutcome::ReturnedUnstarted,
+        }
+    }
+
+    /// How much a release of this kind raises the task's
+    /// [`budget_base`](Task::budget_base): one for a claim whose work never
+    /// began (the version still rose, so fencing is unchanged; the budget,
+    /// `version - budget_base`, no longer counts it), none otherwise.
+    pub const fn refund(self) -> u64 {
+        match self {
+            Work::Started => 0,
+            Work::NotStarted => 1,
+        }
+    }
+}
+
+/// Decides a release of the assignment `version` of `task` at `now`, and
+/// returns the task as the release leaves it: the [`fence`] first (a stale,
+/// expired or superseded lease writes nothing and refunds nothing), then
+/// pending and due at once, and, when the work never began, the claim
+/// refunded ([`Work::refund`]) in the same write. Its attempt ends with
+/// [`Work::outcome`].
+///
+/// Only a holder of the current lease can refund, once: the release ends
+/// the assignment, so a repeated release is refused by the fence. A crash or
+/// a lease left to expire is never refunded: nothing releases it.
+///
+/// ```
+/// use taskfence::backend::rules::{release, Work};
+/// # fn f(task: &taskfence::Task) {
+/// let now = time::OffsetDateTime::now_utc();
+/// if let Ok(released) = release(task, task.version, now, Work::NotStarted) {
+///     assert_eq!(released.attempts_in_budget() + 1, task.attempts_in_budget());
+/// }
+/// # }
+/// ```
+pub fn release(task: &Task, version: u64, now: OffsetDateTime, work: Work) -> Result<Task, Rejection> {
+    fence(task, version, now)?;
+    let mut released = task.clone();
+    released.status = Status::Pending;
+    released.lease_until = None;
+    released.not_before = Some(now);
+    released.budget_base = (task.budget_base + work.refund()).min(task.version);
+    Ok(released)
 }
 
 /// What a cancellation of `task` must do.

@@ -50,6 +50,15 @@ impl Expr {
         self.set.push(format!("{name} = if_not_exists({name}, :{attr})"));
         self
     }
+    /// Adds `by` to the number `attr` (absent: 0), as part of this update.
+    pub(super) fn add_to(mut self, attr: &str, by: u64) -> Self {
+        let name = self.name(attr);
+        self.values.insert(format!(":{attr}"), n(by));
+        self.values.insert(format!(":{attr}_zero"), n(0));
+        self.set
+            .push(format!("{name} = if_not_exists({name}, :{attr}_zero) + :{attr}"));
+        self
+    }
     pub(super) fn remove(mut self, attr: &str) -> Self {
         let name = self.name(attr);
         self.remove.push(name);

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{Put, ReturnValuesOnConditionCheckFailure, Transact
 use time::OffsetDateTime;
 use tracing::Instrument;
 
-use crate::backend::rules::{self, CancelRule, ClaimRule};
+use crate::backend::rules::{self, CancelRule, ClaimRule, Work};
 use crate::backend::{Backend, entry, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
@@ -549,26 +549,33 @@ impl DynamoStore {
         .await
     }
 
-    /// [`TaskStore::release`](crate::TaskStore::release), with the
-    /// application's `extra` items in the same transaction.
+    /// [`TaskStore::release`](crate::TaskStore::release) (or
+    /// [`release_unstarted`](crate::TaskStore::release_unstarted), by
+    /// `work`), with the application's `extra` items in the same
+    /// transaction: the fence as the condition, [`rules::release`]'s change
+    /// as the update (the refund as an addition to the budget base).
     pub(super) async fn release_items(
         &self,
         lease: Lease,
+        work: Work,
         extra: &[TransactWriteItem],
     ) -> Result<Fenced<()>> {
         let pk = item::task_pk(lease.task_id());
         self.fenced_tx_with("release", rules::fence, &lease, Layout::OWN, extra, |now| {
             // Due again from now on: in the due index, so `due` and
             // `claim_next` find it.
-            let task = fence(Expr::default(), lease.version(), now)
+            let mut task = fence(Expr::default(), lease.version(), now)
                 .set(item::STATUS, s(Status::Pending.as_str()))
                 .remove(item::LEASE_UNTIL)
                 .set(item::NOT_BEFORE, at(now))
                 .set(DUE_SHARD, s(DUE_INDEX))
                 .set(DUE_AT, at(now));
+            if work.refund() > 0 {
+                task = task.add_to(item::BUDGET_BASE, work.refund());
+            }
             let attempt = attempt_update(Expr::default())
                 .set(item::FINISHED_AT, at(now))
-                .set(item::OUTCOME, s(AttemptOutcome::Released.as_str()));
+                .set(item::OUTCOME, s(work.outcome().as_str()));
             let items = vec![
                 task.update(&self.table, item::key_of(pk.clone(), item::TASK_SK)),
                 attempt.update(
@@ -745,7 +752,11 @@ impl Backend for DynamoStore {
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        self.release_items(lease, &[]).await
+        self.release_items(lease, Work::Started, &[]).await
+    }
+
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        self.release_items(lease, Work::NotStarted, &[]).await
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
@@ -979,11 +990,12 @@ impl DynamoStore {
     }
 
     /// Gives back leases a call took but cannot hand out (its answer is an
-    /// error): released, the tasks are due at once. A release that fails
-    /// leaves its lease to expire, as a crash would.
+    /// error): released unstarted (no work began, so the claims are
+    /// refunded), the tasks are due at once. A release that fails leaves its
+    /// lease to expire, as a crash would (and then it counts).
     async fn release_all(&self, leases: Vec<Lease>) {
         for lease in leases {
-            if let Err(e) = Backend::release(self, lease).await {
+            if let Err(e) = Backend::release_unstarted(self, lease).await {
                 tracing::warn!(error = %e, "could not give back a lease; it will expire");
             }
         }

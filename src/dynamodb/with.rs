@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem};
 use tracing::Instrument;
 
+use crate::backend::rules::Work;
 use crate::backend::{Backend, InspectBackend, entry};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{InvalidInput, Result};
@@ -34,7 +35,7 @@ use super::store::{check_extra, check_payload, check_response};
 ///
 /// | operations | on this handle |
 /// | --- | --- |
-/// | `submit`, `complete`, `fail`, `release`, `record_operation`, [`write`](Self::write) | **carry the items**: one transaction with the task's own items; a refusal ([`Fenced::Rejected`], a key conflict, an item's condition) writes none of them |
+/// | `submit`, `complete`, `fail`, `release`, `release_unstarted`, `record_operation`, [`write`](Self::write) | **carry the items**: one transaction with the task's own items; a refusal ([`Fenced::Rejected`], a key conflict, an item's condition) writes none of them |
 /// | `get`, `find`, `attempts`, `effects`, `due`, and [`Inspect`](crate::inspect::Inspect)'s `list`, `counts`, `story`, `stranded` | run on the store: they write nothing, and read what is committed (DynamoDB transactions are one request: there is nothing uncommitted to read) |
 /// | `claim`, `cancel`, `begin_effect`, `finish_effect` | **refused**: they may answer without writing (a busy or finished task, an effect already recorded), so the items' fate would not follow the answer |
 /// | `reopen` | **refused**: an operator's action on a failed or cancelled task, written with its dedup record; it takes no application writes |
@@ -77,7 +78,7 @@ use super::store::{check_extra, check_payload, check_response};
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
-#[must_use = "make a write (submit, complete, fail, release, record_operation, write) to send the items"]
+#[must_use = "make a write (submit, complete, fail, release, release_unstarted, record_operation, write) to send the items"]
 pub struct WithItems<'s> {
     store: &'s DynamoStore,
     /// The application's items, until a write takes them.
@@ -189,7 +190,12 @@ impl Backend for WithItems<'_> {
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
         let items = self.take("release")?;
-        self.store.release_items(lease, &items).await
+        self.store.release_items(lease, Work::Started, &items).await
+    }
+
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        let items = self.take("release_unstarted")?;
+        self.store.release_items(lease, Work::NotStarted, &items).await
     }
 
     async fn cancel(&self, _: TaskId, _: &str) -> Result<Fenced<Task>> {

@@ -149,6 +149,13 @@ impl<S: Inner + ?Sized, I: Intercept> TaskStore for Intercepted<S, I> {
             .around(call, Box::pin(hooks.release(self.inner.store(), lease)))
             .await
     }
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        let hooks = &self.interceptor;
+        let call = Call::new("release_unstarted").lease(&lease);
+        hooks
+            .around(call, Box::pin(hooks.release_unstarted(self.inner.store(), lease)))
+            .await
+    }
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
         let hooks = &self.interceptor;
         let run = hooks.cancel(self.inner.store(), id, reason);

@@ -104,6 +104,10 @@ pub trait Intercept: Send + Sync {
     async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
         inner.release(lease).await
     }
+    /// [`TaskStore::release_unstarted`]; forwards to `inner` unless overridden.
+    async fn release_unstarted(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
+        inner.release_unstarted(lease).await
+    }
     /// [`TaskStore::cancel`]; forwards to `inner` unless overridden.
     async fn cancel(&self, inner: &dyn TaskStore, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
         inner.cancel(id, reason).await

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::backend::rules::Work;
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
@@ -50,7 +51,11 @@ impl<S: Site> Backend for S {
     }
 
     async fn release(&self, lease: Lease) -> Result<Fenced<()>> {
-        ops::release(self.sql(), &mut *self.conn().await?, lease).await
+        ops::release(self.sql(), &mut *self.conn().await?, lease, Work::Started).await
+    }
+
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        ops::release(self.sql(), &mut *self.conn().await?, lease, Work::NotStarted).await
     }
 
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {

@@ -634,14 +634,16 @@ impl Statements {
                 )
                 SELECT {cols} FROM failed"
             )),
-            // $1 id, $2 version.
+            // $1 id, $2 version, $3 attempt outcome, $4 refund (both from
+            // `rules::Work`: a release whose work never began raises the
+            // budget base by one in the same fenced write).
             // The task is due again from the release on (`not_before`: now),
             // so `due` and `claim_next` find it.
             release: Sql::from(format!(
                 "WITH {locked}
                 UPDATE {s}.tasks
-                SET (status, lease_until, not_before, attempt_finished_at, attempt_outcome) = (
-                    SELECT 'pending', NULL::timestamptz, c.now, c.now, 'released'
+                SET (status, lease_until, not_before, attempt_finished_at, attempt_outcome, budget_base) = (
+                    SELECT 'pending', NULL::timestamptz, c.now, c.now, $3, LEAST(budget_base + $4, version)
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                 )
                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()

@@ -68,10 +68,16 @@ impl Reopening {
 
 /// How an attempt ended.
 ///
+/// Non-exhaustive: a later release may record a new way for an attempt to
+/// end, so a `match` needs a wildcard arm.
+///
 /// ```
-/// assert_eq!(taskfence::store::AttemptOutcome::Expired.as_str(), "expired");
+/// use taskfence::store::AttemptOutcome;
+/// assert_eq!(AttemptOutcome::Expired.as_str(), "expired");
+/// assert!(!AttemptOutcome::ReturnedUnstarted.counts());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AttemptOutcome {
     /// Still holding (or last held) the lease; no outcome reported.
     Running,
@@ -79,8 +85,14 @@ pub enum AttemptOutcome {
     Completed,
     /// It reported a failure of this kind.
     Failed(FailureKind),
-    /// It gave the task back.
+    /// It gave the task back after its work began
+    /// ([`release`](crate::TaskStore::release)): the attempt counts.
     Released,
+    /// It gave the task back before its work began
+    /// ([`release_unstarted`](crate::TaskStore::release_unstarted), a
+    /// prefetched claim at a stop): the claim was refunded to the retry
+    /// budget.
+    ReturnedUnstarted,
     /// Its lease expired without a report; the task was taken over or its budget ran out.
     Expired,
     /// The task was cancelled while it ran.
@@ -100,10 +112,24 @@ impl AttemptOutcome {
             AttemptOutcome::Failed(FailureKind::Permanent) => "failed_permanent",
             AttemptOutcome::Failed(FailureKind::Ambiguous) => "failed_ambiguous",
             AttemptOutcome::Released => "released",
+            AttemptOutcome::ReturnedUnstarted => "returned_unstarted",
             AttemptOutcome::Expired => "expired",
             AttemptOutcome::Cancelled => "cancelled",
             AttemptOutcome::Overtaken => "overtaken",
         }
+    }
+
+    /// Whether an attempt that ended so counts against the retry budget:
+    /// every outcome but [`ReturnedUnstarted`](Self::ReturnedUnstarted)
+    /// (work began, or the lease was held until it was lost).
+    ///
+    /// ```
+    /// use taskfence::store::AttemptOutcome;
+    /// assert!(AttemptOutcome::Expired.counts(), "a crash is an attempt");
+    /// assert!(AttemptOutcome::Released.counts());
+    /// ```
+    pub const fn counts(self) -> bool {
+        !matches!(self, AttemptOutcome::ReturnedUnstarted)
     }
 
     /// Parses [`as_str`](Self::as_str)'s output.
@@ -115,6 +141,7 @@ impl AttemptOutcome {
             "failed_permanent" => AttemptOutcome::Failed(FailureKind::Permanent),
             "failed_ambiguous" => AttemptOutcome::Failed(FailureKind::Ambiguous),
             "released" => AttemptOutcome::Released,
+            "returned_unstarted" => AttemptOutcome::ReturnedUnstarted,
             "expired" => AttemptOutcome::Expired,
             "cancelled" => AttemptOutcome::Cancelled,
             "overtaken" => AttemptOutcome::Overtaken,

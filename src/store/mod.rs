@@ -75,7 +75,8 @@ pub trait TaskStore: Send + Sync {
     async fn find(&self, key: &RequestKey) -> Result<Option<Task>>;
 
     /// Asks for the right to work on the task now. Acquiring counts an attempt
-    /// and increments the assignment version.
+    /// and increments the assignment version (a claim given back with
+    /// [`release_unstarted`](Self::release_unstarted) is refunded).
     async fn claim(&self, id: TaskId, request: ClaimRequest) -> Result<Claim>;
 
     /// Extends the lease to `extend_by` from now (store clock). On success the
@@ -92,9 +93,42 @@ pub trait TaskStore: Send + Sync {
     /// backoff, or terminal failure.
     async fn fail(&self, lease: Lease, failure: Failure) -> Result<Fenced<Retry>>;
 
-    /// Gives the task back now (graceful shutdown): pending and due at once
-    /// (`due` and `claim_next` find it). The attempt stays counted.
+    /// Gives the task back now, after its work began (graceful shutdown of
+    /// running work): pending and due at once (`due` and `claim_next` find
+    /// it). The attempt stays counted ([`AttemptOutcome::Released`]).
     async fn release(&self, lease: Lease) -> Result<Fenced<()>>;
+
+    /// Gives the task back now, its work never begun (a prefetched claim at
+    /// a stop, a claim a worker took but cannot run): pending and due at
+    /// once, as [`release`](Self::release), and the claim refunded to the
+    /// retry budget in the same fenced write: the assignment version still
+    /// rose (an old lease stays fenced), but
+    /// [`attempts_in_budget`](Task::attempts_in_budget) is as it was before
+    /// the claim. The attempt journal records it as
+    /// [`AttemptOutcome::ReturnedUnstarted`].
+    ///
+    /// Fenced like `release`: a lease that is not current (expired,
+    /// superseded, released already) writes nothing and refunds nothing. A
+    /// claim whose work began, or whose lease was lost while held (a
+    /// crash), always counts: call [`release`](Self::release) once the
+    /// work function was called.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// let once = RetryPolicy::default().max_attempts(1);
+    /// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"])).policy(once)).await?.into_task();
+    /// let Claim::Acquired(lease) = store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await? else { unreachable!() };
+    /// assert!(store.release_unstarted(lease).await?.is_accepted());
+    ///
+    /// let task = store.get(task.id).await?.unwrap();
+    /// assert_eq!((task.version, task.attempts_in_budget(), task.attempts_left()), (1, 0, 1));
+    /// assert!(store.claim(task.id, ClaimRequest::new("w", Duration::from_secs(30))).await?.is_acquired());
+    /// # Ok(()) }
+    /// ```
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>>;
 
     /// Cancels a live task. A worker still running it is then rejected with
     /// [`Rejection::NotRunning`]. Cancelling a cancelled task is accepted again;

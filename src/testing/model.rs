@@ -91,8 +91,13 @@ pub enum Op {
         /// Permanent instead of retryable.
         permanent: bool,
     },
-    /// Worker gives the task back.
+    /// Worker gives the task back after its work began (the attempt counts).
     Release {
+        /// Which worker.
+        worker: u8,
+    },
+    /// Worker gives the task back before its work began (the claim is refunded).
+    ReleaseUnstarted {
         /// Which worker.
         worker: u8,
     },
@@ -130,7 +135,8 @@ struct ModelTask {
     not_before: Option<u64>,
     response: Option<Response>,
     created: u64,
-    /// The version when the current budget began (0 until a reopening).
+    /// The version when the current budget began (0 until a reopening),
+    /// plus one per claim given back unstarted since.
     budget_base: u64,
     /// When the retention window last started (submission, or a reopening).
     retained_from: u64,
@@ -239,6 +245,7 @@ impl Runner<'_> {
             | Op::Complete { worker }
             | Op::Fail { worker, .. }
             | Op::Release { worker }
+            | Op::ReleaseUnstarted { worker }
             | Op::RecordOperation { worker } => self.fenced(op, worker, ctx).await,
             Op::Cancel { task } => self.cancel(task, ctx).await,
             Op::Advance { secs } => self.advance(secs).await,
@@ -407,7 +414,8 @@ impl Runner<'_> {
                 .rejection()
                 .cloned(),
             Op::Complete { .. } => self.complete(slot, i, lease, ctx).await,
-            Op::Release { .. } => self.release(slot, i, lease, ctx).await,
+            Op::Release { .. } => self.release(slot, i, lease, false, ctx).await,
+            Op::ReleaseUnstarted { .. } => self.release(slot, i, lease, true, ctx).await,
             Op::Fail { permanent, .. } => self.fail(slot, i, lease, permanent, ctx).await,
             _ => unreachable!("not a fenced operation: {op:?}"),
         };
@@ -442,12 +450,28 @@ impl Runner<'_> {
         got.rejection().cloned()
     }
 
-    async fn release(&mut self, slot: usize, i: usize, lease: Lease, ctx: &str) -> Option<Rejection> {
-        let got = self.store.release(lease).await.expect(ctx);
+    async fn release(
+        &mut self,
+        slot: usize,
+        i: usize,
+        lease: Lease,
+        unstarted: bool,
+        ctx: &str,
+    ) -> Option<Rejection> {
+        let got = if unstarted {
+            self.store.release_unstarted(lease).await
+        } else {
+            self.store.release(lease).await
+        }
+        .expect(ctx);
         self.m.held[slot] = None;
         if got.is_accepted() {
             let t = &mut self.m.tasks[i];
             (t.status, t.lease_until, t.not_before) = (Status::Pending, None, Some(self.m.now));
+            if unstarted {
+                // Refunded: the version stays, the budget no longer counts the claim.
+                t.budget_base += 1;
+            }
         }
         got.rejection().cloned()
     }
@@ -636,6 +660,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => worker.clone().prop_map(|worker| Op::Complete { worker }),
         2 => (worker.clone(), prop::bool::weighted(0.2)).prop_map(|(worker, permanent)| Op::Fail { worker, permanent }),
         1 => worker.clone().prop_map(|worker| Op::Release { worker }),
+        1 => worker.clone().prop_map(|worker| Op::ReleaseUnstarted { worker }),
         1 => worker.prop_map(|worker| Op::RecordOperation { worker }),
         1 => any::<u8>().prop_map(|task| Op::Cancel { task }),
         3 => (1u8..15).prop_map(|secs| Op::Advance { secs }),

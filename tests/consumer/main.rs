@@ -62,4 +62,5 @@ on_every_backend!(
     broker_deliveries_are_claimed_together_and_settled_after_the_store,
     a_submission_wakes_an_idle_consumer,
     a_dropped_consumer_stops_renewing_its_leases,
+    a_deploy_loop_spends_no_budget_on_prefetched_tasks,
 );

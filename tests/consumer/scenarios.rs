@@ -327,8 +327,10 @@ pub(crate) async fn a_renewal_slower_than_its_period_still_keeps_the_lease(store
         SlowRenewals(Duration::from_millis(600)),
     ));
     let ids = submit_all(&*store, (0..3).map(|i| format!("slow-renewal-{i}"))).await;
+    // Tasks held ready on a lease longer than a slow round, too.
     let config = ConsumerConfig::new("consumer-1", Duration::from_secs(2))
         .renew_every(Duration::from_millis(300))
+        .ready_lease(Duration::from_millis(1500))
         .concurrency(3)
         .idle(Duration::from_millis(10), Duration::from_millis(100));
     let consumer = StoreQueue::new(slow).consumer(config).unwrap();
@@ -431,15 +433,20 @@ pub(crate) async fn a_stop_lets_running_work_finish_and_fetches_no_more(store: A
     }
     // No fetch starts after the stop; one already in flight (the consumer
     // fetches ahead while work runs) may return the late task, which is
-    // then given back untouched: never started, pending and due.
+    // then given back untouched: never started, pending and due, its claim
+    // refunded.
     assert_eq!(started.load(Ordering::SeqCst), 4, "the late task never started");
     let attempts = store.attempts(late.id).await.unwrap();
     assert_eq!(stopped.released as usize, attempts.len());
+    assert_eq!(stopped.returned_unstarted, stopped.released);
     assert!(
-        attempts.iter().all(|a| a.outcome == AttemptOutcome::Released),
+        attempts
+            .iter()
+            .all(|a| a.outcome == AttemptOutcome::ReturnedUnstarted),
         "{attempts:?}"
     );
-    assert_eq!(task(&*store, late.id).await.status, Status::Pending);
+    let late = task(&*store, late.id).await;
+    assert_eq!((late.status, late.attempts_in_budget()), (Status::Pending, 0));
 }
 
 /// Work that outlives the grace is dropped and its lease released: the task
@@ -583,6 +590,10 @@ impl Intercept for Hangs {
     async fn release(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
         self.maybe_hang().await;
         inner.release(lease).await
+    }
+    async fn release_unstarted(&self, inner: &dyn TaskStore, lease: Lease) -> Result<Fenced<()>> {
+        self.maybe_hang().await;
+        inner.release_unstarted(lease).await
     }
     async fn renew_many(
         &self,
@@ -830,4 +841,85 @@ pub(crate) async fn a_dropped_consumer_stops_renewing_its_leases(store: Arc<dyn 
         let outcomes: Vec<_> = attempts.iter().map(|a| a.outcome).collect();
         assert_eq!(outcomes, [AttemptOutcome::Expired, AttemptOutcome::Completed]);
     }
+}
+
+/// A deploy loop: a consumer started and stopped twenty times over a queue
+/// of `max_attempts(2)` tasks, each stop coming while tasks are held ready
+/// (prefetched, never started). Every stop gives those back unstarted, so
+/// however often a task is prefetched and given back, it runs: every task
+/// completes, none fails for its budget — though some were given back more
+/// often than their budget allows attempts (which would have failed them
+/// had those claims counted).
+pub(crate) async fn a_deploy_loop_spends_no_budget_on_prefetched_tasks(store: Arc<dyn TaskStore>) {
+    const ROUNDS: usize = 20;
+    let twice = RetryPolicy::default().max_attempts(2);
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let new = task_in("tenant-1", &format!("deploy-{i}"))
+            .policy(twice)
+            .without_handoff();
+        ids.push(store.submit(new).await.unwrap().into_task().id);
+    }
+    let mut given_back = Vec::new();
+    for round in 1..=ROUNDS {
+        // Two running, four held ready: the first fetch takes six.
+        let config = config().concurrency(2).prefetch(4);
+        let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
+        let stop = consumer.stop().clone();
+        let started = Arc::new(AtomicUsize::new(0));
+        let seen = started.clone();
+        let running = tokio::spawn(consumer.run(move |ctx| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok(Response::from(format!("reply to {}", ctx.task().key.key)))
+            }
+        }));
+        if round < ROUNDS {
+            // A deploy: the stop comes once work is running, with the next
+            // tasks held ready.
+            eventually(WITHIN, || async {
+                (started.load(Ordering::SeqCst) >= 2).then_some(())
+            })
+            .await;
+        } else {
+            // The last process stays until the queue is drained.
+            all_reach(&*store, &ids, Status::Completed).await;
+        }
+        stop.request();
+        let stopped = running.await.unwrap().unwrap();
+        given_back.push(stopped.returned_unstarted);
+    }
+
+    let mut returned = HashMap::new();
+    for &id in &ids {
+        let t = task(&*store, id).await;
+        assert_eq!(t.status, Status::Completed, "{t:?}");
+        assert!(t.attempts_in_budget() <= 2, "{t:?}");
+        let attempts = store.attempts(id).await.unwrap();
+        let unstarted = attempts
+            .iter()
+            .filter(|a| a.outcome == AttemptOutcome::ReturnedUnstarted)
+            .count();
+        assert_eq!(
+            attempts.iter().filter(|a| a.outcome.counts()).count() as u32,
+            t.attempts_in_budget(),
+            "{attempts:?}"
+        );
+        returned.insert(id, unstarted);
+    }
+    let total: usize = returned.values().sum();
+    assert_eq!(
+        total as u64,
+        given_back.iter().sum::<u64>(),
+        "the journal records every claim the consumers gave back unstarted"
+    );
+    assert!(
+        given_back[..ROUNDS - 1].iter().filter(|&&n| n > 0).count() >= ROUNDS / 2,
+        "most stops came with tasks held ready: {given_back:?}"
+    );
+    assert!(
+        returned.values().any(|&n| n >= 2),
+        "some task was given back at least as often as its budget allows attempts: {returned:?}"
+    );
 }

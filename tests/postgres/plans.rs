@@ -168,7 +168,10 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             "uuid, int8, text, text, text, interval, text",
             format!("{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable'"),
         ),
-        "release" => ("uuid, int8", format!("{id}, 1")),
+        "release" => (
+            "uuid, int8, text, int8",
+            format!("{id}, 1, 'returned_unstarted', 1"),
+        ),
         "cancel" => ("uuid, text", format!("{id}, 'user deleted it'")),
         "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
         "fence" => ("uuid, int8", format!("{id}, 1")),
@@ -283,7 +286,7 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("deadline exhausted: 429")
             .bind(interval(2))
             .bind("failed_retryable"),
-        "release" => q.bind(id).bind(1_i64),
+        "release" => q.bind(id).bind(1_i64).bind("returned_unstarted").bind(1_i64),
         "cancel" => q.bind(id).bind("user deleted it"),
         "record_operation" => q.bind(id).bind(1_i64).bind("op-1"),
         "fence" => q.bind(id).bind(1_i64),

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! TIME LEVEL TARGET: EVENT_FIELDS [SPAN_FIELDS]
-//! 2026-12-06T22:40:01.123456Z  INFO kafka_worker::journal: event=Released { … }
+//! 2026-12-06T22:40:01.123456Z  INFO taskfence_kafka::journal: event=Released { … }
 //! 2026-12-06T22:40:01.456789Z  INFO kafka_worker::provider: calling task=… messaging.message.id=… taskfence.version=2 …
 //! ```
 //!

@@ -18,11 +18,11 @@ use std::time::Duration;
 use kafka_worker::config::{Positions, ProviderKind, Settings};
 // Scaffolding: drop this import and the `Simulated` arm below when you copy main.rs.
 use kafka_worker::sim::SimulatedLlm;
-use kafka_worker::{
-    Dispatcher, Handoffs, HttpProvider, Journal, KafkaConfig, PgPositions, Provider, ReplyConsumer, Results,
-    TracingJournal, store,
-};
+use kafka_worker::{HttpProvider, Provider, store, work_with};
 use taskfence::runtime::ConsumerConfig;
+use taskfence_kafka::{
+    Dispatcher, Handoffs, Journal, KafkaConfig, PgPositions, ReplyConsumer, Results, TracingJournal,
+};
 use tokio::signal::unix::{SignalKind, signal};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -94,15 +94,16 @@ async fn main() -> Result<(), BoxError> {
         .concurrency(settings.concurrency)
         .min_retry_delay(settings.retry_delay)
         .stop_after(settings.shutdown_grace, RELEASE_DEADLINE);
+    let work = work_with(provider, Arc::clone(&journal), &settings.worker_id);
     let consumer = match positions {
-        None => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, provider, journal)?,
+        None => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, journal, work)?,
         Some(positions) => ReplyConsumer::spawn_with_positions(
             kafka,
             config,
             Arc::new(pg.clone()),
             positions,
-            provider,
             journal,
+            work,
         )?,
     };
     let stop = consumer.stop().clone();

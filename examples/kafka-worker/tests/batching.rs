@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use kafka_worker::journal::{Event, Handled, Journal};
 use kafka_worker::sim::{self as journal, MemoryJournal, SimulatedLlm};
-use kafka_worker::{Dispatcher, Handoffs, KafkaConfig, ReplyConsumer, ensure_topic};
+use kafka_worker::work_with;
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::ConsumerConfig;
 use taskfence::{Claim, ClaimRequest, Result, Status, TaskId, TaskStore};
+use taskfence_kafka::journal::{Event, Handled, Journal};
+use taskfence_kafka::{Dispatcher, Handoffs, KafkaConfig, ReplyConsumer, ensure_topic};
 
 use support::{GroupProbe, KafkaBroker, topic_and_group, wait_until};
 use taskfence::testing::task_in;
@@ -148,8 +149,8 @@ async fn a_poll_is_claimed_in_batches_and_every_task_is_saved_once() {
         config(bootstrap, &group, &topic, "a"),
         Arc::clone(&store),
         worker_config("a"),
-        provider.clone(),
         journal.clone(),
+        work_with(provider.clone(), journal.clone(), "a"),
     )
     .expect("consumer");
     let probe = GroupProbe::new(bootstrap, &group, &topic, PARTITIONS);
@@ -221,8 +222,8 @@ async fn a_poll_is_claimed_in_batches_and_every_task_is_saved_once() {
         config(bootstrap, &group2, &topic, "r"),
         Arc::clone(&store),
         worker_config("r"),
-        provider,
         reread_journal.clone(),
+        work_with(provider, reread_journal.clone(), "r"),
     )
     .expect("consumer");
     let probe2 = GroupProbe::new(bootstrap, &group2, &topic, PARTITIONS);

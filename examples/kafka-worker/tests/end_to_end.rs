@@ -8,12 +8,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_worker::journal::{Event, Handled};
 use kafka_worker::sim::{self as journal, MemoryJournal, Script, SimulatedLlm};
-use kafka_worker::{Dispatcher, Handoffs, KafkaConfig, PgPositions, ReplyConsumer, ensure_topic};
+use kafka_worker::work_with;
 use taskfence::runtime::ConsumerConfig;
 use taskfence::testing::PgFixture;
 use taskfence::{MemoryStore, RetryPolicy, Status, TaskId, TaskStore};
+use taskfence_kafka::journal::{Event, Handled};
+use taskfence_kafka::{Dispatcher, Handoffs, KafkaConfig, PgPositions, ReplyConsumer, ensure_topic};
 
 use support::{GroupProbe, KafkaBroker, topic_and_group, wait_until};
 use taskfence::testing::task_in;
@@ -102,8 +103,8 @@ async fn scenario(mode: Mode) {
             config(name),
             Arc::clone(&store),
             worker_config(name),
-            provider.clone(),
             journal.clone(),
+            work_with(provider.clone(), journal.clone(), name),
         )
         .expect("consumer"),
         Some((pg, positions)) => ReplyConsumer::spawn_with_positions(
@@ -111,8 +112,8 @@ async fn scenario(mode: Mode) {
             worker_config(name),
             Arc::clone(pg),
             Arc::clone(positions),
-            provider.clone(),
             journal.clone(),
+            work_with(provider.clone(), journal.clone(), name),
         )
         .expect("consumer"),
     };

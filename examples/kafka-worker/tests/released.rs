@@ -8,12 +8,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_worker::journal::Event;
 use kafka_worker::sim::{MemoryJournal, SimulatedLlm};
-use kafka_worker::{Handoffs, KafkaConfig, ReplyConsumer, ensure_topic};
+use kafka_worker::work_with;
 use taskfence::runtime::ConsumerConfig;
 use taskfence::testing::task_in;
 use taskfence::{MemoryStore, Status, TaskStore};
+use taskfence_kafka::journal::Event;
+use taskfence_kafka::{Handoffs, KafkaConfig, ReplyConsumer, ensure_topic};
 
 use support::{KafkaBroker, topic_and_group, wait_until};
 
@@ -38,8 +39,12 @@ async fn released_events_say_whether_the_store_accepted_the_release() {
         KafkaConfig::new(broker.bootstrap(), &group, &topic, "a"),
         Arc::clone(&store) as Arc<dyn TaskStore>,
         config,
-        Arc::new(SimulatedLlm::new(Duration::ZERO, Duration::ZERO)),
         journal.clone(),
+        work_with(
+            Arc::new(SimulatedLlm::new(Duration::ZERO, Duration::ZERO)),
+            journal.clone(),
+            "a",
+        ),
     )
     .expect("consumer");
     let handoffs = Handoffs::with_records_per_batch(broker.bootstrap(), &topic, journal.clone(), Some(1))

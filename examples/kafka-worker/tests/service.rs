@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use kafka_worker::PgPositions;
 use kafka_worker::config::Positions;
-use kafka_worker::dispatcher::task_id;
 use kafka_worker::sim::Script;
 use taskfence::store::AttemptOutcome;
 use taskfence::{Status, TaskId, TaskStore};
+use taskfence_kafka::PgPositions;
+use taskfence_kafka::dispatcher::task_id;
 use taskfence_test_support::eventually_every;
 
 use support::{GroupProbe, ServiceRun, read_topic};
@@ -138,7 +138,7 @@ async fn scenario(mode: Positions) {
         "the service reported its releases:\n{log_text}"
     );
     assert!(
-        log_text.contains("DEBUG kafka_worker::journal"),
+        log_text.contains("DEBUG taskfence_kafka::journal"),
         "RUST_LOG turned on the journal's debug events"
     );
 

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use kafka_worker::dispatcher::task_id;
 use taskfence::store::AttemptOutcome;
 use taskfence::{Status, TaskStore};
+use taskfence_kafka::dispatcher::task_id;
 use taskfence_test_support::process::ChildProcess;
 
 use support::{ServiceRun, read_topic};

@@ -9,11 +9,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_worker::dispatcher::{stamp, stamp_headers};
 use kafka_worker::sim::{MemoryJournal, SimulatedLlm};
-use kafka_worker::{
-    Dispatcher, Downstream, Handoffs, KafkaConfig, ReplyConsumer, Results, Verdict, ensure_topic,
-};
+use kafka_worker::work_with;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -21,6 +18,10 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use taskfence::runtime::ConsumerConfig;
 use taskfence::wire::Stamp;
 use taskfence::{Status, TaskId, TaskStore};
+use taskfence_kafka::dispatcher::{stamp, stamp_headers};
+use taskfence_kafka::{
+    Dispatcher, Downstream, Handoffs, KafkaConfig, ReplyConsumer, Results, Verdict, ensure_topic,
+};
 
 use support::{KafkaBroker, topic_and_group, wait_until};
 use taskfence::testing::task_in;
@@ -96,8 +97,14 @@ async fn handoffs_and_results_carry_the_task_id_and_version_and_stale_results_ar
         Duration::from_millis(50),
     ));
     let config = ConsumerConfig::new("a", Duration::from_secs(5)).min_retry_delay(Duration::from_millis(100));
-    let consumer =
-        ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, provider, journal).expect("consumer");
+    let consumer = ReplyConsumer::spawn(
+        kafka,
+        Arc::new(pg.clone()),
+        config,
+        journal.clone(),
+        work_with(provider, journal, "a"),
+    )
+    .expect("consumer");
     wait_until("the task to be completed", Duration::from_secs(120), || async {
         pg.get(task.id)
             .await

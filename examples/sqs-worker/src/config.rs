@@ -5,7 +5,7 @@
 //! AWS itself is configured the standard way, not here: credentials from the
 //! default chain, `AWS_REGION`, and `AWS_ENDPOINT_URL_SQS` (and
 //! `AWS_ENDPOINT_URL_DYNAMODB`) for a local endpoint (see
-//! [`crate::queue::aws_config()`]).
+//! [`crate::aws::aws_config()`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use taskfence::config::{Renamed, UnknownVars};
 
-use crate::worker::WorkerSettings;
+use taskfence_sqs::WorkerConfig;
 
 /// Where the tasks (and the outbox of handoffs) are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -295,8 +295,8 @@ impl Settings {
     }
 
     /// The worker's settings.
-    pub fn worker_settings(&self) -> WorkerSettings {
-        WorkerSettings {
+    pub fn worker_settings(&self) -> WorkerConfig {
+        WorkerConfig {
             concurrency: self.concurrency,
             poll_wait: self.poll_wait,
             visibility_slack: self.visibility_slack,

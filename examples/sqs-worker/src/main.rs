@@ -15,20 +15,23 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use sqs_worker::config::{ProviderKind, Settings, StoreKind};
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm};
 use sqs_worker::{
-    BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, Stats, dynamo, queue, store,
+    BoxError, Dispatcher, HttpProvider, Provider, SqsQueue, SqsWorker, aws, dynamo, store, work,
 };
 use taskfence::intercept::Intercepted;
-use taskfence::metrics::Recorder;
+use taskfence::metrics::{OPERATION_DURATION_SECONDS, Recorder};
+use taskfence::runtime::Stop;
 use taskfence::{DynamoStore, TaskStore};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
+
+/// Latency as a histogram with buckets (seconds), which sum across replicas (a summary's quantiles do not).
+#[rustfmt::skip]
+const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -60,16 +63,16 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(settings: Settings) -> Result<(), BoxError> {
-    // Listen before anything slow, so a signal during start-up is not lost.
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-
+    // Listen before anything slow, so a signal during start-up is not lost:
+    // the first signal drains within the grace, a second releases at once.
+    let stop = Stop::new();
+    tokio::spawn(stop.clone().on_signals());
     let provider: Arc<dyn Provider> = match settings.provider {
         ProviderKind::Http => {
             let url = settings
                 .provider_url
                 .clone()
-                .ok_or("--provider-url (TASKFENCE_PROVIDER_URL) is required with --provider http")?;
+                .ok_or("--provider http needs --provider-url")?;
             Arc::new(HttpProvider::connect(url)?)
         }
         // Local runs and tests; delete this arm (and `sim`) in your copy.
@@ -81,118 +84,76 @@ async fn serve(settings: Settings) -> Result<(), BoxError> {
         })),
     };
     if let Some(addr) = settings.metrics_addr {
-        // The process-wide recorder; the store below records into it.
-        // Latency as a histogram with buckets, which sum across replicas
-        // (a summary's quantiles do not).
+        let latency = Matcher::Full(OPERATION_DURATION_SECONDS.to_owned());
         PrometheusBuilder::new()
-            .set_buckets_for_metric(
-                Matcher::Full(taskfence::metrics::OPERATION_DURATION_SECONDS.to_owned()),
-                &[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ],
-            )
-            .map_err(|e| format!("metrics buckets: {e}"))?
+            .set_buckets_for_metric(latency, &LATENCY_BUCKETS)?
             .with_http_listener(addr)
             .install()
             .map_err(|e| format!("metrics endpoint on {addr}: {e}"))?;
         taskfence::metrics::describe();
-        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     }
     // One AWS configuration for every AWS client.
-    let aws = queue::aws_config().await;
+    let aws = aws::aws_config().await;
     let queue = SqsQueue::new(aws_sdk_sqs::Client::new(&aws), &settings.queue_url);
-    // Fail at start-up, not on the first message, when credentials, region or
-    // queue URL are wrong.
-    queue
-        .depth()
-        .await
-        .map_err(|e| format!("queue {}: {e}", settings.queue_url))?;
-    let (store, dispatcher): (Arc<dyn TaskStore>, Dispatcher) = match settings.store {
+    // Fail at start-up, not on the first message, when credentials, region or queue URL are wrong.
+    let checked = queue.depth().await;
+    checked.map_err(|e| format!("queue {}: {e}", settings.queue_url))?;
+    // Clap made sure the chosen store's URL or table is there.
+    let (store, outbox): (Arc<dyn TaskStore>, Dispatcher) = match settings.store {
         StoreKind::Postgres => {
-            let url = settings
-                .database_url
-                .as_deref()
-                .ok_or("--database-url (DATABASE_URL) is required with --store postgres")?;
+            let url = settings.database_url.as_deref().unwrap_or_default();
             let pg = store::connect(url, &settings.schema, settings.db_max_connections).await?;
             if !settings.skip_migrations {
-                // Idempotent and serialized by an advisory lock: every replica may run them.
-                pg.migrate().await?;
+                pg.migrate().await?; // idempotent, serialized by an advisory lock
             }
-            let dispatcher = Dispatcher::new(pg.clone(), queue.clone(), settings.dispatch_batch);
-            (Arc::new(pg), dispatcher)
+            let outbox = Dispatcher::new(pg.clone(), queue.clone(), settings.dispatch_batch);
+            (Arc::new(pg), outbox)
         }
         StoreKind::Dynamodb => {
-            let table = settings
-                .dynamodb_table
-                .as_deref()
-                .ok_or("--dynamodb-table (TASKFENCE_DYNAMODB_TABLE) is required with --store dynamodb")?;
+            let table = settings.dynamodb_table.as_deref().unwrap_or_default();
             let client = aws_sdk_dynamodb::Client::new(&aws);
             dynamo::check_table(&client, table).await?;
             let store = DynamoStore::new(client, table)?;
-            let dispatcher = Dispatcher::dynamodb(store.clone(), queue.clone(), settings.dispatch_batch);
-            (Arc::new(store), dispatcher)
+            let outbox = Dispatcher::new(store.clone(), queue.clone(), settings.dispatch_batch);
+            (Arc::new(store), outbox)
         }
     };
-
-    // Every store call is counted and timed (taskfence::metrics); without
-    // --metrics-addr nothing is recorded, at next to no cost.
+    // Every store call is counted and timed (without --metrics-addr nothing is recorded).
     let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store, Recorder));
-    let dispatcher = dispatcher.due_from(Arc::clone(&store));
+    let outbox = outbox.due_from(Arc::clone(&store)).idle(settings.dispatch_idle);
     let worker_id = settings.worker_id();
-    let stats = Arc::new(Stats::default());
     let worker = SqsWorker::new(
-        queue.clone(),
+        queue,
         store,
-        provider,
-        worker_id.clone(),
+        &worker_id,
         settings.lease,
         &settings.worker_settings(),
-        Arc::clone(&stats),
     )?;
-    let stop = worker.stop().clone();
-    let consumer = tokio::spawn(worker.run());
-    let (shutdown, shutting_down) = watch::channel(false);
-    // Publishing needs sqs:SendMessage: both loops run with --dispatch.
-    let republisher = settings.dispatch.then(|| {
-        tokio::spawn(
-            dispatcher
-                .clone()
-                .run_republish(settings.republish_every(), shutting_down.clone()),
-        )
-    });
-    let dispatcher = settings
-        .dispatch
-        .then(|| tokio::spawn(dispatcher.idle(settings.dispatch_idle).run(shutting_down)));
+    let (stats, worker) = (Arc::clone(worker.stats()), worker.with_stop(stop.clone()));
+    let consumer = tokio::spawn(worker.run(move |ctx| work(ctx, Arc::clone(&provider))));
+    // Publishing needs sqs:SendMessage: the outbox and the republish loop run with --dispatch.
+    let (shutdown, stopping) = watch::channel(false);
+    let mut loops = Vec::new();
+    if settings.dispatch {
+        let republish = outbox
+            .clone()
+            .run_republish(settings.republish_every(), stopping.clone());
+        loops.push(tokio::spawn(republish));
+        loops.push(tokio::spawn(outbox.run(stopping)));
+    }
     tracing::info!(%worker_id, queue = %settings.queue_url, store = ?settings.store, dispatch = settings.dispatch, "consuming");
 
-    let signal = tokio::select! {
-        _ = terminate.recv() => "SIGTERM",
-        _ = interrupt.recv() => "SIGINT",
-    };
-    tracing::info!(signal, grace = ?settings.shutdown_grace, "stopping");
+    stop.requested().await;
     let stop_by = tokio::time::Instant::now() + settings.shutdown_grace + settings.release_deadline;
-    stop.request();
     let _ = shutdown.send(true);
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-        tracing::info!("second signal: releasing the tasks in hand now");
-        stop.now();
-    });
     let stopped = consumer.await??;
-    for task in [dispatcher, republisher].into_iter().flatten() {
-        // A dispatch round is one transaction: cut short, its handoffs are sent again later.
+    for task in loops {
+        // A dispatch round cut short only means its handoffs are sent again later.
         if tokio::time::timeout_at(stop_by, task).await.is_err() {
             tracing::warn!("a dispatcher did not stop in time; abandoning it");
         }
     }
-    tracing::info!(
-        ?stopped,
-        deliveries = stats.deliveries.load(Ordering::Relaxed),
-        dispositions = ?stats.dispositions(),
-        "stopped"
-    );
+    let deliveries = stats.deliveries.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(?stopped, deliveries, dispositions = ?stats.dispositions(), "stopped");
     Ok(())
 }

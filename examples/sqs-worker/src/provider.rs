@@ -97,7 +97,7 @@ impl HttpProvider {
     /// The provider at `url`: build the HTTP client here (timeouts, API key
     /// from the environment or a secrets manager). The template refuses, so an
     /// unmodified deploy stops at start-up instead of failing every task.
-    pub fn connect(url: impl Into<String>) -> Result<Self, crate::queue::BoxError> {
+    pub fn connect(url: impl Into<String>) -> Result<Self, crate::BoxError> {
         let url = url.into();
         Err(format!(
             "HttpProvider ({url}) is a template: plug an HTTP client into src/provider.rs \

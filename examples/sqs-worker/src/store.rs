@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use taskfence::PgStore;
 
-use crate::queue::BoxError;
+use crate::BoxError;
 
 /// Connects to `url` and returns the store on the tables in `schema`.
 ///

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm, local_sqs_client};
-use sqs_worker::{Dispatcher, SqsQueue, SqsWorker, Stats, WorkerSettings};
+use sqs_worker::{Dispatcher, Provider, SqsQueue, SqsWorker, Stats, WorkerConfig, work};
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{Stop, Stopped};
 use taskfence::store::AttemptOutcome;
@@ -75,25 +75,25 @@ fn start_worker(fixture: &PgFixture, queue: &SqsQueue, lease: Duration) -> Runni
         ..SimulatedConfig::default()
     });
     let stats = Arc::new(Stats::default());
-    let settings = WorkerSettings {
+    let settings = WorkerConfig {
         concurrency: 10,
         poll_wait: Duration::from_secs(1),
         visibility_slack: Duration::from_secs(1),
         shutdown_grace: Duration::from_secs(10),
-        ..WorkerSettings::default()
+        ..WorkerConfig::default()
     };
-    let worker = SqsWorker::new(
+    let worker = SqsWorker::sharing_stats(
         queue.clone(),
         store,
-        Arc::new(provider),
         "batching-1",
         lease,
         &settings,
         Arc::clone(&stats),
     )
     .unwrap();
+    let provider: Arc<dyn Provider> = Arc::new(provider);
     let stop = worker.stop().clone();
-    let consumer = tokio::spawn(worker.run());
+    let consumer = tokio::spawn(worker.run(move |ctx| work(ctx, Arc::clone(&provider))));
     Running {
         claims,
         stats,

@@ -55,7 +55,7 @@ async fn on_dynamodb_every_task_ends_with_one_saved_response_or_a_terminal_failu
     );
     assert_eq!(fixture.count("K").await, tasks, "one dedup record per task");
     assert!(
-        sqs_worker::dynamo::unpublished(&store, &report.task_ids)
+        sqs_worker::sim::unpublished(&store, &report.task_ids)
             .await
             .expect("read the stories")
             == 0,

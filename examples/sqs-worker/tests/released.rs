@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqs_worker::sim::{SimulatedConfig, SimulatedLlm, local_sqs_client};
-use sqs_worker::{SqsQueue, SqsWorker, Stats, WorkerSettings};
+use sqs_worker::{Provider, SqsQueue, SqsWorker, Stats, WorkerConfig, work};
 use taskfence::testing::task_in;
 use taskfence::wire::Stamp;
 use taskfence::{MemoryStore, Status, TaskStore};
@@ -41,15 +41,15 @@ async fn a_refused_release_is_counted_and_an_accepted_one_is_not() {
         ..SimulatedConfig::default()
     });
     let stats = Arc::new(Stats::default());
-    let settings = WorkerSettings {
+    let settings = WorkerConfig {
         concurrency: 3,
+        poll_wait: Duration::from_secs(1),
         shutdown_grace: Duration::ZERO,
-        ..WorkerSettings::default()
+        ..WorkerConfig::default()
     };
-    let worker = SqsWorker::new(
+    let worker = SqsWorker::sharing_stats(
         queue.clone(),
         Arc::clone(&store) as Arc<dyn TaskStore>,
-        Arc::new(provider),
         "released-1",
         // Renewed after 20 s: nothing but the cancellation touches the leases.
         Duration::from_secs(60),
@@ -57,8 +57,9 @@ async fn a_refused_release_is_counted_and_an_accepted_one_is_not() {
         Arc::clone(&stats),
     )
     .expect("worker");
+    let provider: Arc<dyn Provider> = Arc::new(provider);
     let stop = worker.stop().clone();
-    let running = tokio::spawn(worker.run());
+    let running = tokio::spawn(worker.run(move |ctx| work(ctx, Arc::clone(&provider))));
     eventually_every(Duration::from_secs(60), Duration::from_millis(100), || async {
         for task in &tasks {
             if store.get(task.id).await.unwrap().unwrap().status != Status::Running {

@@ -10,6 +10,7 @@ mod support;
 use std::time::Duration;
 
 use sqs_worker::sim::local_sqs_client;
+use sqs_worker::sim::unpublished;
 use sqs_worker::{SqsQueue, dynamo};
 use taskfence::clock::SystemClock;
 use taskfence::store::AttemptOutcome;
@@ -51,7 +52,7 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
         assert_eq!(store.submit(new).await.unwrap().into_task().id, ids[i]);
     }
     assert_eq!(
-        dynamo::unpublished(&store, &ids).await.unwrap(),
+        unpublished(&store, &ids).await.unwrap(),
         ids.len(),
         "one handoff per task"
     );
@@ -94,8 +95,8 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
                     return None;
                 }
             }
-            let empty = queue.depth().await.unwrap().total() == 0
-                && dynamo::unpublished(store, ids).await.unwrap() == 0;
+            let empty =
+                queue.depth().await.unwrap().total() == 0 && unpublished(store, ids).await.unwrap() == 0;
             empty.then_some(())
         }
     })

@@ -132,6 +132,15 @@ const FILES: &[File] = &[
             ],
         }],
     },
+    File {
+        version: 11,
+        description: "attempts given back before their work began",
+        sql: include_str!("../../../migrations/0011_returned_unstarted.sql"),
+        notes: &[UpgradeNote::LocksTables {
+            tables: &["attempts"],
+            why: "checks its widened CHECK constraint against every row (a scan, no rewrite)",
+        }],
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

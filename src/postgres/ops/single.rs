@@ -7,7 +7,7 @@ use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgRow};
 use time::OffsetDateTime;
 
-use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule};
+use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule, Work};
 use crate::backend::{Plan, new_lease, new_task, renewed};
 use crate::error::{Error, Result};
 use crate::policy::{Failure, StopReason};
@@ -332,12 +332,23 @@ pub(crate) async fn renew(
     Ok(renewed_until.map(|until| renewed(lease, until)))
 }
 
-pub(crate) async fn release(sql: &Statements, conn: &mut PgConnection, lease: Lease) -> Result<Fenced<()>> {
+/// A release as [`rules::release`](crate::backend::rules::release) decides
+/// it: the statement's guard is the fence, `work` says the outcome and the
+/// refund it writes.
+pub(crate) async fn release(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    lease: Lease,
+    work: Work,
+) -> Result<Fenced<()>> {
+    let refund = i64::try_from(work.refund()).expect("a refund is 0 or 1");
     let query = || {
         sql.release
             .query()
             .bind(lease.task_id().as_uuid())
             .bind(version(&lease))
+            .bind(work.outcome().as_str())
+            .bind(refund)
     };
     fenced_write(sql, conn, "release", &lease, query, |_| Ok(())).await
 }

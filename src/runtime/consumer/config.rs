@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::Consumer;
 use crate::error::InvalidInput;
 use crate::limits;
+use crate::runtime::held::Renewals;
 #[cfg(doc)]
 use crate::runtime::{Disposition, StoreQueue, WorkContext};
 use crate::store::ClaimRequest;
@@ -17,7 +18,8 @@ use crate::store::ClaimRequest;
 /// use std::time::Duration;
 /// use taskfence::runtime::ConsumerConfig;
 /// let config = ConsumerConfig::new("worker-1", Duration::from_secs(30)).concurrency(32);
-/// assert_eq!((config.prefetch, config.fetch), (32, 64), "as many again held ready, fetched at once");
+/// assert_eq!((config.prefetch, config.fetch), (8, 40), "a quarter again held ready, fetched at once");
+/// assert_eq!(config.ready_lease, Duration::from_secs(10), "held ready on a third of the lease");
 /// assert!(config.validate().is_ok());
 /// assert!(ConsumerConfig::new("worker-1", Duration::from_secs(30)).concurrency(0).validate().is_err());
 /// ```
@@ -30,17 +32,29 @@ pub struct ConsumerConfig {
     pub lease_duration: Duration,
     /// How many work functions run at once. Default 16.
     pub concurrency: usize,
-    /// How many tasks beyond those running the consumer holds ready (leased,
-    /// renewed, started as soon as a work function returns), so the next
-    /// fetch overlaps the work and the commits. Defaults to `concurrency`;
-    /// 0 fetches only for free slots. On a stop, tasks not started yet are
-    /// released at once.
+    /// How many tasks beyond those running the consumer holds ready (leased
+    /// on [`ready_lease`](Self::ready_lease), renewed, started as soon as a
+    /// work function returns), so the next fetch overlaps the work and the
+    /// commits. Defaults to a quarter of `concurrency` (rounded up): every
+    /// task held is one another process cannot take meanwhile. 0 fetches
+    /// only for free slots. On a stop, tasks not started yet are given back
+    /// at once, unstarted ([`TaskStore::release_unstarted`](crate::TaskStore::release_unstarted)):
+    /// their claims cost no attempt.
     pub prefetch: usize,
+    /// The lease a claimed task is held on until its work starts (store
+    /// clock): a crash delays a task nobody started by this much only. The
+    /// round of renewals after its work starts lengthens it to
+    /// [`lease_duration`](Self::lease_duration), batched with the other
+    /// renewals; while ready leases are shorter than the full one, a round
+    /// comes every third of the ready lease (or `renew_every`, if shorter).
+    /// Defaults to a third of the lease; set it to `lease_duration` to hold
+    /// ready tasks on the full lease.
+    pub ready_lease: Duration,
     /// The most deliveries one fetch asks for. Defaults to
     /// `concurrency + prefetch`.
     pub fetch: usize,
-    /// How often the held leases are renewed, all in one request. Defaults
-    /// to a third of the lease.
+    /// How often running work's leases are renewed to the full lease, all in
+    /// one request. Defaults to a third of the lease.
     pub renew_every: Duration,
     /// The most completions saved by one batched write. Default 64.
     pub commit_batch: usize,
@@ -77,8 +91,9 @@ impl ConsumerConfig {
             worker_id: worker_id.into(),
             lease_duration,
             concurrency: 16,
-            prefetch: 16,
-            fetch: 32,
+            prefetch: default_prefetch(16),
+            fetch: 16 + default_prefetch(16),
+            ready_lease: lease_duration / 3,
             renew_every: lease_duration / 3,
             commit_batch: 64,
             commit_window: Duration::from_millis(2),
@@ -91,11 +106,12 @@ impl ConsumerConfig {
         }
     }
 
-    /// Sets `concurrency`, and `prefetch` to the same (`fetch` to twice it).
+    /// Sets `concurrency`, and `prefetch` to a quarter of it, rounded up
+    /// (`fetch` to their sum).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
-        self.prefetch = n;
-        self.fetch = n.saturating_mul(2);
+        self.prefetch = default_prefetch(n);
+        self.fetch = n.saturating_add(self.prefetch);
         self
     }
 
@@ -103,6 +119,20 @@ impl ConsumerConfig {
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = n;
         self.fetch = self.concurrency.saturating_add(n);
+        self
+    }
+
+    /// Sets `ready_lease`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use taskfence::runtime::ConsumerConfig;
+    /// let config = ConsumerConfig::new("w", Duration::from_secs(60)).ready_lease(Duration::from_secs(5));
+    /// assert!(config.validate().is_ok());
+    /// assert!(config.ready_lease(Duration::from_secs(61)).validate().is_err(), "never longer than the lease");
+    /// ```
+    pub fn ready_lease(mut self, lease_duration: Duration) -> Self {
+        self.ready_lease = lease_duration;
         self
     }
 
@@ -184,10 +214,25 @@ impl ConsumerConfig {
             ));
         }
         limits::check_duration("idle_min", self.idle_min, self.idle_max)?;
+        limits::check_duration("ready_lease", self.ready_lease, self.lease_duration)?;
         Ok(())
     }
 
+    /// A claim of tasks to hold ready: on the ready lease.
     pub(super) fn claim(&self) -> ClaimRequest {
-        ClaimRequest::new(self.worker_id.clone(), self.lease_duration)
+        ClaimRequest::new(self.worker_id.clone(), self.ready_lease)
     }
+
+    pub(super) fn renewals(&self) -> Renewals {
+        Renewals {
+            lease_duration: self.lease_duration,
+            renew_every: self.renew_every,
+            ready_lease: self.ready_lease,
+        }
+    }
+}
+
+/// The default prefetch at `concurrency`: a quarter of it, rounded up.
+fn default_prefetch(concurrency: usize) -> usize {
+    concurrency.div_ceil(4)
 }

@@ -10,6 +10,7 @@ use tokio::task::JoinSet;
 
 use super::shared::{Shared, give_back};
 use super::task::run_task;
+use crate::backend::rules::Work;
 use crate::policy::Failure;
 use crate::runtime::disposition::settled;
 use crate::runtime::source::{Delivery, Source};
@@ -96,11 +97,11 @@ where
             () = shared.stop.grace_over(config.grace) => return,
         };
         if shared.stop.phase() >= Phase::Draining {
-            // Fetched as the stop began: give them back untouched, together,
-            // within the release deadline.
+            // Fetched as the stop began: give them back untouched (their
+            // claims cost no attempt), together, within the release deadline.
             let giving_back = leased
                 .into_iter()
-                .map(|(lease, receipt)| give_back(shared, lease, receipt));
+                .map(|(lease, receipt)| give_back(shared, lease, receipt, Work::NotStarted));
             let all = futures_util::future::join_all(giving_back);
             if tokio::time::timeout(config.release_deadline, all).await.is_err() {
                 tracing::warn!("giving back a fetch timed out; its leases expire on their own");

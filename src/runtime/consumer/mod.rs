@@ -55,16 +55,26 @@ use stopped::Tally;
 ///   [`WorkContext`]. A panic is a retryable failure that counts against the
 ///   budget, never a lost task; a [`Failure`] goes to the task's policy (its
 ///   [`retry_after`](Failure::retry_after) included).
-/// - **Renew** every held lease each [`renew_every`](ConsumerConfig::renew_every)
-///   in one request ([`renew_many`](TaskStore::renew_many)); a work function
-///   whose lease is lost is told ([`WorkContext::lease_lost`]) and dropped
-///   after [`lost_grace`](ConsumerConfig::lost_grace).
+/// - **Hold** only what it will run: at most [`prefetch`](ConsumerConfig::prefetch)
+///   tasks beyond those running (a quarter of the concurrency by default),
+///   claimed on the short [`ready_lease`](ConsumerConfig::ready_lease), so a
+///   crash delays a task nobody started by that much only.
+/// - **Renew** the held leases in batched requests
+///   ([`renew_many`](TaskStore::renew_many)): running work's every
+///   [`renew_every`](ConsumerConfig::renew_every) to the full lease, ready
+///   tasks' every round to the ready lease; a started task's lease is
+///   lengthened by the next round, with the others. A work function whose
+///   lease is lost is told ([`WorkContext::lease_lost`]) and dropped after
+///   [`lost_grace`](ConsumerConfig::lost_grace).
 /// - **Commit** responses in groups ([`complete_many`](TaskStore::complete_many)):
 ///   each completion still fenced on its own, each delivery settled only
 ///   once its own completion is durable.
 /// - **Stop** on [`Stop`]: no more fetching, running work finishes within
 ///   the [`grace`](ConsumerConfig::grace), what remains is released so
 ///   another process takes it at once; a second request releases at once.
+///   Tasks held ready are given back unstarted at once
+///   ([`release_unstarted`](TaskStore::release_unstarted)): a deploy spends
+///   no retry budget on work that never ran.
 ///   The whole stop is bounded by `grace + release_deadline`.
 ///
 /// ```
@@ -237,8 +247,7 @@ impl<S: Source> Consumer<S> {
             Arc::clone(&self.source),
             Arc::clone(&held),
             Arc::clone(&self.clock),
-            config.renew_every,
-            config.lease_duration,
+            config.renewals(),
         ));
         let shared = Arc::new(Shared {
             working: Arc::new(Semaphore::new(config.concurrency)),

@@ -2,13 +2,14 @@
 //! settled with the source or a lease given back.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::config::ConsumerConfig;
 use super::stopped::Tally;
+use crate::backend::rules::Work;
 use crate::clock::Clock;
 use crate::runtime::commit::Committer;
 use crate::runtime::disposition::retry_at;
@@ -16,7 +17,7 @@ use crate::runtime::held::HeldLeases;
 use crate::runtime::source::Source;
 use crate::runtime::stop::Stop;
 use crate::runtime::{Disposition, RetryReason};
-use crate::store::{Lease, TaskStore};
+use crate::store::{Fenced, Lease, TaskStore};
 
 /// What every run of a consumer shares.
 pub(super) struct Shared<S: Source, F> {
@@ -56,10 +57,25 @@ impl<S: Source, F> Shared<S, F> {
     }
 }
 
-/// Releases a lease this consumer will not work on, and tells the source.
-pub(super) async fn give_back<S: Source, F>(shared: &Shared<S, F>, lease: Lease, receipt: S::Receipt) {
-    if let Err(error) = shared.store.release(lease).await {
-        tracing::warn!(%error, "releasing a lease failed; it expires on its own");
+/// Releases a lease this consumer will not work on (any more), and tells
+/// the source: a task whose work never started is given back unstarted, so
+/// its claim costs no attempt; one whose work began is released and counts.
+pub(super) async fn give_back<S: Source, F>(
+    shared: &Shared<S, F>,
+    lease: Lease,
+    receipt: S::Receipt,
+    work: Work,
+) {
+    let released = match work {
+        Work::Started => shared.store.release(lease).await,
+        Work::NotStarted => shared.store.release_unstarted(lease).await,
+    };
+    match released {
+        Ok(Fenced::Accepted(())) if work == Work::NotStarted => {
+            shared.tally.unstarted.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "releasing a lease failed; it expires on its own"),
     }
     let released = Disposition::RetryAfter {
         delay: Duration::ZERO,

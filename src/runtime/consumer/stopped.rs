@@ -22,6 +22,10 @@ pub struct Stopped {
     pub failed: u64,
     /// Leases it gave back at the stop.
     pub released: u64,
+    /// Of those, the ones it gave back before their work started (a
+    /// prefetched task at the stop), which the store accepted: their
+    /// claims cost no attempt.
+    pub returned_unstarted: u64,
     /// Leases it lost while the work ran (taken over, cancelled, expired).
     pub lost: u64,
     /// Deliveries settled without a saved response or a release: done,
@@ -36,6 +40,7 @@ pub(super) struct Tally {
     pub(super) completed: AtomicU64,
     pub(super) failed: AtomicU64,
     pub(super) released: AtomicU64,
+    pub(super) unstarted: AtomicU64,
     pub(super) lost: AtomicU64,
     pub(super) skipped: AtomicU64,
 }
@@ -58,6 +63,7 @@ impl Tally {
             completed: self.completed.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
+            returned_unstarted: self.unstarted.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
         }

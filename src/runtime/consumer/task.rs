@@ -10,6 +10,7 @@ use tokio::task::JoinError;
 use tracing::Instrument;
 
 use super::shared::{Shared, give_back};
+use crate::backend::rules::Work;
 use crate::policy::Failure;
 use crate::runtime::disposition::{rejected, terminal_ack};
 use crate::runtime::failure::{fit, panic_failure};
@@ -56,9 +57,12 @@ pub(super) async fn run_task<S, F, Fut>(
         slot = Arc::clone(&shared.working).acquire_owned() => slot.expect("the semaphore is never closed"),
         () = reached(&mut phase, Phase::Draining) => {
             let Some(receipt) = shared.held.remove(id) else { return };
-            return give_back(&shared, lease, receipt).await;
+            return give_back(&shared, lease, receipt, Work::NotStarted).await;
         }
     };
+    // Started: the next round of renewals lengthens the ready lease to the
+    // full one.
+    shared.held.start(id);
     shared.running.fetch_add(1, Ordering::AcqRel);
     // The work and its outcome in the task's `process` span (see `crate::trace`).
     let span = crate::trace::process_span(&lease);
@@ -118,7 +122,7 @@ where
         Ended::Stopping => {
             crate::trace::record_error(span, "stopped");
             let receipt = shared.held.remove(id)?;
-            give_back(shared, lease, receipt).await;
+            give_back(shared, lease, receipt, Work::Started).await;
             return None;
         }
         Ended::Lost => {

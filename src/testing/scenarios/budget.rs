@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::policy::{Failure, OnAmbiguous, RetryPolicy};
-use crate::store::{AttemptOutcome, Retry};
+use crate::store::{AttemptOutcome, Rejection, Retry};
+use crate::task::Response;
 use crate::task::Status;
 use crate::testing::Fixture;
 
@@ -263,5 +264,147 @@ pub async fn requested_retry_delay_replaces_the_backoff_within_the_budget(f: &dy
             .is_some_and(|e| e.starts_with("deadline exhausted")),
         "{:?}",
         failed.last_error
+    );
+}
+
+/// A claim given back unstarted costs no attempt: a task allowed one
+/// attempt, claimed and released unstarted ten times (a prefetch given back
+/// at ten stops), still runs once; the version rose with every claim.
+pub async fn unstarted_releases_cost_no_attempt(f: &dyn Fixture) {
+    let store = f.store();
+    let once = RetryPolicy::default().max_attempts(1);
+    let t = submit(&*store, new_task("send-1").policy(once)).await;
+    for round in 1..=10u64 {
+        let lease = acquire(&*store, t.id, "prefetching").await;
+        assert_eq!(lease.version(), round, "every claim is a new assignment");
+        let given_back = store.release_unstarted(lease).await.unwrap();
+        assert!(given_back.is_accepted(), "round {round}: {given_back:?}");
+        let back = task(&*store, t.id).await;
+        assert_eq!(back.status, Status::Pending, "round {round}: due again at once");
+        assert_eq!(
+            (back.version, back.attempts_in_budget(), back.attempts_left()),
+            (round, 0, 1),
+            "round {round}: the claim was refunded"
+        );
+    }
+    let lease = acquire(&*store, t.id, "runs it").await;
+    assert_eq!(lease.version(), 11);
+    let done = store.complete(lease, Response::from("sent")).await.unwrap();
+    assert!(done.is_accepted(), "{done:?}");
+    let attempts = store.attempts(t.id).await.unwrap();
+    assert_eq!(attempts.len(), 11, "the journal keeps every claim");
+    assert!(
+        attempts[..10]
+            .iter()
+            .all(|a| a.outcome == AttemptOutcome::ReturnedUnstarted && a.finished_at.is_some()),
+        "{attempts:?}"
+    );
+    assert_eq!(attempts[10].outcome, AttemptOutcome::Completed);
+    assert_eq!(
+        attempts.iter().filter(|a| a.outcome.counts()).count(),
+        1,
+        "one attempt counted"
+    );
+}
+
+/// A crash after the claim still counts: nothing gives the claim back, so
+/// its lease expiring on the store's clock spends the attempt, even after
+/// unstarted releases were refunded.
+pub async fn crash_after_claim_still_counts(f: &dyn Fixture) {
+    let store = f.store();
+    let once = RetryPolicy::default().max_attempts(1);
+    let t = submit(&*store, new_task("send-1").policy(once)).await;
+    let lease = acquire(&*store, t.id, "prefetching").await;
+    assert!(store.release_unstarted(lease).await.unwrap().is_accepted());
+    let _crashed = acquire(&*store, t.id, "crashes").await;
+    f.advance(PAST_LEASE).await; // the process died holding the lease
+    match store.claim(t.id, request("next")).await.unwrap() {
+        Claim::Failed(failed) => {
+            assert_eq!(failed.status, Status::Failed);
+            assert_eq!((failed.version, failed.attempts_in_budget()), (2, 1));
+        }
+        other => panic!("the crash spent the only attempt, got {other:?}"),
+    }
+    let outcomes: Vec<_> = store
+        .attempts(t.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(
+        outcomes,
+        [AttemptOutcome::ReturnedUnstarted, AttemptOutcome::Expired]
+    );
+}
+
+/// Only the current lease refunds, once: an expired or superseded lease's
+/// unstarted release is refused and refunds nothing, and a second release
+/// of the same lease is refused.
+pub async fn stale_unstarted_release_is_refused_and_refunds_nothing(f: &dyn Fixture) {
+    let store = f.store();
+    let twice = RetryPolicy::default().max_attempts(2);
+    let t = submit(&*store, new_task("send-1").policy(twice)).await;
+
+    // Expired, not yet taken over.
+    let expired = acquire(&*store, t.id, "paused").await;
+    f.advance(PAST_LEASE).await;
+    assert_eq!(
+        store
+            .release_unstarted(expired.clone())
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&Rejection::LeaseExpired)
+    );
+    assert_eq!(
+        task(&*store, t.id).await.attempts_in_budget(),
+        1,
+        "nothing refunded"
+    );
+
+    // Superseded by a takeover.
+    let current = acquire(&*store, t.id, "takes over").await;
+    assert_eq!(
+        store.release_unstarted(expired).await.unwrap().rejection(),
+        Some(&Rejection::Superseded { current_version: 2 })
+    );
+    let held = task(&*store, t.id).await;
+    assert_eq!(
+        (held.status, held.attempts_in_budget(), held.attempts_left()),
+        (Status::Running, 2, 0),
+        "nothing refunded, the current lease untouched"
+    );
+
+    // The current lease refunds its own claim, once.
+    assert!(
+        store
+            .release_unstarted(current.clone())
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        store.release_unstarted(current).await.unwrap().rejection(),
+        Some(&Rejection::NotRunning(Status::Pending))
+    );
+    let back = task(&*store, t.id).await;
+    assert_eq!(
+        (
+            back.status,
+            back.version,
+            back.attempts_in_budget(),
+            back.attempts_left()
+        ),
+        (Status::Pending, 2, 1, 1)
+    );
+    // The refunded attempt is there to run.
+    let last = acquire(&*store, t.id, "runs it").await;
+    assert!(
+        store
+            .complete(last, Response::from("sent"))
+            .await
+            .unwrap()
+            .is_accepted()
     );
 }

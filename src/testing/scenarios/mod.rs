@@ -77,7 +77,7 @@ pub(crate) async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
     store.get(id).await.expect("get").expect("task exists")
 }
 
-/// Asserts that renew, record_operation, fail and release of `old` are each
+/// Asserts that renew, record_operation, fail, release and release_unstarted of `old` are each
 /// refused with `Superseded { current_version }`.
 pub(crate) async fn assert_superseded_writes(store: &dyn TaskStore, old: &Lease, current_version: u64) {
     use crate::policy::Failure;
@@ -107,5 +107,10 @@ pub(crate) async fn assert_superseded_writes(store: &dyn TaskStore, old: &Lease,
         store.release(old.clone()).await.unwrap().rejection(),
         Some(&superseded),
         "release"
+    );
+    assert_eq!(
+        store.release_unstarted(old.clone()).await.unwrap().rejection(),
+        Some(&superseded),
+        "release_unstarted"
     );
 }

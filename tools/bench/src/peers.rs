@@ -772,8 +772,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              stopping when a count in the database reaches N completions (polled every 5 ms). \
              **taskfence consumer**: `submit` of tasks without a handoff (one row each), then \
              `runtime::Consumer` on a `StoreQueue` with `concurrency = W` (`claim_next` fetches up \
-             to the free slots, completions group-committed by `complete_many`; `prefetch` at its \
-             default, W, and at 4W in the second row; the idle wait 1–20 ms; in the third row the \
+             to the free slots, completions group-committed by `complete_many`; `prefetch` W (the \
+             former default) and 4W in the second row; the idle wait 1–20 ms; in the third row the \
              store `NOTIFY`s each submission (`PgStoreBuilder::notify_on_submit`) and the consumer \
              listens, `StoreQueue::wake_on_notify`, during the enqueue too). **taskfence \
              broker, batched**: `submit` (task and handoff row), a dispatcher \

@@ -145,10 +145,13 @@ pub async fn check(pool: &PgPool, schema: &str, submitted: i64) -> sqlx::Result<
                              AND p.answer = convert_from(t.response, 'UTF8'))"
     ))
     .await?;
+    // A claim given back unstarted is in the journal but refunded to the
+    // budget: it raised `budget_base`, and its outcome says so.
     let over_budget = one(format!(
         "SELECT count(*) FROM {s}.tasks t
-         WHERE t.version > t.max_attempts
-            OR (SELECT count(*) FROM {all_attempts} AS a WHERE a.task_id = t.id) > t.max_attempts"
+         WHERE t.version - t.budget_base > t.max_attempts
+            OR (SELECT count(*) FROM {all_attempts} AS a
+                WHERE a.task_id = t.id AND a.outcome <> 'returned_unstarted') > t.max_attempts"
     ))
     .await?;
     let attempts = one(format!("SELECT count(*) FROM {all_attempts} AS a")).await?;

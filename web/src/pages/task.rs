@@ -363,6 +363,11 @@ fn outcome(outcome: AttemptOutcome, live: bool, task: &Task, now: OffsetDateTime
             "cancelled",
             "overtaken: an earlier attempt's answer was saved".to_owned(),
         ),
+        AttemptOutcome::ReturnedUnstarted => (
+            "expired",
+            "returned unstarted: the claim was refunded to the budget".to_owned(),
+        ),
+        other => ("expired", other.as_str().replace('_', " ")),
     }
 }
 

@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_worker::sim::SimulatedLlm;
-use kafka_worker::{Handoffs, KafkaConfig, ReplyConsumer, TracingJournal, ensure_topic};
+use kafka_worker::work_with;
 use taskfence::runtime::ConsumerConfig;
 use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskId, TaskStore};
+use taskfence_kafka::{Handoffs, KafkaConfig, ReplyConsumer, TracingJournal, ensure_topic};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -54,8 +55,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         kafka,
         Arc::clone(&store),
         ConsumerConfig::new("demo-worker", Duration::from_secs(30)),
-        provider,
         journal.clone(),
+        work_with(provider, journal.clone(), "demo-worker"),
     )?;
 
     // The in-memory store has no outbox: publish directly.

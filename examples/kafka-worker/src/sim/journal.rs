@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use taskfence::TaskId;
 
-use crate::journal::{Event, Handled, Journal};
+use taskfence_kafka::journal::{Event, Handled, Journal};
 
 /// Keeps every event in arrival order (one lock, so the order is total).
 #[derive(Debug, Default)]

@@ -10,11 +10,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kafka_worker::ensure_topic;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use taskfence::testing::{PgFixture, task_in};
 use taskfence::{PgStore, Task, TaskId, TaskStore};
+use taskfence_kafka::ensure_topic;
 use taskfence_test_support::process::ChildProcess;
 
 pub(crate) use taskfence_test_support::kafka::KafkaBroker;
@@ -114,7 +114,7 @@ impl ServiceRun {
                 .args(args)
                 .env_remove("DATABASE_URL")
                 .env_remove("TASKFENCE_KAFKA_BOOTSTRAP")
-                .env("RUST_LOG", "info,kafka_worker=debug")
+                .env("RUST_LOG", "info,kafka_worker=debug,taskfence_kafka=debug")
                 .envs(env.iter().copied())
                 .stdout(Stdio::from(log.try_clone().expect("log")))
                 .stderr(Stdio::from(log)),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use sqs_worker::sim::SimulatedConfig;
 use sqs_worker::sim::scenario::{self, Scenario, StoreChoice};
-use sqs_worker::{BoxError, SqsQueue, queue, sim, store};
+use sqs_worker::{BoxError, SqsQueue, aws, sim, store};
 
 fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
     match std::env::var(name) {
@@ -38,7 +38,7 @@ async fn main() -> Result<(), BoxError> {
     }
     let client = match std::env::var("TASKFENCE_SQS_ENDPOINT") {
         Ok(endpoint) => sim::local_sqs_client(&endpoint).await,
-        Err(_) => aws_sdk_sqs::Client::new(&queue::aws_config().await),
+        Err(_) => aws_sdk_sqs::Client::new(&aws::aws_config().await),
     };
     let scenario = Scenario {
         tasks: env_number("TASKS", 50)?,

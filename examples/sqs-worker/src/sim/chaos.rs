@@ -19,7 +19,9 @@ use taskfence::{
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::queue::{BoxError, SqsQueue};
+use taskfence_sqs::SqsQueue;
+
+use crate::BoxError;
 
 /// Kills one worker the hard way: once pulled, every store and SQS call of
 /// that worker fails, as if its process were gone (nothing more is saved,

@@ -7,8 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use taskfence_sqs::SqsWorker;
+
+use crate::Provider;
 use crate::sim::chaos::KillSwitch;
-use crate::worker::SqsWorker;
+use crate::worker::work;
 
 /// Workers running in this process. A worker whose [`KillSwitch`] is pulled
 /// is dead on the spot: its store and SQS calls fail from then on, so every
@@ -23,10 +26,10 @@ pub struct Fleet {
 
 impl Fleet {
     /// Starts `size` workers. `make(worker_id, kill)` builds each incarnation,
-    /// with `kill` on its store and its queue.
+    /// with `kill` on its store and its queue, and the provider its work calls.
     pub fn start<M>(size: usize, make: M) -> Self
     where
-        M: Fn(String, KillSwitch) -> SqsWorker + Send + Sync + 'static,
+        M: Fn(String, KillSwitch) -> (SqsWorker, Arc<dyn Provider>) + Send + Sync + 'static,
     {
         let (shutdown, stopping) = watch::channel(false);
         let kills = Arc::new(AtomicU64::new(0));
@@ -37,9 +40,9 @@ impl Fleet {
             running.spawn(async move {
                 for incarnation in 0.. {
                     let kill = KillSwitch::new();
-                    let worker = make(format!("worker-{slot}.{incarnation}"), kill.clone());
+                    let (worker, provider) = make(format!("worker-{slot}.{incarnation}"), kill.clone());
                     let stop = worker.stop().clone();
-                    let run = worker.run();
+                    let run = worker.run(move |ctx| work(ctx, Arc::clone(&provider)));
                     tokio::pin!(run);
                     tokio::select! {
                         _ = &mut run => break,

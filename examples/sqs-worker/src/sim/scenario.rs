@@ -13,12 +13,12 @@ use taskfence::{
     DynamoStore, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, TaskId, TaskStore,
 };
 
-use crate::dispatcher::Dispatcher;
-use crate::queue::{BoxError, SqsQueue};
+use taskfence_sqs::{Dispatcher, SqsQueue, SqsWorker, Stats, WorkerConfig};
+
+use crate::BoxError;
 use crate::sim::chaos::{StallingStore, Stalls};
 use crate::sim::fleet::Fleet;
 use crate::sim::llm::{CallOutcome, SimulatedConfig, SimulatedLlm};
-use crate::worker::{SqsWorker, Stats, WorkerSettings};
 
 /// The store a run uses, with its outbox.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ impl StoreChoice {
     fn dispatcher(&self, queue: SqsQueue, batch: usize) -> Dispatcher {
         match self {
             Self::Postgres(pg) => Dispatcher::new(pg.clone(), queue, batch),
-            Self::Dynamo(store) => Dispatcher::dynamodb(store.clone(), queue, batch),
+            Self::Dynamo(store) => Dispatcher::new(store.clone(), queue, batch),
         }
     }
 }
@@ -78,7 +78,7 @@ pub struct Scenario {
     /// Lease length; renewed every third of it.
     pub lease: Duration,
     /// Per-worker settings.
-    pub worker: WorkerSettings,
+    pub worker: WorkerConfig,
     /// Every task's retry budget.
     pub policy: RetryPolicy,
     /// The simulated provider.
@@ -96,7 +96,11 @@ impl Default for Scenario {
             workers: 4,
             queue_visibility: Duration::from_secs(2),
             lease: Duration::from_secs(5),
-            worker: WorkerSettings::default(),
+            worker: WorkerConfig {
+                poll_wait: Duration::from_secs(1),
+                visibility_slack: Duration::from_secs(1),
+                ..WorkerConfig::default()
+            },
             policy: RetryPolicy::default()
                 .max_attempts(6)
                 .initial_backoff(Duration::from_millis(500))
@@ -224,23 +228,27 @@ pub async fn run(
             let stalls = Stalls::new();
             let alive: Arc<dyn TaskStore> = Arc::new(Intercepted::new(Arc::clone(&store), kill.clone()));
             let worker_store: Arc<dyn TaskStore> = Arc::new(StallingStore::new(alive, stalls.clone()));
-            SqsWorker::new(
+            let worker = SqsWorker::sharing_stats(
                 kill.queue(&queue),
                 worker_store,
-                Arc::new(llm.for_worker(kill, stalls)),
                 worker_id,
                 lease,
                 &settings,
                 Arc::clone(&stats),
             )
-            .expect("valid worker settings")
+            .expect("valid worker settings");
+            (
+                worker,
+                Arc::new(llm.for_worker(kill, stalls)) as Arc<dyn crate::Provider>,
+            )
         })
     };
 
     let dispatcher = store_choice.dispatcher(queue.clone(), scenario.dispatch_batch);
-    let acks_lost = Mutex::new(HashSet::new());
-    let lose_ack = |tasks: &[TaskId]| -> Result<(), BoxError> {
-        if scenario.lose_first_send_ack {
+    let acks_lost = Arc::new(Mutex::new(HashSet::new()));
+    let lose_first_send_ack = scenario.lose_first_send_ack;
+    let lose_ack = move |tasks: &[TaskId]| -> Result<(), String> {
+        if lose_first_send_ack {
             let mut lost = acks_lost.lock().unwrap();
             let mut first_send = false;
             for &task in tasks {
@@ -259,7 +267,7 @@ pub async fn run(
         if rounds > 2 * task_ids.len() + 10 {
             return Err(format!("the outbox did not drain: {marked} of {} marked", task_ids.len()).into());
         }
-        match dispatcher.round_checked(lose_ack).await {
+        match dispatcher.round_checked(lose_ack.clone()).await {
             Ok(published) => marked += published.len(),
             // As the service's dispatcher does: what it did not mark stays pending for the next round.
             Err(error) => tracing::warn!(%error, "a dispatch round failed"),

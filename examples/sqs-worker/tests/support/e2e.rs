@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sqs_worker::sim::scenario::{self, Report, Scenario, StoreChoice};
 use sqs_worker::sim::{CallOutcome, SimulatedConfig, local_sqs_client};
-use sqs_worker::{SqsQueue, WorkerSettings};
+use sqs_worker::{SqsQueue, WorkerConfig};
 use taskfence::policy::FailureKind;
 use taskfence::store::AttemptOutcome;
 use taskfence::{RetryPolicy, Status, TaskStore};
@@ -26,11 +26,11 @@ pub(crate) fn scenario(tasks: usize) -> Scenario {
         // receive asks for lease + slack and each renewal extends it.
         queue_visibility: Duration::from_secs(2),
         lease: Duration::from_secs(5),
-        worker: WorkerSettings {
+        worker: WorkerConfig {
             concurrency: 10,
             poll_wait: Duration::from_secs(1),
             visibility_slack: Duration::from_secs(1),
-            ..WorkerSettings::default()
+            ..WorkerConfig::default()
         },
         policy: RetryPolicy::default()
             .max_attempts(6)

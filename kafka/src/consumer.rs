@@ -1,6 +1,6 @@
 //! The reply consumer: taskfence's [`Consumer`] over a Kafka topic whose
 //! records name task ids (`KafkaSource`). The library claims each fetch in
-//! one `claim_many`, runs [`work`] under a concurrency limit, renews the
+//! one `claim_many`, runs the work function under a concurrency limit, renews the
 //! leases, group-commits the responses and stops within a bound; this module
 //! only turns Kafka into deliveries and settlements into offsets.
 //!
@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::offsets::OffsetTracker;
 use async_trait::async_trait;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance, StreamConsumer,
@@ -39,9 +40,9 @@ use rdkafka::consumer::{
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use std::future::Future;
 use taskfence::error::InvalidInput;
 use taskfence::intercept::{Call, Intercept, Intercepted, Outcome, Pending as Run};
-use taskfence::offsets::OffsetTracker;
 use taskfence::runtime::{
     AckReason, Consumer, ConsumerConfig, Delivery, Disposition, RetryReason, Source, Stop, Stopped,
     WorkContext,
@@ -52,7 +53,6 @@ use tokio::time::Instant;
 use crate::dispatcher::task_id;
 use crate::journal::{Event, Handled, Journal};
 use crate::positions::{Pending, PgPositions, PositionedStore};
-use crate::provider::{Provider, ProviderError, ProviderRequest};
 use crate::results::Results;
 
 /// How long a fetch waits for a record when none is waiting.
@@ -79,7 +79,7 @@ impl KafkaConfig {
     /// A config with a 10 s session timeout.
     ///
     /// ```
-    /// let c = kafka_worker::KafkaConfig::new("127.0.0.1:9092", "reply-workers", "handoffs", "worker-a");
+    /// let c = taskfence_kafka::KafkaConfig::new("127.0.0.1:9092", "reply-workers", "handoffs", "worker-a");
     /// assert_eq!(c.session_timeout.as_secs(), 10);
     /// ```
     pub fn new(
@@ -120,28 +120,6 @@ impl KafkaConfig {
             // Eager protocol: a rebalance revokes everything, then assigns.
             .set("partition.assignment.strategy", "roundrobin");
         c
-    }
-}
-
-/// The work function: one provider call per claimed attempt, dropped when
-/// the lease is lost (another worker owns the task: this answer could not be
-/// saved anyway).
-pub async fn work(
-    provider: Arc<dyn Provider>,
-    journal: Arc<dyn Journal>,
-    worker: String,
-    ctx: WorkContext,
-) -> Result<Response, Failure> {
-    let request = ProviderRequest::for_attempt(&ctx);
-    let version = ctx.lease().version();
-    journal.record(Event::ProviderCall {
-        worker,
-        task: request.task_id,
-        version,
-    });
-    tokio::select! {
-        answer = provider.generate(&request) => answer.map(Response::from).map_err(ProviderError::into_failure),
-        () = ctx.lease_lost() => Err(Failure::retryable("lease lost during the provider call")),
     }
 }
 
@@ -734,6 +712,13 @@ impl Intercept for Alive {
         self.2.answered(task, &answer);
         answer
     }
+    // A prefetched claim given back at a stop: its answer is reported alike.
+    async fn release_unstarted(&self, inner: &dyn TaskStore, lease: Lease) -> taskfence::Result<Fenced<()>> {
+        let task = lease.task_id();
+        let answer = inner.release_unstarted(lease).await;
+        self.2.answered(task, &answer);
+        answer
+    }
     async fn claim_many(
         &self,
         inner: &dyn TaskStore,
@@ -774,15 +759,19 @@ pub struct ReplyConsumer {
 impl ReplyConsumer {
     /// Subscribes to the topic and starts consuming, with tasks in `store`
     /// and the group's committed offsets as positions.
-    pub fn spawn(
+    pub fn spawn<F, Fut>(
         kafka: KafkaConfig,
         store: Arc<dyn TaskStore>,
         config: ConsumerConfig,
-        provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
-    ) -> Result<Self, SpawnError> {
+        work: F,
+    ) -> Result<Self, SpawnError>
+    where
+        F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response, Failure>> + Send + 'static,
+    {
         let shared = Shared::new(&kafka, &config, journal);
-        Self::start(kafka, store, config, provider, shared)
+        Self::start(kafka, store, config, shared, work)
     }
 
     /// Like [`spawn`](Self::spawn), in **PostgreSQL position mode**: each
@@ -791,14 +780,18 @@ impl ReplyConsumer {
     /// offsets are not used. See [`positions`](crate::positions). The
     /// rebalance callbacks wait for PostgreSQL with `block_in_place`: this
     /// needs tokio's multi-thread runtime.
-    pub fn spawn_with_positions(
+    pub fn spawn_with_positions<F, Fut>(
         kafka: KafkaConfig,
         config: ConsumerConfig,
         store: Arc<PgStore>,
         positions: Arc<PgPositions>,
-        provider: Arc<dyn Provider>,
         journal: Arc<dyn Journal>,
-    ) -> Result<Self, SpawnError> {
+        work: F,
+    ) -> Result<Self, SpawnError>
+    where
+        F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response, Failure>> + Send + 'static,
+    {
         let mut shared = Shared::new(&kafka, &config, Arc::clone(&journal));
         let (topic, tracker, dead) = (kafka.topic.clone(), &shared.tracker, &shared.dead);
         let pending = Pending::new(
@@ -814,16 +807,20 @@ impl ReplyConsumer {
         // Each completion is a transaction of its own (it moves its record's
         // position): batching them would only hold each answer for the batch.
         let config = config.commit(1, Duration::ZERO);
-        Self::start(kafka, Arc::new(store), config, provider, shared)
+        Self::start(kafka, Arc::new(store), config, shared, work)
     }
 
-    fn start(
+    fn start<F, Fut>(
         kafka: KafkaConfig,
         store: Arc<dyn TaskStore>,
         config: ConsumerConfig,
-        provider: Arc<dyn Provider>,
         shared: Shared,
-    ) -> Result<Self, SpawnError> {
+        work: F,
+    ) -> Result<Self, SpawnError>
+    where
+        F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Response, Failure>> + Send + 'static,
+    {
         let shared = Arc::new(shared);
         let alive = Alive(
             Arc::clone(&shared.dead),
@@ -838,9 +835,7 @@ impl ReplyConsumer {
         client.subscribe(&[&kafka.topic])?;
         *shared.client.lock().expect("client lock") = Some(Arc::new(client));
         let stop = consumer.stop().clone();
-        let (journal, name) = (Arc::clone(&shared.journal), shared.name.clone());
-        let run =
-            consumer.run(move |ctx| work(Arc::clone(&provider), Arc::clone(&journal), name.clone(), ctx));
+        let run = consumer.run(work);
         Ok(Self {
             shared,
             stop,

@@ -87,12 +87,12 @@ impl std::fmt::Debug for Results {
 /// apply them idempotently (by task id and version).
 ///
 /// ```
-/// use kafka_worker::results::{Downstream, Verdict};
+/// use taskfence_kafka::results::{Downstream, Verdict};
 /// use rdkafka::message::{OwnedMessage, Timestamp};
 /// use taskfence::wire::Stamp;
 /// let id = taskfence::TaskId::new();
 /// let record = |version| {
-///     let headers = kafka_worker::dispatcher::stamp_headers(&Stamp::new(id, version));
+///     let headers = taskfence_kafka::dispatcher::stamp_headers(&Stamp::new(id, version));
 ///     OwnedMessage::new(None, None, "results".into(), Timestamp::NotAvailable, 0, 0, Some(headers))
 /// };
 /// let mut downstream = Downstream::new(100_000);

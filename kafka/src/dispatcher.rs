@@ -27,7 +27,7 @@ use crate::journal::{Event, Journal};
 /// Reads the task id out of a handoff record's payload.
 ///
 /// ```
-/// use kafka_worker::dispatcher::task_id;
+/// use taskfence_kafka::dispatcher::task_id;
 /// let id = taskfence::TaskId::new();
 /// assert_eq!(task_id(Some(id.to_string().as_bytes())), Some(id));
 /// assert_eq!(task_id(Some(b"not a task")), None);
@@ -43,7 +43,7 @@ pub fn task_id(payload: Option<&[u8]>) -> Option<TaskId> {
 /// use rdkafka::message::Headers;
 /// use taskfence::wire::Stamp;
 /// let stamp = Stamp::new(taskfence::TaskId::new(), 2);
-/// let headers = kafka_worker::dispatcher::stamp_headers(&stamp);
+/// let headers = taskfence_kafka::dispatcher::stamp_headers(&stamp);
 /// let pairs = headers.iter().map(|h| (h.key, h.value.unwrap_or_default()));
 /// assert_eq!(Stamp::from_headers(pairs), Ok(stamp));
 /// ```
@@ -65,11 +65,11 @@ pub fn stamp_headers(stamp: &Stamp) -> OwnedHeaders {
 /// use rdkafka::message::{Message, OwnedMessage, Timestamp};
 /// use taskfence::wire::{Stamp, StampError};
 /// let stamp = Stamp::new(taskfence::TaskId::new(), 3);
-/// let headers = Some(kafka_worker::dispatcher::stamp_headers(&stamp));
+/// let headers = Some(taskfence_kafka::dispatcher::stamp_headers(&stamp));
 /// let record = OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, headers);
-/// assert_eq!(kafka_worker::dispatcher::stamp(&record), Ok(stamp));
+/// assert_eq!(taskfence_kafka::dispatcher::stamp(&record), Ok(stamp));
 /// let bare = OwnedMessage::new(None, None, "t".into(), Timestamp::NotAvailable, 0, 0, None);
-/// assert!(matches!(kafka_worker::dispatcher::stamp(&bare), Err(StampError::Missing { .. })));
+/// assert!(matches!(taskfence_kafka::dispatcher::stamp(&bare), Err(StampError::Missing { .. })));
 /// ```
 pub fn stamp<M: rdkafka::message::Message>(record: &M) -> Result<Stamp, taskfence::wire::StampError> {
     use rdkafka::message::Headers;

@@ -17,7 +17,7 @@ use std::hash::Hash;
 /// Per partition: the records in flight and the position that is safe to commit.
 ///
 /// ```
-/// use taskfence::offsets::OffsetTracker;
+/// use taskfence_kafka::offsets::OffsetTracker;
 /// let mut t = OffsetTracker::new();
 /// for offset in 41..=43 {
 ///     t.start(0, offset);
