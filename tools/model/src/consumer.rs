@@ -128,6 +128,11 @@ impl Backend for Seeded {
         let id = lease.task_id();
         self.write(&[id], Backend::release(&self.inner, lease)).await
     }
+    async fn release_unstarted(&self, lease: Lease) -> Result<Fenced<()>> {
+        let id = lease.task_id();
+        self.write(&[id], Backend::release_unstarted(&self.inner, lease))
+            .await
+    }
     async fn cancel(&self, id: TaskId, reason: &str) -> Result<Fenced<Task>> {
         Backend::cancel(&self.inner, id, reason).await
     }
@@ -322,7 +327,11 @@ async fn explore(seed: u64, seen: &mut Seen) {
         for attempt in TaskStore::attempts(&memory, *id).await.unwrap() {
             let version = u64::from(attempt.number);
             let was_run = ran.lock().unwrap().contains_key(&(*id, version));
-            let released = attempt.outcome == AttemptOutcome::Released;
+            // Given back: after work began, or unstarted (a prefetched claim, refunded).
+            let released = matches!(
+                attempt.outcome,
+                AttemptOutcome::Released | AttemptOutcome::ReturnedUnstarted
+            );
             seen.failed_or_panicked += usize::from(matches!(attempt.outcome, AttemptOutcome::Failed(_)));
             seen.left_to_expire += usize::from(!was_run && !released);
             assert!(
