@@ -1,0 +1,20 @@
+//! The protocol, model-checked: every interleaving of a small world, with
+//! the store deciding through `taskfence::backend::rules`, the code every
+//! backend runs. See docs/RELIABILITY.md ("The protocol, model-checked").
+//!
+//! `cargo test -p model-check` runs the bounded configurations and the
+//! planted bugs; `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
+//! runs the deep configuration.
+//!
+//! Everything here is test code: the crate builds empty outside `cargo test`.
+#![cfg(test)]
+
+mod checker;
+mod configs;
+mod consumer;
+mod planted;
+mod props;
+mod runs;
+mod seam;
+mod step;
+mod world;
