@@ -23,6 +23,7 @@
 //! | `dynamodb` | [`DynamoStore`], the table definition (feature `dynamodb`) |
 //! | `runtime` | the worker runtime (feature `runtime`): `Consumer` on the store or a broker, `Worker` for one delivery |
 //! | `metrics` | a store wrapper recording metrics and spans per call (feature `metrics`) |
+//! | `logs` | one shape for a service's log lines, inside the work or not (feature `logs`) |
 //! | `testing` | the backend conformance suite and the test kit (feature `testing`) |
 //! | [`clock`] | the store clock of the embedded backends, and a manual one for tests |
 //! | [`limits`] | input limits every backend enforces |
@@ -74,6 +75,9 @@ pub mod dynamodb;
 #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
 pub mod runtime;
 
+#[cfg(feature = "logs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logs")))]
+pub mod logs;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;

@@ -6,14 +6,13 @@
 //! modes), the publisher of saved results and the journal. What is here is
 //! the service around it.
 //!
-//! What to copy: [`config`], [`store`], [`provider`], [`worker`], [`logs`] and
-//! `src/main.rs` (the service). [`sim`] and `src/bin/demo.rs` are test
+//! What to copy: [`config`], [`store`], [`provider`], [`worker`] and
+//! `src/main.rs` (the service; its log lines in `taskfence::logs`' one shape). [`sim`] and `src/bin/demo.rs` are test
 //! scaffolding (dev-only: do not copy). See the README for the why:
 //! consumer positions versus per-message timers, and why committing an
 //! offset does not delete the record.
 
 pub mod config;
-pub mod logs;
 pub mod provider;
 pub mod sim;
 pub mod store;

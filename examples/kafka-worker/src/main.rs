@@ -34,7 +34,7 @@ const RELEASE_DEADLINE: Duration = Duration::from_secs(5);
 async fn main() -> Result<(), BoxError> {
     let settings = Settings::load();
     // One line shape inside and outside the work (see `logs`).
-    kafka_worker::logs::init(tracing_subscriber::EnvFilter::try_new(&settings.log)?);
+    taskfence::logs::init(tracing_subscriber::EnvFilter::try_new(&settings.log)?);
     // Former names still work until 0.3; a variable no option reads is
     // reported, not silently ignored.
     for renamed in settings.deprecations() {

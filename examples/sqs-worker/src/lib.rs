@@ -13,7 +13,6 @@
 //! - [`aws`]: the AWS configuration the clients are built from.
 //! - [`worker`]: the work function.
 //! - [`provider`]: the model provider trait and the spot for a real one.
-//! - [`logs`]: the log lines, one shape inside and outside the work.
 //!
 //! Scaffolding (leave it): [`sim`], the simulated LLM, the injected faults and
 //! the scenario the demo binary and the tests run.
@@ -21,7 +20,6 @@
 pub mod aws;
 pub mod config;
 pub mod dynamo;
-pub mod logs;
 pub mod provider;
 pub mod sim;
 pub mod store;

@@ -44,7 +44,7 @@ async fn main() -> ExitCode {
         }
     };
     // One line shape inside and outside the work (see `logs`).
-    sqs_worker::logs::init(filter);
+    taskfence::logs::init(filter);
     // Former names still work until 0.3; a variable no option reads is
     // reported, not silently ignored.
     for renamed in settings.deprecations() {
