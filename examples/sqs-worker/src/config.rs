@@ -14,6 +14,8 @@ use clap::{Parser, ValueEnum};
 use taskfence::config::{Renamed, UnknownVars};
 
 use taskfence_sqs::WorkerConfig;
+/// A duration: `250ms`, `30s`, `5m`, `1h`, or a number of seconds (`1.5`).
+pub use taskfence_sqs::config::parse_duration;
 
 /// Where the tasks (and the outbox of handoffs) are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -304,26 +306,6 @@ impl Settings {
             release_deadline: self.release_deadline,
         }
     }
-}
-
-/// A duration: `250ms`, `30s`, `5m`, `1h`, or a number of seconds (`1.5`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 250ms, 30s, 5m)"))?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 #[cfg(test)]
