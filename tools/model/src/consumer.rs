@@ -200,8 +200,8 @@ const PLANTED_PANIC: &str = "a work function panics";
 const LEASE: Duration = Duration::from_secs(10);
 const TASKS: usize = 6;
 
-/// What one seed's run did, summed over seeds to show the exploration
-/// reached every path it claims to.
+/// What one randomized run did, summed over all runs to show the
+/// exploration reached every path it claims to.
 #[derive(Debug, Default)]
 struct Seen {
     runs: usize,
@@ -212,7 +212,8 @@ struct Seen {
     left_to_expire: usize,
 }
 
-/// One seed's run; panics naming the seed when a property fails.
+/// One randomized run (its random choices drawn from `seed`); panics
+/// naming that number when a property fails.
 async fn explore(seed: u64, seen: &mut Seen) {
     let clock = TokioClock {
         base: OffsetDateTime::UNIX_EPOCH + time::Duration::days(20_000),
@@ -390,6 +391,6 @@ fn the_consumer_under_seeded_schedules() {
             && seen.failed_or_panicked > 0
             && seen.faults > 0
             && seen.left_to_expire > 0,
-        "the seeds missed a path: {seen:?}"
+        "no run reached one of the paths: {seen:?}"
     );
 }
