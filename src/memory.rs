@@ -734,7 +734,7 @@ impl InspectBackend for MemoryStore {
         {
             match task.status {
                 Status::Running if task.lease_until.is_some_and(|until| until > now) => {
-                    slots.running.push(task.id)
+                    slots.running.push(task.id);
                 }
                 Status::Pending => slots.waiting += 1,
                 _ => {}

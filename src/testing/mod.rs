@@ -216,6 +216,7 @@ macro_rules! __conformance_suite {
             effects_are_purged_with_their_task,
             killed_workers_cause_no_silent_duplicate_effects,
             claim_next_hands_out_due_tasks_oldest_first,
+            limits_are_kept_or_refused_never_ignored,
             claim_next_skips_tasks_that_need_no_worker,
             claim_next_fails_a_spent_budget_instead,
             claim_next_takes_only_the_operations_and_scopes_asked_for,

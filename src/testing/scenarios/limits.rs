@@ -15,7 +15,7 @@ use crate::error::{Error, InvalidInput};
 use crate::policy::{Failure, RetryPolicy};
 use crate::store::{ClaimNext, Rejection};
 use crate::task::{Response, Status};
-use crate::testing::{InspectFixture, race};
+use crate::testing::{Fixture, InspectFixture, race};
 use crate::throttle::{self, ConcurrencyKey, RateBucket, Throttled};
 
 fn keyed(key: &str, name: &str, limit: u32) -> NewTask {
@@ -181,7 +181,7 @@ pub async fn an_in_order_key_runs_in_submission_order_through_a_retry(f: &dyn In
         ids.push(
             submit(
                 &*store,
-                keyed(&format!("m{i}"), "conversation-7", 1).policy(policy.clone()),
+                keyed(&format!("m{i}"), "conversation-7", 1).policy(policy),
             )
             .await
             .id,
@@ -397,4 +397,33 @@ pub async fn bad_limits_are_refused_and_write_nothing(f: &dyn InspectFixture) {
         assert!(matches!(err, Error::InvalidInput(_)), "{err}");
     }
     assert_eq!(f.record_count().await, before, "no task was written");
+}
+
+/// Every store either keeps a task's limits with it (the concurrency key,
+/// its limit and the bucket read back as submitted) or refuses the task
+/// with [`Error::Unsupported`] and writes nothing: no store ignores a limit.
+/// In the main conformance suite, so it runs on every backend.
+pub async fn limits_are_kept_or_refused_never_ignored(f: &dyn Fixture) {
+    let store = f.store();
+    let key = ConcurrencyKey::new("conversation-7", 1);
+    let before = f.record_count().await;
+    match store.submit(keyed("m1", "conversation-7", 1)).await {
+        Ok(submitted) => {
+            let stored = task(&*store, submitted.task().id).await;
+            assert_eq!(
+                stored.limits.concurrency.as_ref(),
+                Some(&key),
+                "the key and its limit are kept"
+            );
+        }
+        Err(Error::Unsupported { .. }) => {
+            assert_eq!(f.record_count().await, before, "a refused task writes nothing");
+            let err = store
+                .define_bucket(RateBucket::per_minute("b", 10))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+        }
+        Err(other) => panic!("expected the task kept or refused as unsupported, got {other}"),
+    }
 }
