@@ -52,32 +52,10 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/messages/{message_id}/regenerate", post(regenerate))
         .route("/tasks/{task_id}", get(task))
         .route("/healthz", get(healthz))
-        .route_layer(axum::middleware::from_fn(request_span))
+        // The server span each reply task's trace starts from (see `telemetry`).
+        .route_layer(axum::middleware::from_fn(taskfence_axum::trace::request_span))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
-}
-
-/// Each request in a server span named after its route (`POST
-/// /conversations/{conversation_id}/messages`), with the OpenTelemetry HTTP
-/// attributes: the span a reply task's trace starts from (see `telemetry`).
-async fn request_span(
-    route: axum::extract::MatchedPath,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    use tracing::Instrument;
-    let method = request.method().clone();
-    let span = tracing::info_span!(
-        "http.request",
-        otel.name = %format_args!("{method} {}", route.as_str()),
-        otel.kind = "server",
-        http.request.method = %method,
-        http.route = route.as_str(),
-        http.response.status_code = tracing::field::Empty,
-    );
-    let response = next.run(request).instrument(span.clone()).await;
-    span.record("http.response.status_code", response.status().as_u16());
-    response
 }
 
 /// `GET /healthz`, for a load balancer's or an orchestrator's readiness probe:
