@@ -39,6 +39,52 @@ pub const PREFIX: &str = "TASKFENCE_";
 /// ```
 pub const ALIASES_REMOVED_IN: &str = "0.3";
 
+/// A duration as a setting spells it: `250ms`, `30s`, `5m`, `24h`, or a
+/// bare number of seconds. One rule for every flag, variable and query
+/// parameter of a service, so `--lease 30s` and `?wait=30s` read alike.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::config::parse_duration;
+///
+/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+/// assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+/// assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+/// assert!(parse_duration("1.5s").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, InvalidDuration> {
+    let text = text.trim();
+    let units: [(&str, u64); 4] = [("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)];
+    let (number, unit_ms) = units
+        .iter()
+        .find_map(|(suffix, ms)| Some((text.strip_suffix(suffix)?, *ms)))
+        .unwrap_or((text, 1_000));
+    let digits = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+    digits
+        .then(|| number.parse::<u64>().ok()?.checked_mul(unit_ms))
+        .flatten()
+        .map(std::time::Duration::from_millis)
+        .ok_or_else(|| InvalidDuration(text.to_owned()))
+}
+
+/// Text [`parse_duration`] does not read: not a whole number with one of its
+/// units, or too long to count in milliseconds.
+///
+/// ```
+/// let error = taskfence::config::parse_duration("soon").unwrap_err();
+/// assert_eq!(error.to_string(), r#""soon" is not a duration like 500ms, 30s, 5m or 24h"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidDuration(String);
+
+impl fmt::Display for InvalidDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not a duration like 500ms, 30s, 5m or 24h", self.0)
+    }
+}
+
+impl std::error::Error for InvalidDuration {}
+
 /// The `TASKFENCE_*` variables set in this process's environment that are
 /// not in `known`, with a suggestion for each; `None` when every one is
 /// known. Call it once at start-up and log the answer as a warning: a
@@ -272,6 +318,29 @@ fn edits(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn durations_in_every_unit_and_refusals() {
+        use super::parse_duration;
+        assert_eq!(parse_duration(" 5m "), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        for bad in [
+            "",
+            "s",
+            "-1s",
+            "+1s",
+            "1.5s",
+            "1 s",
+            "30d",
+            "soon",
+            "18446744073709551615h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
     use super::*;
 
     const KNOWN: [&str; 4] = [

@@ -284,6 +284,42 @@ pub enum EffectStart {
     Stop(Box<Effect>),
 }
 
+/// What one call of an external effect came to, as the work tells
+/// [`WorkContext::effect`](crate::runtime::WorkContext::effect): it decides
+/// what the journal records and how the attempt ends.
+///
+/// ```
+/// use taskfence::Failure;
+/// use taskfence::effect::EffectCall;
+///
+/// // An HTTP answer, read the usual way.
+/// fn answered(status: u16) -> EffectCall {
+///     match status {
+///         200..=299 => EffectCall::Done(None),
+///         429 | 503 => EffectCall::Refused(Failure::retryable(format!("answered {status}"))),
+///         400..=499 if status != 408 && status != 409 => {
+///             EffectCall::Refused(Failure::permanent(format!("answered {status}")))
+///         }
+///         _ => EffectCall::Unknown(format!("answered {status}")),
+///     }
+/// }
+/// assert!(matches!(answered(503), EffectCall::Refused(_)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EffectCall {
+    /// The provider acted: recorded done, with its reference (an id it
+    /// gave) when there is one; the attempt succeeds with it as the response.
+    Done(Option<String>),
+    /// The provider did not act, for certain: recorded failed, and the
+    /// attempt ends with this failure (retryable or permanent).
+    Refused(Failure),
+    /// The provider may or may not have acted (a timeout, a lost
+    /// connection): nothing is recorded, and the attempt fails as ambiguous,
+    /// so the next one calls again with the same key.
+    Unknown(String),
+}
+
 /// What the provider said, for [`TaskStore::finish_effect`].
 ///
 /// ```

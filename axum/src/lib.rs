@@ -9,6 +9,7 @@
 //! | [`submit`] | [`SubmitResponse`], [`TaskBody`] |
 //! | [`fingerprint`](mod@fingerprint) | [`fingerprint()`], [`canonical_json`] |
 //! | [`layer`] | [`IdempotencyLayer`], [`KeyScope`], [`Idempotent`] |
+//! | [`trace`] | [`trace::request_span`]: the HTTP server span a task's trace starts from |
 
 mod b64;
 pub mod fingerprint;
@@ -16,6 +17,7 @@ pub mod key;
 pub mod layer;
 pub mod problem;
 pub mod submit;
+pub mod trace;
 
 pub use fingerprint::{canonical_json, fingerprint};
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, IdempotencyKey, IdempotencyKeyRejection};

@@ -15,29 +15,22 @@ use taskfence::runtime::{ConsumerConfig, StoreQueue};
 use taskfence::{
     Failure, InputHash, MemoryStore, NewTask, RequestKey, Response, RetryPolicy, Status, TaskStore,
 };
-use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
-/// The handler: its own span (as an HTTP server layer would open), the
-/// submission inside it.
+/// The handler, in the server span `request_span` opens: the submission inside it.
 async fn post_message(State(submit): State<Arc<dyn TaskStore>>, body: String) -> String {
-    let span = tracing::info_span!("POST /messages", otel.kind = "server");
-    async move {
-        let new = NewTask::new(
-            RequestKey::new("user-1", "chat.reply", &body),
-            InputHash::of([body.as_str()]),
-        )
-        .policy(
-            RetryPolicy::default()
-                .jitter(0.0)
-                .initial_backoff(Duration::from_millis(10)),
-        )
-        .without_handoff();
-        let task = submit.submit(new).await.expect("submit").into_task();
-        task.id.to_string()
-    }
-    .instrument(span)
-    .await
+    let new = NewTask::new(
+        RequestKey::new("user-1", "chat.reply", &body),
+        InputHash::of([body.as_str()]),
+    )
+    .policy(
+        RetryPolicy::default()
+            .jitter(0.0)
+            .initial_backoff(Duration::from_millis(10)),
+    )
+    .without_handoff();
+    let task = submit.submit(new).await.expect("submit").into_task();
+    task.id.to_string()
 }
 
 fn named<'a>(spans: &'a [SpanData], name: &str) -> Vec<&'a SpanData> {
@@ -65,6 +58,7 @@ async fn one_trace_from_the_handler_through_submission_to_the_workers_completion
     let queue = StoreQueue::new(store.clone());
     let app = Router::new()
         .route("/messages", post(post_message))
+        .route_layer(axum::middleware::from_fn(taskfence_axum::trace::request_span))
         .with_state(queue.submitter());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -114,6 +108,14 @@ async fn one_trace_from_the_handler_through_submission_to_the_workers_completion
         "{:?}",
         spans.iter().map(|s| &s.name).collect::<Vec<_>>()
     );
+    for handler in &handlers {
+        assert_eq!(attribute(handler, "http.route").as_deref(), Some("/messages"));
+        assert_eq!(attribute(handler, "http.request.method").as_deref(), Some("POST"));
+        assert_eq!(
+            attribute(handler, "http.response.status_code").as_deref(),
+            Some("200")
+        );
+    }
     let processes = named(&spans, "process chat.reply");
     let hello = |s: &&SpanData| attribute(s, "messaging.message.id") == Some(ids[0].to_string());
     let process = processes

@@ -1,29 +1,25 @@
 //! The HTTP API: routes, authentication, handlers and representations.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRef, FromRequestParts, Path, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool, Row};
-use taskfence::runtime::Wake;
-use taskfence::{
-    Error, InputHash, NewTask, PgStore, RequestKey, RetryPolicy, Status, Submitted, Task, TaskId, TaskStore,
-};
+use taskfence::runtime::{SavedEvents, Stop, Wake};
+use taskfence::{Error, InputHash, NewTask, PgStore, RequestKey, Status, Submitted, Task, TaskId, TaskStore};
 use taskfence_axum::{IdempotencyKey, Problem};
-use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-use crate::config::Limits;
+use crate::config::{Config, Limits};
+// A stand-in for authentication: replace it with yours (see `sim::auth`).
 use crate::problem;
-use crate::replies::{ReplyEvent, ReplyEvents};
+use crate::sim::auth::Caller;
 use crate::worker::ReplyPayload;
 
 /// The operation of every reply task: one key space for Send and Regenerate,
@@ -41,50 +37,25 @@ pub const REPLAYED: HeaderName = HeaderName::from_static(taskfence_axum::IDEMPOT
 pub(crate) struct AppState {
     pub(crate) pool: PgPool,
     pub(crate) store: PgStore,
-    pub(crate) tokens: Arc<HashMap<String, String>>,
-    pub(crate) policy: RetryPolicy,
-    pub(crate) key_retention: Duration,
-    pub(crate) limits: Arc<Limits>,
-    pub(crate) events: ReplyEvents,
+    pub(crate) config: Arc<Config>,
+    pub(crate) events: SavedEvents,
     /// Wakes the in-process worker after a commit (wakes nothing without one).
     pub(crate) wake_worker: Wake,
-    pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) stop: Stop,
 }
 
 /// The routes.
 pub(crate) fn router(state: AppState) -> Router {
-    let body_limit = state.limits.max_body_bytes;
+    let body_limit = state.config.limits.max_body_bytes;
     Router::new()
         .route("/conversations/{conversation_id}/messages", post(send))
         .route("/messages/{message_id}/regenerate", post(regenerate))
         .route("/tasks/{task_id}", get(task))
         .route("/healthz", get(healthz))
-        .route_layer(axum::middleware::from_fn(request_span))
+        // The server span each reply task's trace starts from (see `telemetry`).
+        .route_layer(axum::middleware::from_fn(taskfence_axum::trace::request_span))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
-}
-
-/// Each request in a server span named after its route (`POST
-/// /conversations/{conversation_id}/messages`), with the OpenTelemetry HTTP
-/// attributes: the span a reply task's trace starts from (see `telemetry`).
-async fn request_span(
-    route: axum::extract::MatchedPath,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    use tracing::Instrument;
-    let method = request.method().clone();
-    let span = tracing::info_span!(
-        "http.request",
-        otel.name = %format_args!("{method} {}", route.as_str()),
-        otel.kind = "server",
-        http.request.method = %method,
-        http.route = route.as_str(),
-        http.response.status_code = tracing::field::Empty,
-    );
-    let response = next.run(request).instrument(span.clone()).await;
-    span.record("http.response.status_code", response.status().as_u16());
-    response
 }
 
 /// `GET /healthz`, for a load balancer's or an orchestrator's readiness probe:
@@ -104,60 +75,11 @@ async fn healthz(State(state): State<AppState>) -> Result<Response, Problem> {
     }
 }
 
-/// The authenticated caller: the scope of every key and task.
-#[derive(Debug, Clone)]
-pub(crate) struct Caller(String);
-
-impl<S> FromRequestParts<S> for Caller
-where
-    S: Send + Sync,
-    AppState: FromRef<S>,
-{
-    type Rejection = Problem;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
-        let state = AppState::from_ref(state);
-        let token = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token);
-        match token.and_then(|t| state.tokens.get(t.trim())) {
-            Some(user) => Ok(Caller(user.clone())),
-            None => Err(problem::unauthenticated()),
-        }
-    }
-}
-
 /// `POST /conversations/{id}/messages` body.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SendBody {
     content: String,
-}
-
-/// What Send and Regenerate return, built by one query from committed rows,
-/// so the first response and every replay are byte-identical.
-#[derive(Debug, Serialize)]
-struct Accepted {
-    message: MessageView,
-    task: TaskLink,
-}
-
-#[derive(Debug, Serialize)]
-struct MessageView {
-    id: String,
-    conversation_id: String,
-    content: String,
-    created_at: String,
-}
-
-#[derive(Debug, Serialize)]
-struct TaskLink {
-    id: String,
-    href: String,
 }
 
 /// `GET /tasks/{id}`.
@@ -191,46 +113,23 @@ async fn send(
     Path(conversation_id): Path<String>,
     body: Result<Json<SendBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    check_conversation_id(&conversation_id, &state.limits)?;
+    check_conversation_id(&conversation_id, &state.config.limits)?;
     let Json(SendBody { content }) = body.map_err(json_problem)?;
-    check_content(&content, &state.limits)?;
-
+    check_content(&content, &state.config.limits)?;
     let message_id = Uuid::now_v7();
-    let payload = ReplyPayload {
-        message_id,
-        prompt: content.clone(),
-    };
-    let new = new_task(
-        &state,
-        &caller,
-        &key,
-        InputHash::of(["send", &conversation_id, &content]),
-        &payload,
-    )?;
-
+    let input = InputHash::of(["send", &conversation_id, &content]);
+    let new = new_task(&state, &caller, &key, input, message_id, &content)?;
     let mut tx = state.pool.begin().await.map_err(problem::internal)?;
-    // Concurrent repeats of this key wait here, on the request key's unique
-    // index, until the first commits; then they see Existing.
-    match state.store.on(&mut tx).submit(new).await {
-        Ok(Submitted::Created(task)) => {
-            sqlx::query(
-                "INSERT INTO messages (id, user_id, conversation_id, content) VALUES ($1, $2, $3, $4)",
-            )
-            .bind(message_id)
-            .bind(&caller.0)
-            .bind(&conversation_id)
-            .bind(&content)
-            .execute(&mut *tx)
-            .await
-            .map_err(problem::internal)?;
-            created(state, tx, &caller, task.id, message_id).await
-        }
-        Ok(Submitted::Existing(task)) => {
-            tx.rollback().await.map_err(problem::internal)?;
-            replay(&state, &caller, task.id).await
-        }
-        Err(error) => Err(submit_problem(error)),
-    }
+    // Rolled back with the transaction when the key turns out to be a repeat.
+    sqlx::query("INSERT INTO messages (id, user_id, conversation_id, content) VALUES ($1, $2, $3, $4)")
+        .bind(message_id)
+        .bind(&caller.0)
+        .bind(&conversation_id)
+        .bind(&content)
+        .execute(&mut *tx)
+        .await
+        .map_err(problem::internal)?;
+    accept(state, tx, &caller, new, message_id).await
 }
 
 /// A new reply task for a message the caller owns.
@@ -250,17 +149,9 @@ async fn regenerate(
         .await
         .map_err(problem::internal)?
         .ok_or_else(not_found)?;
-    let payload = ReplyPayload { message_id, prompt };
     let input = InputHash::of(["regenerate".as_bytes(), message_id.as_bytes()]);
-    let new = new_task(&state, &caller, &key, input, &payload)?;
-    match state.store.on(&mut tx).submit(new).await {
-        Ok(Submitted::Created(task)) => created(state, tx, &caller, task.id, message_id).await,
-        Ok(Submitted::Existing(task)) => {
-            tx.rollback().await.map_err(problem::internal)?;
-            replay(&state, &caller, task.id).await
-        }
-        Err(error) => Err(submit_problem(error)),
-    }
+    let new = new_task(&state, &caller, &key, input, message_id, &prompt)?;
+    accept(state, tx, &caller, new, message_id).await
 }
 
 fn new_task(
@@ -268,26 +159,50 @@ fn new_task(
     caller: &Caller,
     key: &IdempotencyKey,
     input: InputHash,
-    payload: &ReplyPayload,
+    message_id: Uuid,
+    prompt: &str,
 ) -> Result<NewTask, Problem> {
+    let payload = ReplyPayload {
+        message_id,
+        prompt: prompt.to_owned(),
+    };
     let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
-        .payload(serde_json::to_vec(payload).map_err(problem::internal)?)
-        .policy(state.policy)
-        .retention(state.key_retention)
+        .payload(serde_json::to_vec(&payload).map_err(problem::internal)?)
+        .policy(state.config.policy)
+        .retention(state.config.key_retention)
         // The worker claims from the store itself: no outbox row to publish.
         .without_handoff();
     new.validate().map_err(|e| submit_problem(e.into()))?;
     Ok(new)
 }
 
-/// Links the new task to its message, renders, commits, wakes the worker.
-async fn created(
+/// Submits the reply task in `tx`. A new task is linked to its message and
+/// committed, and the worker woken; a repeat is rolled back and answered with
+/// the first response, rebuilt from the committed rows.
+async fn accept(
     state: AppState,
     mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
     caller: &Caller,
-    task_id: TaskId,
+    new: NewTask,
     message_id: Uuid,
 ) -> Result<Response, Problem> {
+    // Concurrent repeats of this key wait here, on the request key's unique
+    // index, until the first commits; then they see Existing.
+    let task_id = match state
+        .store
+        .on(&mut tx)
+        .submit(new)
+        .await
+        .map_err(submit_problem)?
+    {
+        Submitted::Created(task) => task.id,
+        Submitted::Existing(task) => {
+            tx.rollback().await.map_err(problem::internal)?;
+            let mut conn = state.pool.acquire().await.map_err(problem::internal)?;
+            let body = accepted(&mut conn, caller, task.id).await?;
+            return Ok(json(StatusCode::CREATED, body, true));
+        }
+    };
     sqlx::query("INSERT INTO reply_tasks (task_id, message_id) VALUES ($1, $2)")
         .bind(task_id.as_uuid())
         .bind(message_id)
@@ -301,16 +216,14 @@ async fn created(
     Ok(json(StatusCode::CREATED, body, false))
 }
 
-/// The first response to this key, rebuilt from the committed rows.
-async fn replay(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<Response, Problem> {
-    let mut conn = state.pool.acquire().await.map_err(problem::internal)?;
-    let body = accepted(&mut conn, caller, task_id).await?;
-    Ok(json(StatusCode::CREATED, body, true))
-}
-
+/// What Send and Regenerate answer, rendered by the database from the
+/// committed rows, so the first response and every replay are the same bytes.
 async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> Result<Vec<u8>, Problem> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT m.id, m.conversation_id, m.content, to_char(m.created_at AT TIME ZONE 'UTC', {TS}) AS created_at
+    let body: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT jsonb_build_object(
+             'message', jsonb_build_object('id', m.id, 'conversation_id', m.conversation_id, 'content', m.content,
+                                           'created_at', to_char(m.created_at AT TIME ZONE 'UTC', {TS})),
+             'task', jsonb_build_object('id', rt.task_id, 'href', '/tasks/' || rt.task_id::text))::text
          FROM reply_tasks AS rt JOIN messages AS m ON m.id = rt.message_id
          WHERE rt.task_id = $1 AND m.user_id = $2"
     )))
@@ -318,21 +231,9 @@ async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> 
     .bind(&caller.0)
     .fetch_optional(conn)
     .await
-    .map_err(problem::internal)?
-    .ok_or_else(|| problem::internal(format!("reply task {task_id} has no message row")))?;
-    let body = Accepted {
-        message: MessageView {
-            id: row.get::<Uuid, _>("id").to_string(),
-            conversation_id: row.get("conversation_id"),
-            content: row.get("content"),
-            created_at: row.get("created_at"),
-        },
-        task: TaskLink {
-            id: task_id.to_string(),
-            href: format!("/tasks/{task_id}"),
-        },
-    };
-    serde_json::to_vec(&body).map_err(problem::internal)
+    .map_err(problem::internal)?;
+    body.map(String::into_bytes)
+        .ok_or_else(|| problem::internal(format!("reply task {task_id} has no message row")))
 }
 
 /// `?wait=` of `GET /tasks/{id}`.
@@ -355,39 +256,22 @@ async fn task(
         query.map_err(|e| problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
     let wait = match query.wait.as_deref() {
         None => Duration::ZERO,
-        Some(text) => parse_wait(text, state.limits.max_wait)?,
+        Some(text) => parse_wait(text, state.config.limits.max_wait)?,
     };
     let deadline = tokio::time::Instant::now() + wait;
     // Subscribe before the first read: a reply committed after the read is heard.
-    let mut events = state.events.subscribe();
-    let mut stop = state.stop.clone();
+    let mut saved = state.events.subscribe();
     loop {
         let view = read_task(&state, &caller, task_id).await?;
         let settled = view.reply.is_some() || matches!(view.status, "failed" | "cancelled");
-        if settled || tokio::time::Instant::now() >= deadline || *stop.borrow() {
-            return Ok(json(
-                StatusCode::OK,
-                serde_json::to_vec(&view).map_err(problem::internal)?,
-                false,
-            ));
+        if settled || tokio::time::Instant::now() >= deadline || state.stop.is_requested() {
+            return Ok(Json(view).into_response());
         }
         // Any wake-up only means "read again": the store is the truth.
         tokio::select! {
-            () = wait_for(&mut events, task_id) => {}
+            () = saved.changed(task_id) => {}
             () = tokio::time::sleep_until(deadline) => {}
-            () = crate::service::stopped(&mut stop) => {}
-        }
-    }
-}
-
-async fn wait_for(events: &mut broadcast::Receiver<ReplyEvent>, task_id: TaskId) {
-    loop {
-        match events.recv().await {
-            Ok(ReplyEvent::Saved(id)) if id == task_id => return,
-            Ok(ReplyEvent::Saved(_)) => {}
-            // Missed events (lag, reconnect): read the store to be sure.
-            Ok(ReplyEvent::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => return,
-            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+            () = state.stop.requested() => {}
         }
     }
 }
@@ -443,19 +327,10 @@ fn task_not_found() -> Problem {
     problem::new(StatusCode::NOT_FOUND, "not-found", "no such task")
 }
 
-/// `30s`, `1500ms` or `30` (seconds), at most `max`.
+/// A duration as every setting spells it (`30s`, `1500ms`, `30`), at most `max`.
 fn parse_wait(text: &str, max: Duration) -> Result<Duration, Problem> {
     let bad = |detail: String| problem::new(StatusCode::BAD_REQUEST, "invalid-wait", detail);
-    let (number, unit) = match text.strip_suffix("ms") {
-        Some(n) => (n, 1),
-        None => (text.strip_suffix('s').unwrap_or(text), 1000),
-    };
-    let ms = number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
-        .ok_or_else(|| bad(format!("wait={text:?} is not a duration like 30s or 500ms")))?;
-    let wait = Duration::from_millis(ms);
+    let wait = taskfence::config::parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
     if wait > max {
         return Err(bad(format!(
             "wait={text} is longer than the limit of {}s",
@@ -465,22 +340,18 @@ fn parse_wait(text: &str, max: Duration) -> Result<Duration, Problem> {
     Ok(wait)
 }
 
+/// 1 to `max_conversation_id_bytes` of ASCII letters, digits, `-`, `_` or `.`.
 fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
-    let ok = !id.is_empty()
-        && id.len() <= limits.max_conversation_id_bytes
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
+    let max = limits.max_conversation_id_bytes;
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
+    if !id.is_empty() && id.len() <= max && id.bytes().all(allowed) {
         return Ok(());
     }
+    let detail = format!("a conversation id is 1 to {max} bytes of ASCII letters, digits, '-', '_' or '.'");
     Err(problem::new(
         StatusCode::BAD_REQUEST,
         "invalid-conversation-id",
-        format!(
-            "a conversation id is 1 to {} bytes of ASCII letters, digits, '-', '_' or '.'",
-            limits.max_conversation_id_bytes
-        ),
+        detail,
     ))
 }
 

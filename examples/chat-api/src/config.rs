@@ -1,9 +1,10 @@
 //! What a [`Service`](crate::Service) runs and with which limits.
 //!
 //! [`Settings`] is the process's configuration: flags, each also read from an
-//! environment variable (the usual way to configure a container). It turns
-//! into a [`Config`] (what the service needs besides the pool, and what tests
-//! build in-process with [`Config::new`]) and a pool ([`Settings::connect`]).
+//! environment variable (the usual way to configure a container). Most of
+//! them are [`Config`]'s (what the service needs besides the pool, and what
+//! tests build in-process with [`Config::new`]); the rest make the pool
+//! ([`Settings::connect`]). Each default is written once, on its flag.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use taskfence::RetryPolicy;
+use taskfence::config::parse_duration;
 
 /// Which halves of the service this process runs.
 ///
@@ -67,50 +69,55 @@ impl Default for Limits {
 }
 
 /// The in-process reply worker (a `taskfence::runtime::Consumer`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct WorkerSettings {
-    /// Replies generated at once.
+    /// Replies generated at once by the in-process worker.
+    #[arg(
+        long = "worker-concurrency",
+        env = "CHAT_API_WORKER_CONCURRENCY",
+        default_value_t = 8
+    )]
     pub concurrency: usize,
-    /// Lease per claim (renewed in the background while the provider runs).
+    /// Lease per claim, renewed in the background while the provider runs
+    /// (`30s`, `500ms`, `5m`).
+    #[arg(long, env = "CHAT_API_LEASE", value_parser = parse_duration, default_value = "30s")]
     pub lease: Duration,
     /// The longest wait between two looks for work nothing woke the worker
     /// for: a Send in another process, a retry past its backoff, an expired
     /// lease. A Send in the same process wakes it at once.
+    #[arg(long, env = "CHAT_API_POLL_EVERY", value_parser = parse_duration, default_value = "200ms")]
     pub poll_every: Duration,
-    /// On shutdown, how long the replies in flight may take to finish; the
-    /// rest are released for another process. With the release, the stop
-    /// takes at most this plus 5 s: the default fits within Kubernetes'
-    /// default 30 s between SIGTERM and SIGKILL.
+    /// On SIGTERM, how long the replies in flight may take to finish; the
+    /// rest are released for another process (a second SIGTERM releases at
+    /// once). The stop takes at most this plus 5 s: the default fits within
+    /// Kubernetes' default 30 s between SIGTERM and SIGKILL.
+    #[arg(long = "stop-grace", env = "CHAT_API_STOP_GRACE", value_parser = parse_duration, default_value = "20s")]
     pub grace: Duration,
 }
 
 impl Default for WorkerSettings {
     fn default() -> Self {
-        Self {
-            concurrency: 8,
-            lease: Duration::from_secs(30),
-            poll_every: Duration::from_millis(200),
-            grace: Duration::from_secs(20),
-        }
+        defaults()
     }
 }
 
-/// The retention sweep ([`crate::purge`]): how often, and how many tasks
-/// per statement.
-#[derive(Debug, Clone)]
+/// The retention sweep ([`taskfence::runtime::purge_every`]): how often,
+/// and how many tasks per statement.
+#[derive(Debug, Clone, clap::Args)]
 pub struct PurgeSettings {
-    /// Time between sweeps; zero turns the sweep off.
+    /// How often the worker's process purges the tasks past their retention
+    /// (`0` turns it off, e.g. when a scheduled `taskfence purge` does it).
+    #[arg(long = "purge-interval", env = "CHAT_API_PURGE_INTERVAL", value_parser = parse_duration, default_value = "10m")]
     pub every: Duration,
-    /// Tasks removed per statement (1 to `taskfence::limits::MAX_SCAN_LIMIT`).
+    /// Tasks removed per purge statement (1 to
+    /// `taskfence::limits::MAX_SCAN_LIMIT`); a sweep repeats it until fewer are left.
+    #[arg(long = "purge-batch", env = "CHAT_API_PURGE_BATCH", default_value_t = 1000)]
     pub batch: usize,
 }
 
 impl Default for PurgeSettings {
     fn default() -> Self {
-        Self {
-            every: Duration::from_secs(600),
-            batch: 1000,
-        }
+        defaults()
     }
 }
 
@@ -147,46 +154,46 @@ impl WebhookSettings {
 
 /// Everything [`Service::start`](crate::Service::start) needs besides the
 /// pool and the provider.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Config {
-    /// API, worker or both.
+    /// Which halves run in this process: `both`, `api` or `worker`.
+    #[arg(long, env = "CHAT_API_MODE", value_enum, default_value = "both")]
     pub mode: Mode,
-    /// The schema of taskfence's tables (default `taskfence`).
+    /// The schema of taskfence's tables (its own migration history is kept there).
+    #[arg(long, env = "TASKFENCE_SCHEMA", default_value = taskfence::postgres::DEFAULT_SCHEMA)]
     pub taskfence_schema: String,
-    /// Bearer token → user id. A stand-in for real authentication: the user id
-    /// is the scope of every idempotency key and task.
-    pub tokens: HashMap<String, String>,
-    /// The reply task's retry budget, stored with each task.
+    /// Bearer tokens as `token=user,token=user` (required unless `--mode
+    /// worker`). A stand-in for real authentication: the user id is the scope
+    /// of every idempotency key and task.
+    #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = parse_tokens, default_value = "")]
+    pub tokens: Tokens,
+    /// The reply task's retry budget, stored with each task (`--max-attempts`).
+    #[arg(skip)]
     pub policy: RetryPolicy,
-    /// How long an idempotency key is remembered (the IETF draft asks servers
+    /// How long an Idempotency-Key is remembered (the IETF draft asks servers
     /// to publish it). After it, the key is new work.
+    #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
     pub key_retention: Duration,
     /// Input limits.
+    #[arg(skip)]
     pub limits: Limits,
     /// The in-process worker.
+    #[command(flatten)]
     pub worker: WorkerSettings,
     /// The retention sweep, run beside the worker.
+    #[command(flatten)]
     pub purge: PurgeSettings,
     /// The "reply ready" webhook; `None` (the default): no notifications.
     /// Read by the worker's process only: its completions submit the
     /// notification tasks and its second consumer delivers them.
+    #[arg(skip)]
     pub webhook: Option<WebhookSettings>,
 }
 
 impl Config {
     /// Defaults for everything but the tokens.
-    pub fn new(tokens: HashMap<String, String>) -> Self {
-        Self {
-            mode: Mode::Both,
-            taskfence_schema: taskfence::postgres::DEFAULT_SCHEMA.to_owned(),
-            tokens,
-            policy: RetryPolicy::default(),
-            key_retention: Duration::from_secs(24 * 3600),
-            limits: Limits::default(),
-            worker: WorkerSettings::default(),
-            purge: PurgeSettings::default(),
-            webhook: None,
-        }
+    pub fn new(tokens: Tokens) -> Self {
+        Self { tokens, ..defaults() }
     }
 
     /// The NOTIFY channel on which saved replies are announced. Derived from
@@ -195,6 +202,13 @@ impl Config {
     pub fn reply_channel(&self) -> String {
         format!("{}_reply_saved", self.taskfence_schema)
     }
+}
+
+/// `T` with each flag at the default it declares, whatever the environment
+/// says: the one place defaults are written is the flag.
+fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None::<&str>));
+    T::from_arg_matches(&command.get_matches_from(["defaults"])).expect("every flag has a default")
 }
 
 /// The process's configuration: every option is a flag and an environment
@@ -227,18 +241,6 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
 
-    /// Which halves run in this process: `both`, `api` or `worker`.
-    #[arg(long, env = "CHAT_API_MODE", value_enum, default_value = "both")]
-    pub mode: Mode,
-
-    /// Bearer tokens as `token=user,token=user` (required unless `--mode worker`).
-    #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = parse_tokens, default_value = "")]
-    pub tokens: Tokens,
-
-    /// The schema of taskfence's tables (its own migration history is kept there).
-    #[arg(long, env = "TASKFENCE_SCHEMA", default_value = taskfence::postgres::DEFAULT_SCHEMA)]
-    pub taskfence_schema: String,
-
     /// The schema of the app's tables and its `_sqlx_migrations` (created if
     /// missing). Unset: the connection's default `search_path` (`public`).
     #[arg(long, env = "CHAT_API_SCHEMA")]
@@ -248,39 +250,9 @@ pub struct Settings {
     #[arg(long, env = "CHAT_API_MAX_CONNECTIONS", default_value_t = 32)]
     pub max_connections: u32,
 
-    /// Replies generated at once by the in-process worker.
-    #[arg(long, env = "CHAT_API_WORKER_CONCURRENCY", default_value_t = 8)]
-    pub worker_concurrency: usize,
-
-    /// Lease per claim, renewed while the provider runs (`30s`, `500ms`, `5m`).
-    #[arg(long, env = "CHAT_API_LEASE", value_parser = parse_duration, default_value = "30s")]
-    pub lease: Duration,
-
-    /// The longest wait between two polls for tasks nothing woke the worker for.
-    #[arg(long, env = "CHAT_API_POLL_EVERY", value_parser = parse_duration, default_value = "200ms")]
-    pub poll_every: Duration,
-
-    /// On SIGTERM, how long replies in flight may take to finish before they
-    /// are released to another process (a second SIGTERM releases at once).
-    #[arg(long, env = "CHAT_API_STOP_GRACE", value_parser = parse_duration, default_value = "20s")]
-    pub stop_grace: Duration,
-
-    /// Attempts per reply task before it fails for good.
+    /// Attempts per reply task before it fails for good (unset: taskfence's default).
     #[arg(long, env = "CHAT_API_MAX_ATTEMPTS")]
     pub max_attempts: Option<u32>,
-
-    /// How long an Idempotency-Key is remembered.
-    #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
-    pub key_retention: Duration,
-
-    /// How often the worker's process purges the tasks past their retention
-    /// (`0` turns it off, e.g. when a scheduled `taskfence purge` does it).
-    #[arg(long, env = "CHAT_API_PURGE_INTERVAL", value_parser = parse_duration, default_value = "10m")]
-    pub purge_interval: Duration,
-
-    /// Tasks removed per purge statement; a sweep repeats it until fewer are left.
-    #[arg(long, env = "CHAT_API_PURGE_BATCH", default_value_t = 1000)]
-    pub purge_batch: usize,
 
     /// An OTLP/HTTP collector (`http://127.0.0.1:4318`): the traces go there,
     /// one per request, from the handler through the reply task's worker.
@@ -298,6 +270,10 @@ pub struct Settings {
     /// unknown and the delivery is retried with the same key.
     #[arg(long, env = "CHAT_API_WEBHOOK_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     pub webhook_timeout: Duration,
+
+    /// What the service runs with.
+    #[command(flatten)]
+    pub service: Config,
 }
 
 /// Bearer token → user id, as parsed from `token=user,token=user`.
@@ -317,21 +293,12 @@ impl Settings {
         taskfence::config::unknown_env(&known)
     }
 
-    /// The service's [`Config`]: defaults with these settings applied.
+    /// The service's [`Config`]: the flags' and the webhook's.
     pub fn config(&self) -> Config {
-        let mut config = Config::new(self.tokens.clone());
-        config.mode = self.mode;
-        config.taskfence_schema = self.taskfence_schema.clone();
-        config.key_retention = self.key_retention;
+        let mut config = self.service.clone();
         if let Some(n) = self.max_attempts {
             config.policy = config.policy.max_attempts(n);
         }
-        config.worker.concurrency = self.worker_concurrency;
-        config.worker.lease = self.lease;
-        config.worker.poll_every = self.poll_every;
-        config.worker.grace = self.stop_grace;
-        config.purge.every = self.purge_interval;
-        config.purge.batch = self.purge_batch;
         config.webhook = self.webhook_url.clone().map(|url| WebhookSettings {
             timeout: self.webhook_timeout,
             ..WebhookSettings::new(url)
@@ -341,10 +308,10 @@ impl Settings {
 
     /// Checks what clap cannot: the API needs at least one token.
     pub fn validate(&self) -> Result<(), String> {
-        if self.mode.runs_api() && self.tokens.is_empty() {
+        if self.service.mode.runs_api() && self.service.tokens.is_empty() {
             return Err("CHAT_API_TOKENS is empty: set it to token=user,token=user".into());
         }
-        taskfence::limits::check_scan_limit(self.purge_batch)
+        taskfence::limits::check_scan_limit(self.service.purge.batch)
             .map_err(|e| format!("--purge-batch (CHAT_API_PURGE_BATCH): {e}"))?;
         if let Some(url) = &self.webhook_url {
             // reqwest is built without a TLS stack here: add its `rustls-tls`
@@ -364,12 +331,8 @@ impl Settings {
     /// The pool, with the app schema (if any) created and first in every
     /// connection's `search_path`. See [`crate::db::connect`].
     pub async fn connect(&self) -> Result<PgPool, sqlx::Error> {
-        crate::db::connect(
-            &self.database_url,
-            self.app_schema.as_deref(),
-            self.max_connections,
-        )
-        .await
+        let schema = self.app_schema.as_deref();
+        crate::db::connect(&self.database_url, schema, self.max_connections).await
     }
 }
 
@@ -386,29 +349,6 @@ fn parse_tokens(text: &str) -> Result<Tokens, String> {
         .collect()
 }
 
-/// `250ms`, `30s`, `5m`, `24h`, or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1_000)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60_000)
-    } else if let Some(n) = text.strip_suffix('h') {
-        (n, 3_600_000)
-    } else {
-        (text, 1_000)
-    };
-    number
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit_ms))
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{text:?} is not a duration like 500ms, 30s, 5m or 24h"))
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -423,7 +363,7 @@ mod tests {
     #[test]
     fn defaults_match_config_new() {
         let settings = parse(&["--tokens", "t=u"]).unwrap();
-        let (from_flags, defaults) = (settings.config(), Config::new(settings.tokens.clone()));
+        let (from_flags, defaults) = (settings.config(), Config::new(settings.service.tokens.clone()));
         assert_eq!(from_flags.mode, Mode::Both);
         assert_eq!(from_flags.taskfence_schema, defaults.taskfence_schema);
         assert_eq!(from_flags.key_retention, defaults.key_retention);
@@ -506,14 +446,5 @@ mod tests {
         let no_batch = parse(&["--tokens", "t=u", "--purge-batch", "0"]).unwrap();
         assert!(no_batch.validate().unwrap_err().contains("--purge-batch"));
         assert!(parse(&["--purge-batch", "-1"]).is_err());
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("1.5s").is_err());
     }
 }

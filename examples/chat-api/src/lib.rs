@@ -11,19 +11,17 @@
 //! | [`db`] | the pool (TLS, app schema) and both migrators at start-up |
 //! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
 //! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
-//! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`ReplyEvents`] (LISTEN) |
+//! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`replies::listen`] (LISTEN) |
 //! | [`worker`] | the in-process worker: [`taskfence::runtime::Consumer`] on the store ([`taskfence::runtime::StoreQueue`]) → [`ReplyProvider`] |
 //! | [`notify`] | the "reply ready" webhook: a `chat.notify` task submitted with each saved reply, delivered through the effect journal by a consumer of its own |
-//! | [`purge`] | the retention sweep beside the worker: `purge_expired` every `--purge-interval` |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
-//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries) |
+//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries), [`sim::auth`] (bearer tokens standing in for authentication) |
 
 mod api;
 pub mod config;
 pub mod db;
 pub mod notify;
 pub mod problem;
-pub mod purge;
 pub mod replies;
 pub mod service;
 pub mod sim;
@@ -32,7 +30,7 @@ pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};
 pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WebhookSettings, WorkerSettings};
-pub use replies::{ReplyEvent, ReplyEvents, ReplyStore, SaveReply, reply_store};
+pub use replies::{ReplyStore, SaveReply, reply_store};
 pub use service::{Service, StartError};
 pub use taskfence_axum::{IdempotencyKey, Problem};
 pub use worker::{ReplyPayload, ReplyProvider};

@@ -69,40 +69,11 @@ async fn run(settings: Settings) -> Result<(), String> {
         Some(addr) => tracing::info!(%addr, ?mode, "chat-api started"),
         None => tracing::info!(?mode, "chat-api worker started"),
     }
-    shutdown_signal().await;
+    // The first SIGTERM (or Ctrl-C) drains, a second releases at once.
+    let stop = service.stop();
+    tokio::spawn(stop.clone().on_signals());
+    stop.requested().await;
     tracing::info!("shutting down");
-    let worker = service.worker_stop();
-    let stopping = service.shutdown();
-    tokio::pin!(stopping);
-    tokio::select! {
-        () = &mut stopping => return Ok(()),
-        () = shutdown_signal() => {}
-    }
-    tracing::warn!("second signal: releasing the replies in flight now");
-    worker.now();
-    stopping.await;
+    service.shutdown().await;
     Ok(())
-}
-
-/// Ctrl-C, or SIGTERM (what a container runtime sends to stop the process).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

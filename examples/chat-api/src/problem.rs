@@ -6,7 +6,7 @@
 
 use std::fmt::Display;
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use taskfence_axum::{Problem, ProblemTypes};
 
 /// Where the API's problem types live: `/problems/{slug}`, relative to the
@@ -32,23 +32,6 @@ pub const TYPES: ProblemTypes = ProblemTypes::new("/problems/");
 /// ```
 pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem {
     TYPES.problem(status, slug, detail)
-}
-
-/// 401 with `WWW-Authenticate: Bearer`.
-///
-/// ```
-/// use axum::response::IntoResponse;
-/// let response = chat_api::problem::unauthenticated().into_response();
-/// assert_eq!(response.status(), 401);
-/// assert_eq!(response.headers()["www-authenticate"], "Bearer");
-/// ```
-pub fn unauthenticated() -> Problem {
-    new(
-        StatusCode::UNAUTHORIZED,
-        "unauthenticated",
-        "send Authorization: Bearer <token> with a known token",
-    )
-    .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
 }
 
 /// 500 for a failure of the app's own queries. The detail stays generic (the

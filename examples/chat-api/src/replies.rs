@@ -10,9 +10,10 @@
 //!   ready" notification task ([`crate::notify`]): it exists exactly when the
 //!   reply does.
 //!   [`ReplyStore`] is [`PgStore`] wrapped with it.
-//! - [`ReplyEvents`] is the API's side: one `LISTEN` connection per process,
-//!   fanned out to every long-polling request. A notification is only a hint
-//!   to read the store again; a lost one (reconnect) wakes every waiter.
+//! - [`listen`] is the API's side: one `LISTEN` connection per process,
+//!   fanned out to every long-polling request by [`SavedEvents`]. A
+//!   notification is only a hint to read the store again; a lost one
+//!   (reconnect) wakes every waiter.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::PgListener;
 use taskfence::intercept::{Intercept, Intercepted};
+use taskfence::runtime::{SavedEvents, Stop};
 use taskfence::{Error, Fenced, Lease, PgStore, Response, Result, Task, TaskId, TaskStore};
-use tokio::sync::{broadcast, watch};
 
 use crate::notify::ReadyNotices;
 
@@ -121,67 +122,38 @@ impl Intercept for SaveReply {
 #[error("a chat reply must be UTF-8 text")]
 struct NotText;
 
-/// What a long-poll is woken by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyEvent {
-    /// The reply of this task was committed.
-    Saved(TaskId),
-    /// Notifications may have been missed (the LISTEN connection was lost and
-    /// re-established): every waiter reads the store again.
-    Resync,
-}
-
-/// One `LISTEN` connection per process, fanned out to every waiting request.
-#[derive(Debug, Clone)]
-pub struct ReplyEvents {
-    tx: broadcast::Sender<ReplyEvent>,
-}
-
-impl ReplyEvents {
-    /// Connects, `LISTEN`s on `channel` (so no notification committed after
-    /// this returns is missed), and forwards notifications until `stop` turns
-    /// true. Returns the fan-out and the listening task.
-    pub async fn listen(
-        pool: &sqlx::PgPool,
-        channel: &str,
-        mut stop: watch::Receiver<bool>,
-    ) -> Result<(Self, tokio::task::JoinHandle<()>), sqlx::Error> {
-        let mut listener = PgListener::connect_with(pool).await?;
-        listener.listen(channel).await?;
-        let (tx, _) = broadcast::channel(1024);
-        let events = Self { tx: tx.clone() };
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = crate::service::stopped(&mut stop) => break,
-                    received = listener.try_recv() => match received {
-                        Ok(Some(n)) => match n.payload().parse::<TaskId>() {
-                            Ok(id) => drop(tx.send(ReplyEvent::Saved(id))),
-                            Err(_) => tracing::warn!(payload = n.payload(), "ignored a malformed notification"),
-                        },
-                        // The connection dropped; the next try_recv reconnects and re-LISTENs.
-                        Ok(None) => drop(tx.send(ReplyEvent::Resync)),
-                        Err(error) => {
-                            tracing::warn!(%error, "LISTEN connection failed; retrying");
-                            drop(tx.send(ReplyEvent::Resync));
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                        }
+/// The API's side: one `LISTEN` connection per process, fanned out to every
+/// long-polling request ([`SavedEvents`]). Returns once it listens on
+/// `channel` (no reply committed after that is missed), forwarding until
+/// `stop`; with the listening task.
+pub async fn listen(
+    pool: &sqlx::PgPool,
+    channel: &str,
+    stop: Stop,
+) -> Result<(SavedEvents, tokio::task::JoinHandle<()>), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    let events = SavedEvents::new();
+    let announce = events.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.requested() => break,
+                received = listener.try_recv() => match received {
+                    Ok(Some(n)) => match n.payload().parse::<TaskId>() {
+                        Ok(id) => announce.saved(id),
+                        Err(_) => tracing::warn!(payload = n.payload(), "ignored a malformed notification"),
                     },
-                }
+                    // The connection dropped; the next try_recv reconnects and re-LISTENs.
+                    Ok(None) => announce.resync(),
+                    Err(error) => {
+                        tracing::warn!(%error, "LISTEN connection failed; retrying");
+                        announce.resync();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                },
             }
-        });
-        Ok((events, task))
-    }
-
-    /// A receiver of every event from now on. Subscribe *before* reading the
-    /// task, so a reply saved between the read and the wait is not missed.
-    pub fn subscribe(&self) -> broadcast::Receiver<ReplyEvent> {
-        self.tx.subscribe()
-    }
-
-    /// Requests subscribed right now: the long-polls in progress (a gauge
-    /// worth exporting, and what tests wait on instead of sleeping).
-    pub fn waiting(&self) -> usize {
-        self.tx.receiver_count()
-    }
+        }
+    });
+    Ok((events, task))
 }

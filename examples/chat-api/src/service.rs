@@ -4,17 +4,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use taskfence::PgStore;
-use taskfence::runtime::{Stop, Wake};
+use taskfence::runtime::{SavedEvents, Stop, Wake};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::db::{self, MigrateError};
 use crate::notify::{self, Notifier, ReadyNotices};
-use crate::purge;
-use crate::replies::{ReplyEvents, reply_store};
+use crate::replies::{self, reply_store};
 use crate::worker::{self, ReplyProvider};
 
 /// Why the service did not start.
@@ -45,11 +43,10 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Service {
     addr: Option<SocketAddr>,
-    events: Option<ReplyEvents>,
-    stop: watch::Sender<bool>,
-    /// The workers' stop switch, shared by the reply and the notification
-    /// consumers (one nothing watches without a worker).
-    stop_worker: Stop,
+    events: Option<SavedEvents>,
+    /// The one stop switch: the reply and notification consumers', which the
+    /// HTTP server, the long-polls and the sweep watch too.
+    stop: Stop,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -57,7 +54,7 @@ impl Service {
     /// Applies both migration histories ([`db::migrate`]), then starts what
     /// `config.mode` asks for: the API on `listener` (with the LISTEN
     /// connection for long-polls) and the worker, calling `provider`, with
-    /// the retention sweep ([`purge`]) beside it and, when `config.webhook`
+    /// the retention sweep ([`taskfence::runtime::purge_every`]) beside it and, when `config.webhook`
     /// is set, the "reply ready" notifications ([`notify`]).
     ///
     /// The pool's connections decide where the app's tables are (their
@@ -74,59 +71,52 @@ impl Service {
             .build()?;
         db::migrate(&store).await?;
 
-        // Built first: invalid worker settings fail the start, and the API
-        // needs the consumer's wake-up.
-        let (worker, notifier) = match config.mode.runs_worker() {
+        // One switch for everything: both consumers, the server, the
+        // long-polls and the sweep.
+        let stop = Stop::new();
+        let config = Arc::new(config);
+        // The consumers are built before anything runs: invalid settings fail
+        // the start, and the API needs the reply consumer's wake-up. With a
+        // webhook, a second consumer delivers the notification tasks, woken
+        // by each reply's commit.
+        let notices = match (&config.webhook, config.mode.runs_worker()) {
+            (Some(webhook), true) => Some((
+                notify::consumer(store.clone(), &config.worker, webhook, stop.clone())
+                    .map_err(taskfence::Error::from)?,
+                Notifier::new(webhook)?,
+            )),
+            _ => None,
+        };
+        let ready = notices.as_ref().map(|(consumer, _)| {
+            ReadyNotices::new(config.policy, config.key_retention, consumer.source().waker())
+        });
+        let worker = match config.mode.runs_worker() {
             true => {
-                // With a webhook: a second consumer for the notification tasks,
-                // stopped with the reply consumer, woken by each reply's commit.
-                let stop = Stop::new();
-                let notifier = match &config.webhook {
-                    Some(webhook) => Some((
-                        notify::consumer(store.clone(), &config.worker, webhook, stop.clone())
-                            .map_err(taskfence::Error::from)?,
-                        Notifier::new(webhook)?,
-                    )),
-                    None => None,
-                };
-                let ready = notifier.as_ref().map(|(consumer, _)| {
-                    ReadyNotices::new(config.policy, config.key_retention, consumer.source().waker())
-                });
                 let replies = reply_store(store.clone(), config.reply_channel(), ready);
                 let consumer = worker::consumer(replies, &config.worker).map_err(taskfence::Error::from)?;
-                (Some(consumer.with_stop(stop)), notifier)
+                Some(consumer.with_stop(stop.clone()))
             }
-            false => (None, None),
+            false => None,
         };
-        let stop_worker = worker.as_ref().map_or_else(Stop::new, |c| c.stop().clone());
-        let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
-        let mut addr = None;
-        let mut api_events = None;
-
+        let (mut addr, mut events) = (None, None);
         if config.mode.runs_api() {
             let listener = listener.ok_or(StartError::NoListener)?;
             addr = Some(listener.local_addr()?);
-            let (events, listening) =
-                ReplyEvents::listen(&pool, &config.reply_channel(), stop_rx.clone()).await?;
+            let (saved, listening) = replies::listen(&pool, &config.reply_channel(), stop.clone()).await?;
             tasks.push(listening);
-            api_events = Some(events.clone());
+            events = Some(saved.clone());
             let state = AppState {
-                pool: pool.clone(),
+                pool,
                 store: store.clone(),
-                tokens: Arc::new(config.tokens.clone()),
-                policy: config.policy,
-                key_retention: config.key_retention,
-                limits: Arc::new(config.limits.clone()),
-                events,
+                config: Arc::clone(&config),
+                events: saved,
                 wake_worker: worker.as_ref().map_or_else(Wake::default, |c| c.source().waker()),
-                stop: stop_rx.clone(),
+                stop: stop.clone(),
             };
-            let mut stop_serving = stop_rx.clone();
+            let stop_serving = stop.clone();
             tasks.push(tokio::spawn(async move {
-                let shutdown = async move {
-                    stopped(&mut stop_serving).await;
-                };
+                let shutdown = async move { stop_serving.requested().await };
                 if let Err(error) = axum::serve(listener, api::router(state))
                     .with_graceful_shutdown(shutdown)
                     .await
@@ -135,25 +125,34 @@ impl Service {
                 }
             }));
         }
-        if let Some(consumer) = worker {
-            tasks.push(tokio::spawn(purge::run(store, config.purge.clone(), stop_rx)));
-            tasks.push(tokio::spawn(worker::run(consumer, provider)));
+        if let Some((consumer, notifier)) = notices {
+            let deliver = move |ctx| notifier.clone().deliver(ctx);
+            tasks.push(tokio::spawn(worker::run(
+                "notification worker",
+                consumer,
+                deliver,
+            )));
         }
-        if let Some((consumer, notifier)) = notifier {
-            tasks.push(tokio::spawn(notify::run(consumer, notifier)));
+        if let Some(consumer) = worker {
+            let generate = move |ctx| worker::generate(Arc::clone(&provider), ctx);
+            tasks.push(tokio::spawn(worker::run("reply worker", consumer, generate)));
+            let stopping = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                let purge = &config.purge;
+                taskfence::runtime::purge_every(&store, purge.every, purge.batch, stopping).await;
+            }));
         }
         Ok(Self {
             addr,
-            events: api_events,
+            events,
             stop,
-            stop_worker,
             tasks,
         })
     }
 
     /// Long-polls (`GET /tasks/{id}?wait=`) in progress (0 without the API).
     pub fn long_polls(&self) -> usize {
-        self.events.as_ref().map_or(0, ReplyEvents::waiting)
+        self.events.as_ref().map_or(0, SavedEvents::waiting)
     }
 
     /// The address the API listens on (`None` for `Mode::WorkerOnly`).
@@ -161,21 +160,22 @@ impl Service {
         self.addr
     }
 
-    /// The worker's stop switch. [`shutdown`](Self::shutdown) drains it;
+    /// The service's stop switch. [`shutdown`](Self::shutdown) drains it;
     /// [`Stop::now`] cuts the grace short, releasing the replies in flight at
-    /// once (what a second SIGTERM does to the binary).
+    /// once (what a second SIGTERM does to the binary, through
+    /// [`Stop::on_signals`]).
     ///
     /// ```no_run
     /// # async fn f(service: chat_api::Service) {
-    /// let worker = service.worker_stop();
+    /// let stop = service.stop();
     /// let stopping = tokio::spawn(service.shutdown());
     /// // … the orchestrator is out of patience:
-    /// worker.now();
+    /// stop.now();
     /// stopping.await.unwrap();
     /// # }
     /// ```
-    pub fn worker_stop(&self) -> Stop {
-        self.stop_worker.clone()
+    pub fn stop(&self) -> Stop {
+        self.stop.clone()
     }
 
     /// Stops serving (long-polls answer at once with the current state) and
@@ -184,15 +184,9 @@ impl Service {
     /// finish, the rest are released for another process to claim at once.
     /// Waits for all of it.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        self.stop_worker.drain();
+        self.stop.drain();
         for task in self.tasks {
             let _ = task.await;
         }
     }
-}
-
-/// Resolves once `stop` is true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
 }

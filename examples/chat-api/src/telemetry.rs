@@ -1,7 +1,7 @@
 //! Logs, and traces when a collector is configured. Logs go to stderr as
 //! before; with `--otlp-endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT`) every span
 //! is also exported over OTLP/HTTP, so one request's trace runs from the
-//! handler's span (`api::request_span`) through the task submission into
+//! handler's span (`taskfence_axum::trace::request_span`) through the task submission into
 //! the worker's `process` span: taskfence stores the submitter's trace
 //! context with the task (its `opentelemetry` feature) and the consumer
 //! joins it.

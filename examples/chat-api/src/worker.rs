@@ -63,7 +63,10 @@ pub trait ReplyProvider: Send + Sync + 'static {
 }
 
 /// The work function the consumer runs for a claimed reply task.
-async fn generate(provider: Arc<dyn ReplyProvider>, ctx: WorkContext) -> Result<Response, Failure> {
+pub(crate) async fn generate(
+    provider: Arc<dyn ReplyProvider>,
+    ctx: WorkContext,
+) -> Result<Response, Failure> {
     let payload: ReplyPayload = serde_json::from_slice(&ctx.task().payload)
         .map_err(|e| Failure::permanent(format!("unreadable reply payload: {e}")))?;
     tokio::select! {
@@ -79,31 +82,36 @@ pub(crate) fn consumer(
     replies: ReplyStore,
     settings: &WorkerSettings,
 ) -> Result<Consumer<StoreQueue>, InvalidInput> {
-    let worker_id = format!(
-        "chat-worker-{}-{}",
-        std::process::id(),
-        &uuid::Uuid::now_v7().simple().to_string()[20..]
-    );
-    let mut config = ConsumerConfig::new(worker_id, settings.lease)
-        .concurrency(settings.concurrency)
-        // A provider call takes seconds: a waiting reply stays in the store,
-        // where any idle process can take it, not leased to a busy one.
-        .prefetch(0);
-    config.idle_min = config.idle_min.min(settings.poll_every);
-    config.idle_max = settings.poll_every;
-    config.grace = settings.grace;
+    let config = consumer_config("chat-worker", settings, settings.concurrency);
     StoreQueue::new(Arc::new(replies))
         .operation(OPERATION)
         .consumer(config)
 }
 
-/// Runs `consumer` until its stop switch is pulled and the stop is over.
-pub(crate) async fn run(consumer: Consumer<StoreQueue>, provider: Arc<dyn ReplyProvider>) {
-    match consumer
-        .run(move |ctx| generate(Arc::clone(&provider), ctx))
-        .await
-    {
-        Ok(stopped) => tracing::info!(?stopped, "reply worker stopped"),
-        Err(error) => tracing::error!(%error, "the reply worker could not start"),
+/// A consumer's settings from the worker's: `concurrency` at once, named
+/// `{name}-{pid}-{random}` (one name per process and start).
+pub(crate) fn consumer_config(name: &str, settings: &WorkerSettings, concurrency: usize) -> ConsumerConfig {
+    let suffix = uuid::Uuid::now_v7().simple().to_string();
+    let worker_id = format!("{name}-{}-{}", std::process::id(), &suffix[20..]);
+    let mut config = ConsumerConfig::new(worker_id, settings.lease)
+        .concurrency(concurrency)
+        // A provider call takes seconds: a waiting task stays in the store,
+        // where any idle process can take it, not leased to a busy one.
+        .prefetch(0);
+    config.idle_min = config.idle_min.min(settings.poll_every);
+    config.idle_max = settings.poll_every;
+    config.grace = settings.grace;
+    config
+}
+
+/// Runs `consumer` on `work` until its stop switch is pulled and the stop is over.
+pub(crate) async fn run<F, Fut>(name: &'static str, consumer: Consumer<StoreQueue>, work: F)
+where
+    F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response, Failure>> + Send + 'static,
+{
+    match consumer.run(work).await {
+        Ok(stopped) => tracing::info!(?stopped, "{name} stopped"),
+        Err(error) => tracing::error!(%error, "the {name} could not start"),
     }
 }

@@ -1,8 +1,10 @@
 //! Scaffolding, not for copying: a simulated model provider for the binary's
 //! demo run and the tests. Replace it with your provider's client (an
 //! implementation of [`ReplyProvider`]). And [`webhook`]: a local receiver of
-//! the "reply ready" notifications, standing in for yours.
+//! the "reply ready" notifications, standing in for yours; [`auth`]: bearer
+//! tokens standing in for your authentication.
 
+pub mod auth;
 pub mod webhook;
 
 use std::time::Duration;
