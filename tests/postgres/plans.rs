@@ -162,23 +162,40 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             "uuid, uuid, interval, text, text, text",
             format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted'"),
         ),
-        "renew" => ("uuid, int8, interval", format!("{id}, 1, '30 s'")),
-        "complete" | "complete_current" => ("uuid, int8, bytea", format!("{id}, 1, 'answer'")),
+        "read_lease" => ("uuid, int8", format!("{id}, 1")),
+        "renew" => (
+            "uuid, int8, interval, uuid",
+            format!("{id}, 1, '30 s', gen_random_uuid()"),
+        ),
+        "complete" | "complete_current" => (
+            "uuid, int8, bytea, uuid",
+            format!("{id}, 1, 'answer', gen_random_uuid()"),
+        ),
         "fail" => (
-            "uuid, int8, text, text, text, interval, text",
-            format!("{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable'"),
+            "uuid, int8, text, text, text, interval, text, uuid",
+            format!(
+                "{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable', gen_random_uuid()"
+            ),
         ),
         "release" => (
-            "uuid, int8, text, int8",
-            format!("{id}, 1, 'returned_unstarted', 1"),
+            "uuid, int8, text, int8, uuid",
+            format!("{id}, 1, 'returned_unstarted', 1, gen_random_uuid()"),
         ),
         "cancel" => ("uuid, text", format!("{id}, 'user deleted it'")),
-        "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
-        "fence" => ("uuid, int8", format!("{id}, 1")),
-        "effect_read" => ("uuid, int8, text", format!("{id}, 1, 'notify-user'")),
+        "record_operation" => (
+            "uuid, int8, text, uuid",
+            format!("{id}, 1, 'op-1', gen_random_uuid()"),
+        ),
+        "fence" => ("uuid, int8, uuid", format!("{id}, 1, gen_random_uuid()")),
+        "effect_read" => (
+            "uuid, int8, text, uuid",
+            format!("{id}, 1, 'notify-user', gen_random_uuid()"),
+        ),
         "effect_write" => (
-            "uuid, int8, text, text, int4, text, text, int4, timestamptz, timestamptz, timestamptz, text, int8",
-            format!("{id}, 1, 'notify-user', 'intended', 1, NULL, NULL, 0, now(), now(), NULL, NULL, NULL"),
+            "uuid, int8, text, text, int4, text, text, int4, timestamptz, timestamptz, timestamptz, text, int8, uuid",
+            format!(
+                "{id}, 1, 'notify-user', 'intended', 1, NULL, NULL, 0, now(), now(), NULL, NULL, NULL, gen_random_uuid()"
+            ),
         ),
         "due" | "purge_expired" | "claim_handoffs" => ("int8", "100".into()),
         "mark_published" => ("int8[]", "'{1,2,3}'".into()),
@@ -190,12 +207,16 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             ),
         ),
         "complete_many" | "complete_many_current" => (
-            "uuid[], int8[], bytea[]",
+            "uuid[], int8[], bytea[], uuid[]",
             format!(
-                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea]"
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea], \
+                 ARRAY[gen_random_uuid(), gen_random_uuid()]"
             ),
         ),
-        "read_many" => ("uuid[]", format!("ARRAY[{id}::uuid, gen_random_uuid()]")),
+        "read_many" => (
+            "uuid[], int8[]",
+            format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1]"),
+        ),
         "claim_next" => (
             "int8, uuid[], interval, text, text, text, text[], text[]",
             format!(
@@ -204,8 +225,10 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             ),
         ),
         "renew_many" => (
-            "uuid[], int8[], interval",
-            format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s'"),
+            "uuid[], int8[], interval, uuid[]",
+            format!(
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s', ARRAY[gen_random_uuid(), gen_random_uuid()]"
+            ),
         ),
         "reopen" => (
             "uuid, text, text, bool, int4, int8, int8, float8, float8, int8, text, int4",
@@ -276,8 +299,13 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("w")
             .bind("attempts exhausted")
             .bind("deadline exhausted"),
-        "renew" => q.bind(id).bind(1_i64).bind(interval(30)),
-        "complete" | "complete_current" => q.bind(id).bind(1_i64).bind(b"answer".to_vec()),
+        "read_lease" => q.bind(id).bind(1_i64),
+        "renew" => q.bind(id).bind(1_i64).bind(interval(30)).bind(Uuid::now_v7()),
+        "complete" | "complete_current" => q
+            .bind(id)
+            .bind(1_i64)
+            .bind(b"answer".to_vec())
+            .bind(Uuid::now_v7()),
         "fail" => q
             .bind(id)
             .bind(1_i64)
@@ -285,12 +313,18 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("429")
             .bind("deadline exhausted: 429")
             .bind(interval(2))
-            .bind("failed_retryable"),
-        "release" => q.bind(id).bind(1_i64).bind("returned_unstarted").bind(1_i64),
+            .bind("failed_retryable")
+            .bind(Uuid::now_v7()),
+        "release" => q
+            .bind(id)
+            .bind(1_i64)
+            .bind("returned_unstarted")
+            .bind(1_i64)
+            .bind(Uuid::now_v7()),
         "cancel" => q.bind(id).bind("user deleted it"),
-        "record_operation" => q.bind(id).bind(1_i64).bind("op-1"),
-        "fence" => q.bind(id).bind(1_i64),
-        "effect_read" => q.bind(id).bind(1_i64).bind("notify-user"),
+        "record_operation" => q.bind(id).bind(1_i64).bind("op-1").bind(Uuid::now_v7()),
+        "fence" => q.bind(id).bind(1_i64).bind(Uuid::now_v7()),
+        "effect_read" => q.bind(id).bind(1_i64).bind("notify-user").bind(Uuid::now_v7()),
         "effect_write" => q
             .bind(id)
             .bind(1_i64)
@@ -304,7 +338,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind(time::OffsetDateTime::now_utc())
             .bind(None::<time::OffsetDateTime>)
             .bind(None::<String>)
-            .bind(None::<i64>),
+            .bind(None::<i64>)
+            .bind(Uuid::now_v7()),
         "due" | "purge_expired" | "claim_handoffs" => q.bind(100_i64),
         "mark_published" => q.bind(vec![1_i64, 2, 3]),
         "claim_many" => q
@@ -317,8 +352,9 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "complete_many" | "complete_many_current" => q
             .bind(vec![id, Uuid::now_v7()])
             .bind(vec![1_i64, 1])
-            .bind(vec![b"answer".to_vec(), b"other".to_vec()]),
-        "read_many" => q.bind(vec![id, Uuid::now_v7()]),
+            .bind(vec![b"answer".to_vec(), b"other".to_vec()])
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()]),
+        "read_many" => q.bind(vec![id, Uuid::now_v7()]).bind(vec![1_i64, 1]),
         "claim_next" => q
             .bind(16_i64)
             .bind((0..16).map(|_| Uuid::now_v7()).collect::<Vec<_>>())
@@ -331,7 +367,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "renew_many" => q
             .bind(vec![id, Uuid::now_v7()])
             .bind(vec![1_i64, 1])
-            .bind(interval(30)),
+            .bind(interval(30))
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()]),
         "reopen" => q
             .bind(id)
             .bind("ops")

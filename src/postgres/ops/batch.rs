@@ -117,6 +117,12 @@ pub(crate) async fn renew_many(
         .bind(leases.iter().map(|l| l.task_id().as_uuid()).collect::<Vec<_>>())
         .bind(leases.iter().map(version).collect::<Vec<_>>())
         .bind(interval(extend_by))
+        .bind(
+            leases
+                .iter()
+                .map(|l| l.attempt_id().as_uuid())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *conn)
         .await
         .map_err(db)?;
@@ -127,9 +133,7 @@ pub(crate) async fn renew_many(
     }
     let refused: Vec<_> = leases
         .iter()
-        .map(Lease::task_id)
-        .filter(|id| !until.contains_key(id))
-        .map(|id| id.as_uuid())
+        .filter(|l| !until.contains_key(&l.task_id()))
         .collect();
     let mut reread = read_refused(sql, conn, &refused).await?;
     let mut answers = Vec::with_capacity(leases.len());
@@ -142,13 +146,14 @@ pub(crate) async fn renew_many(
         let row = reread
             .remove(&lease.task_id())
             .ok_or(Error::NotFound(lease.task_id()))?;
-        let task = row::task(&row).map_err(db)?;
-        let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
-        answers.push(match rules::fence(&task, lease.version(), now) {
-            Err(rejection) => Fenced::Rejected(rejection),
-            // Acceptable on the re-read: the row changed in between; renew it alone.
-            Ok(()) => renew(sql, conn, lease, extend_by).await?,
-        });
+        let (task, now, recorded) = reread_row(&row)?;
+        answers.push(
+            match rules::check_lease(rules::fence, &task, lease, recorded, now) {
+                Err(rejection) => Fenced::Rejected(rejection),
+                // Acceptable on the re-read: the row changed in between; renew it alone.
+                Ok(()) => renew(sql, conn, lease, extend_by).await?,
+            },
+        );
     }
     Ok(answers)
 }
@@ -168,15 +173,20 @@ pub(crate) async fn complete_many(
         .bind(&ids)
         .bind(completions.iter().map(|(l, _)| version(l)).collect::<Vec<_>>())
         .bind(completions.iter().map(|(_, r)| r.as_bytes()).collect::<Vec<_>>())
+        .bind(
+            completions
+                .iter()
+                .map(|(l, _)| l.attempt_id().as_uuid())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut *conn)
         .await
         .map_err(db)?;
     let mut saved = rows_by_id(rows)?;
     let refused: Vec<_> = completions
         .iter()
-        .map(|(l, _)| l.task_id())
-        .filter(|id| !saved.contains_key(id))
-        .map(|id| id.as_uuid())
+        .map(|(l, _)| l)
+        .filter(|l| !saved.contains_key(&l.task_id()))
         .collect();
     let mut reread = read_refused(sql, conn, &refused).await?;
     let mut out = Vec::with_capacity(completions.len());
@@ -190,28 +200,28 @@ pub(crate) async fn complete_many(
             out.push(Err(Error::NotFound(id)));
             continue;
         };
-        let (task, now) = (
-            row::task(&row).map_err(db)?,
-            row.try_get("store_now").map_err(db)?,
-        );
-        out.push(match rules::accept(&task, lease.version(), now) {
-            Err(rejection) => Ok(Fenced::Rejected(rejection)),
-            // The row changed between the write and the read: decide it alone.
-            Ok(()) => match complete(sql, conn, lease, response).await {
-                Err(Error::NotFound(id)) => Err(Error::NotFound(id)),
-                other => Ok(other?),
+        let (task, now, recorded) = reread_row(&row)?;
+        out.push(
+            match rules::check_lease(rules::accept, &task, &lease, recorded, now) {
+                Err(rejection) => Ok(Fenced::Rejected(rejection)),
+                // The row changed between the write and the read: decide it alone.
+                Ok(()) => match complete(sql, conn, lease, response).await {
+                    Err(Error::NotFound(id)) => Err(Error::NotFound(id)),
+                    other => Ok(other?),
+                },
             },
-        });
+        );
     }
     Ok(out)
 }
 
-/// The refused rows of a batch with the store clock (`read_many`), by id,
-/// to say why each was refused; no round trip when none was.
+/// The rows of a batch's refused leases with the store clock and each
+/// lease's recorded attempt (`read_many`), by id, to say why each was
+/// refused; no round trip when none was.
 async fn read_refused(
     sql: &Statements,
     conn: &mut PgConnection,
-    refused: &[uuid::Uuid],
+    refused: &[&Lease],
 ) -> Result<HashMap<TaskId, PgRow>> {
     if refused.is_empty() {
         return Ok(HashMap::new());
@@ -219,11 +229,21 @@ async fn read_refused(
     let rows = sql
         .read_many
         .query()
-        .bind(refused)
+        .bind(refused.iter().map(|l| l.task_id().as_uuid()).collect::<Vec<_>>())
+        .bind(refused.iter().map(|l| version(l)).collect::<Vec<_>>())
         .fetch_all(&mut *conn)
         .await
         .map_err(db)?;
     rows_by_id(rows)
+}
+
+/// A re-read row of a refused lease: the task, the store clock, and the
+/// attempt recorded at the lease's version.
+fn reread_row(row: &PgRow) -> Result<(Task, OffsetDateTime, Option<AttemptId>)> {
+    let task = row::task(row).map_err(db)?;
+    let now = row.try_get("store_now").map_err(db)?;
+    let recorded: Option<uuid::Uuid> = row.try_get("recorded_attempt").map_err(db)?;
+    Ok((task, now, recorded.map(AttemptId::from_uuid)))
 }
 
 /// Rows of a batch statement by task id (with the store clock, when read).
