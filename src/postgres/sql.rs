@@ -64,6 +64,7 @@ impl From<String> for Sql {
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) submit: Sql,
+    pub(crate) submit_many: Sql,
     pub(crate) get: Sql,
     pub(crate) read: Sql,
     pub(crate) read_lease: Sql,
@@ -194,6 +195,7 @@ impl Statements {
     pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
         vec![
             ("submit", self.submit.as_str()),
+            ("submit_many", self.submit_many.as_str()),
             ("get", self.get.as_str()),
             ("read", self.read.as_str()),
             ("read_lease", self.read_lease.as_str()),
@@ -311,6 +313,18 @@ impl Statements {
             Some(channel) => (
                 format!(
                     ",\n                notified AS (SELECT pg_notify('{channel}', $3) FROM created WHERE NOT $17)"
+                ),
+                "\n                WHERE (SELECT count(*) FROM notified) >= 0",
+            ),
+            None => (String::new(), ""),
+        };
+        // The same for a batch: one notification per created task without a
+        // handoff (PostgreSQL folds equal ones of a transaction into one).
+        let (notified_many, read_notified_many) = match notify {
+            Some(channel) => (
+                format!(
+                    ",\n                notified AS (SELECT pg_notify('{channel}', r.roperation)
+                                  FROM created AS c JOIN req AS r ON r.rid = c.id WHERE NOT r.rhandoff)"
                 ),
                 "\n                WHERE (SELECT count(*) FROM notified) >= 0",
             ),
@@ -608,6 +622,52 @@ impl Statements {
                   AND NOT EXISTS (SELECT 1 FROM created)
                 UNION ALL
                 SELECT true, {created_cols} FROM created{read_notified}"
+            )),
+            // $1..$18: `submit`'s parameters as arrays, one element per
+            // submission (keys distinct: the caller sends a key repeated
+            // within a batch in a later statement). Each row is inserted or
+            // found on its own, as `submit` does: a created task returns its
+            // place `n` and the server's instants, a taken key its place and
+            // the existing row; a place with no row was taken by a racing
+            // insert after the snapshot (the caller submits it alone). Rows
+            // are inserted in key order, so two batches sharing keys wait for
+            // each other in one order.
+            submit_many: Sql::from(format!(
+                "WITH req AS MATERIALIZED (
+                    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],
+                                         $7::int4[], $8::int8[], $9::int8[], $10::float8[], $11::float8[],
+                                         $12::int8[], $13::text[], $14::interval[], $15::interval[], $16::text[],
+                                         $17::bool[], $18::text[])
+                        WITH ORDINALITY AS r(rid, rscope, roperation, rkey, rhash, rpayload, rmax_attempts,
+                                             rinitial_backoff_ns, rmax_backoff_ns, rmultiplier, rjitter,
+                                             rdeadline_ns, ron_ambiguous, rdeadline, rretention, racceptance,
+                                             rhandoff, rtrace_context, n)
+                ),
+                created AS (
+                    INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
+                        version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
+                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
+                        budget_started_at, handoff, trace_context)
+                    SELECT r.rid, r.rscope, r.roperation, r.rkey, r.rhash, r.rpayload, 'pending', 0,
+                           r.rmax_attempts, r.rinitial_backoff_ns, r.rmax_backoff_ns, r.rmultiplier, r.rjitter,
+                           r.rdeadline_ns, r.ron_ambiguous, c.now + r.rdeadline, c.now, c.now + r.rretention,
+                           r.racceptance, c.now, r.rhandoff, r.rtrace_context
+                    FROM req AS r CROSS JOIN (SELECT {s}.store_clock() AS now OFFSET 0) AS c
+                    ORDER BY r.rscope, r.roperation, r.rkey
+                    ON CONFLICT (scope, operation, request_key) DO NOTHING
+                    RETURNING id, created_at, expires_at
+                ),
+                handoff AS (
+                    INSERT INTO {s}.handoffs (task_id, created_at)
+                    SELECT c.id, c.created_at FROM created AS c JOIN req AS r ON r.rid = c.id
+                    WHERE r.rhandoff ORDER BY r.n
+                ){notified_many}
+                SELECT r.n, false AS created, {t_cols}
+                FROM req AS r JOIN {s}.tasks AS t
+                  ON t.scope = r.rscope AND t.operation = r.roperation AND t.request_key = r.rkey
+                WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.id = r.rid)
+                UNION ALL
+                SELECT r.n, true, {created_cols} FROM created JOIN req AS r ON r.rid = created.id{read_notified_many}"
             )),
             get: Sql::from(format!("SELECT {cols} FROM {s}.tasks WHERE id = $1")),
             // $1 id. The row and the store clock in one read: what a refused

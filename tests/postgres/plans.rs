@@ -156,6 +156,18 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
              300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day', 'current_assignment', true, NULL"
                 .into(),
         ),
+        "submit_many" => (
+            "uuid[], text[], text[], text[], bytea[], bytea[], int4[], int8[], int8[], float8[], float8[], int8[], \
+             text[], interval[], interval[], text[], bool[], text[]",
+            "ARRAY[gen_random_uuid(), gen_random_uuid()], ARRAY['scope-1', 'scope-1'], \
+             ARRAY['chat.reply', 'chat.reply'], ARRAY['key-new', 'key-1'], ARRAY[sha256('x'), sha256('y')], \
+             ARRAY[''::bytea, ''::bytea], ARRAY[5, 5], ARRAY[1000000000, 1000000000]::int8[], \
+             ARRAY[300000000000, 300000000000]::int8[], ARRAY[2, 2]::float8[], ARRAY[0.2, 0.2]::float8[], \
+             ARRAY[NULL, NULL]::int8[], ARRAY['retry', 'retry'], ARRAY[NULL, NULL]::interval[], \
+             ARRAY['1 day', '1 day']::interval[], ARRAY['current_assignment', 'current_assignment'], \
+             ARRAY[true, true], ARRAY[NULL, NULL]::text[]"
+                .into(),
+        ),
         "get" | "read" | "attempts" | "effects" => ("uuid", id),
         "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
         "claim" | "claim_fresh" => (
@@ -290,6 +302,25 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("current_assignment")
             .bind(true)
             .bind(None::<String>),
+        "submit_many" => q
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()])
+            .bind(vec!["scope-1", "scope-1"])
+            .bind(vec!["chat.reply", "chat.reply"])
+            .bind(vec!["key-new", "key-1"])
+            .bind(vec![vec![7u8; 32], vec![8u8; 32]])
+            .bind(vec![Vec::<u8>::new(), Vec::new()])
+            .bind(vec![5_i32, 5])
+            .bind(vec![1_000_000_000_i64, 1_000_000_000])
+            .bind(vec![300_000_000_000_i64, 300_000_000_000])
+            .bind(vec![2.0_f64, 2.0])
+            .bind(vec![0.2_f64, 0.2])
+            .bind(vec![None::<i64>, None])
+            .bind(vec!["retry", "retry"])
+            .bind(vec![None::<PgInterval>, None])
+            .bind(vec![interval(86_400), interval(86_400)])
+            .bind(vec!["current_assignment", "current_assignment"])
+            .bind(vec![true, true])
+            .bind(vec![None::<String>, None]),
         "get" | "read" | "attempts" | "effects" => q.bind(id),
         "find" => q.bind("scope-1").bind("chat.reply").bind("key-1"),
         "claim" | "claim_fresh" => q

@@ -1,7 +1,7 @@
 //! Batches: one statement for the whole batch, one read of the refused rows;
 //! a task whose row changed meanwhile is decided again on its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::Row;
@@ -10,15 +10,16 @@ use time::OffsetDateTime;
 
 use crate::backend::renewed;
 use crate::backend::rules::{self, ClaimRule};
+use crate::backend::{new_task, submission_answer};
 use crate::error::{Error, Result};
 use crate::policy::StopReason;
-use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease};
-use crate::task::{AttemptId, Response, Task, TaskId};
+use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Submitted};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
 
 use super::fenced::{Raced, version};
-use super::single::{claim, complete, renew, written_claim};
+use super::single::{claim, complete, found, renew, submit, written_claim};
 use crate::postgres::db;
-use crate::postgres::row::{self, interval};
+use crate::postgres::row::{self, interval, nanos};
 use crate::postgres::sql::Statements;
 
 /// One statement for the whole batch (see `claim_many` in `sql.rs`); a
@@ -62,6 +63,109 @@ pub(crate) async fn claim_many(
         });
     }
     Ok(claims)
+}
+
+/// One statement for a batch of distinct keys (see `submit_many` in
+/// `sql.rs`). A key repeated in the batch goes in a later statement, one
+/// per repetition, so it is decided as submits in input order would be:
+/// the later one finds the task the earlier one created. A place the
+/// statement left without a row (a racing insert committed after its
+/// snapshot) is submitted alone.
+pub(crate) async fn submit_many(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    tasks: Vec<NewTask>,
+) -> Result<Vec<Result<Submitted>>> {
+    let mut answers: Vec<Option<Result<Submitted>>> = (0..tasks.len()).map(|_| None).collect();
+    let mut pending: Vec<(usize, NewTask)> = tasks.into_iter().enumerate().collect();
+    while !pending.is_empty() {
+        let mut seen: HashSet<RequestKey> = HashSet::with_capacity(pending.len());
+        let (round, later): (Vec<_>, Vec<_>) = pending
+            .into_iter()
+            .partition(|(_, task)| seen.insert(task.key.clone()));
+        pending = later;
+        for (place, answer) in submit_round(sql, conn, round).await? {
+            answers[place] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|answer| answer.ok_or_else(|| Error::storage(Raced("submit_many"))))
+        .collect()
+}
+
+/// One `submit_many` statement for submissions of distinct keys, with each
+/// one's place in the batch; the answers by place.
+async fn submit_round(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    round: Vec<(usize, NewTask)>,
+) -> Result<Vec<(usize, Result<Submitted>)>> {
+    let ids: Vec<TaskId> = round.iter().map(|_| TaskId::new()).collect();
+    let news = || round.iter().map(|(_, new)| new);
+    let rows = sql
+        .submit_many
+        .query()
+        .bind(ids.iter().map(|id| id.as_uuid()).collect::<Vec<_>>())
+        .bind(news().map(|n| n.key.scope.as_str()).collect::<Vec<_>>())
+        .bind(news().map(|n| n.key.operation.as_str()).collect::<Vec<_>>())
+        .bind(news().map(|n| n.key.key.as_str()).collect::<Vec<_>>())
+        .bind(news().map(|n| &n.input_hash.as_bytes()[..]).collect::<Vec<_>>())
+        .bind(news().map(|n| n.payload.as_slice()).collect::<Vec<_>>())
+        .bind(
+            news()
+                .map(|n| i32::try_from(n.policy.max_attempts).unwrap_or(i32::MAX))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            news()
+                .map(|n| nanos(n.policy.initial_backoff))
+                .collect::<Vec<_>>(),
+        )
+        .bind(news().map(|n| nanos(n.policy.max_backoff)).collect::<Vec<_>>())
+        .bind(news().map(|n| n.policy.multiplier).collect::<Vec<_>>())
+        .bind(news().map(|n| n.policy.jitter).collect::<Vec<_>>())
+        .bind(news().map(|n| n.policy.deadline.map(nanos)).collect::<Vec<_>>())
+        .bind(
+            news()
+                .map(|n| row::on_ambiguous_name(n.policy.on_ambiguous))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            news()
+                .map(|n| n.policy.deadline.map(interval))
+                .collect::<Vec<_>>(),
+        )
+        .bind(news().map(|n| interval(n.retention)).collect::<Vec<_>>())
+        .bind(news().map(|n| n.acceptance.as_str()).collect::<Vec<_>>())
+        .bind(news().map(|n| n.handoff).collect::<Vec<_>>())
+        .bind(
+            news()
+                .map(|n| n.trace_context.as_ref().map(ToString::to_string))
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    let mut by_n: HashMap<i64, PgRow> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        by_n.insert(row.try_get("n").map_err(db)?, row);
+    }
+    let mut out = Vec::with_capacity(round.len());
+    for ((n, (place, new)), id) in (1_i64..).zip(round).zip(ids) {
+        let answer = match by_n.remove(&n) {
+            Some(row) if row.try_get::<bool, _>("created").map_err(db)? => {
+                let created_at = row.try_get("created_at").map_err(db)?;
+                let expires_at = row.try_get("expires_at").map_err(db)?;
+                Ok(Submitted::Created(new_task(id, new, created_at, expires_at)))
+            }
+            Some(row) => found(row::task(&row).map_err(db)?, &new),
+            // Taken by an insert this statement's snapshot did not see.
+            None => submit(sql, conn, new).await,
+        };
+        out.push((place, submission_answer(answer)?));
+    }
+    Ok(out)
 }
 
 /// One statement (see `claim_next` in `sql.rs`): the leases it took, in due

@@ -71,12 +71,18 @@ pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
                 None => continue, // the racer rolled back: try again
             },
         };
-        if task.input_hash != new.input_hash {
-            return Err(Error::KeyConflict { existing: task.id });
-        }
-        return Ok(Submitted::Existing(task));
+        return found(task, &new);
     }
     Err(Error::storage(Raced("submit")))
+}
+
+/// The answer to a submission whose key is taken by `task`: that task when
+/// the inputs match, a key conflict naming it otherwise.
+pub(super) fn found(task: Task, new: &NewTask) -> Result<Submitted> {
+    if task.input_hash != new.input_hash {
+        return Err(Error::KeyConflict { existing: task.id });
+    }
+    Ok(Submitted::Existing(task))
 }
 
 pub(crate) async fn claim(
