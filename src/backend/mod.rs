@@ -284,9 +284,12 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let mut refused = Vec::with_capacity(tasks.len());
         let mut valid = Vec::with_capacity(tasks.len());
         for mut task in tasks {
-            refused.push(entry::submission(&mut task).err());
-            if refused.last().is_some_and(Option::is_none) {
-                valid.push(task);
+            match entry::submission(&mut task) {
+                Ok(()) => {
+                    refused.push(None);
+                    valid.push(task);
+                }
+                Err(invalid) => refused.push(Some(invalid)),
             }
         }
         let decided = if valid.is_empty() {

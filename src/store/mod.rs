@@ -83,9 +83,11 @@ pub trait TaskStore: Send + Sync {
     /// `KeyConflict` naming it.
     ///
     /// At most [`limits::MAX_BATCH`] tasks; more is a typed error and
-    /// writes nothing. The default submits one by one; `PgStore` (and
-    /// `PgStore::on(&mut tx)`, in the caller's transaction) sends the
-    /// batch as one statement, `SqliteStore` in one transaction. After an
+    /// writes nothing. The default submits one by one (so does a wrapper
+    /// such as [`Intercepted`](crate::intercept::Intercepted), each task
+    /// through its `submit`); `PgStore` (and `PgStore::on(&mut tx)`, in the
+    /// caller's transaction) sends the batch as one statement,
+    /// `SqliteStore` in one transaction. After an
     /// outer `Err` (a storage failure) some tasks may have been created:
     /// submitting the batch again is safe, that is what dedup is for.
     ///
