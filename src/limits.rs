@@ -196,7 +196,7 @@ pub fn check_count_cap(cap: u64) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Most tasks in one batch (`claim_many`, `complete_many`).
+/// Most tasks in one batch (`submit_many`, `claim_many`, `complete_many`).
 pub const MAX_BATCH: usize = 1000;
 
 /// Most operations or scopes a [`ClaimNext`](crate::ClaimNext) may name.
@@ -230,6 +230,28 @@ pub fn check_filters(field: &'static str, n: usize) -> Result<(), InvalidInput> 
     Ok(())
 }
 
+/// Checks the size of a batch of submissions: at most [`MAX_BATCH`].
+///
+/// ```
+/// assert!(taskfence::limits::check_batch_size(100).is_ok());
+/// assert!(taskfence::limits::check_batch_size(taskfence::limits::MAX_BATCH + 1).is_err());
+/// ```
+pub fn check_batch_size(n: usize) -> Result<(), InvalidInput> {
+    if n > MAX_BATCH {
+        return Err(batch_too_large());
+    }
+    Ok(())
+}
+
+fn batch_too_large() -> InvalidInput {
+    InvalidInput::OutOfRange {
+        field: "batch size",
+        value: format!("more than {MAX_BATCH}"),
+        min: "0".into(),
+        max: MAX_BATCH.to_string(),
+    }
+}
+
 /// Checks a batch of task ids: at most [`MAX_BATCH`] of them, each once.
 ///
 /// ```
@@ -245,12 +267,7 @@ pub fn check_batch(ids: impl IntoIterator<Item = TaskId>) -> Result<(), InvalidI
             return Err(InvalidInput::DuplicateInBatch { task });
         }
         if seen.len() > MAX_BATCH {
-            return Err(InvalidInput::OutOfRange {
-                field: "batch size",
-                value: format!("more than {MAX_BATCH}"),
-                min: "0".into(),
-                max: MAX_BATCH.to_string(),
-            });
+            return Err(batch_too_large());
         }
     }
     Ok(())

@@ -151,7 +151,10 @@ impl MemoryStore {
         let now = self.now();
         let id = lease.task_id();
         let task = state.tasks.get(&id).ok_or(Error::NotFound(id))?;
-        match rules::release(task, lease.version(), now, work) {
+        let recorded = state.recorded_attempt(id, lease.version());
+        let decided = rules::release(task, lease.version(), now, work)
+            .and_then(|released| rules::granted(task, lease.attempt_id(), recorded).map(|()| released));
+        match decided {
             Err(rejection) => {
                 tracing::debug!(%rejection, "fenced write rejected");
                 Ok(Fenced::Rejected(rejection))
@@ -165,7 +168,7 @@ impl MemoryStore {
     }
 
     /// Runs a fenced write: checks the lease against the task with
-    /// [`rules::fence`], then applies `write`.
+    /// [`rules::fence`] (and its attempt, [`rules::check_lease`]), then applies `write`.
     fn fenced<T>(
         &self,
         lease: &Lease,
@@ -188,7 +191,8 @@ impl MemoryStore {
             .tasks
             .get(&lease.task_id())
             .ok_or(Error::NotFound(lease.task_id()))?;
-        if let Err(rejection) = check(task, lease.version(), now) {
+        let recorded = state.recorded_attempt(lease.task_id(), lease.version());
+        if let Err(rejection) = rules::check_lease(check, task, lease, recorded, now) {
             tracing::debug!(%rejection, "fenced write rejected");
             return Ok(Fenced::Rejected(rejection));
         }
@@ -201,6 +205,17 @@ impl State {
         self.tasks
             .get_mut(&id)
             .expect("checked by the caller under the same lock")
+    }
+
+    /// The id of the attempt that holds (or held) `version` of the task: what
+    /// [`rules::granted`] compares a lease's attempt id with. (A claim here
+    /// cannot be undone once it answered, so it is always the lease's own;
+    /// the check is the one every backend shares.)
+    fn recorded_attempt(&self, id: TaskId, version: u64) -> Option<AttemptId> {
+        self.attempts
+            .get(&id)
+            .and_then(|a| a.iter().find(|a| u64::from(a.number) == version))
+            .map(|a| a.id)
     }
 
     /// The attempt that holds (or held) `version` of the task.

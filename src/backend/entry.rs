@@ -54,12 +54,25 @@ pub(crate) fn lease_span(op: &'static str, lease: &Lease) -> Span {
 /// the caller's trace context when it carries none (read here, before the
 /// store's own span is entered).
 pub(crate) fn submit(task: &mut NewTask) -> Checked {
+    submission(task)?;
+    Ok(span("submit", None))
+}
+
+/// One submission of a batch, checked as [`submit`] checks it.
+pub(crate) fn submission(task: &mut NewTask) -> Result<(), InvalidInput> {
     task.validate()?;
     #[cfg(feature = "opentelemetry")]
     if task.trace_context.is_none() {
         task.trace_context = crate::trace::current();
     }
-    Ok(span("submit", None))
+    Ok(())
+}
+
+/// A batch of submissions: at most [`limits::MAX_BATCH`]; each one is
+/// checked on its own ([`submission`]), its refusal its own answer.
+pub(crate) fn submit_many(tasks: &[NewTask]) -> Checked {
+    limits::check_batch_size(tasks.len())?;
+    Ok(span("submit_many", None))
 }
 
 pub(crate) fn get(id: TaskId) -> Span {

@@ -124,6 +124,15 @@ pub trait Backend: Send + Sync {
     /// [`TaskStore::purge_expired`], on validated input.
     async fn purge_expired(&self, limit: usize) -> Result<u64>;
 
+    /// Called with valid submissions, at least one; answers one per
+    /// submission, in order, as [`TaskStore::submit_many`] says (a key
+    /// reused with other inputs is that entry's
+    /// [`Error::KeyConflict`]). By default one [`submit`](Self::submit) per
+    /// task, in order ([`submit_one_by_one`]).
+    async fn submit_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+        submit_one_by_one(tasks, |task| self.submit(task)).await
+    }
+
     /// Called with distinct ids, at least one. By default one
     /// [`claim`](Self::claim) per id, in order.
     async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
@@ -312,6 +321,38 @@ impl<B: Backend + ?Sized> TaskStore for B {
         Backend::purge_expired(self, limit).instrument(span).await
     }
 
+    async fn submit_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+        let span = entry::submit_many(&tasks)?;
+        // Each submission checked alone: a refused one is its own answer,
+        // and the backend decides the rest.
+        let mut refused = Vec::with_capacity(tasks.len());
+        let mut valid = Vec::with_capacity(tasks.len());
+        for mut task in tasks {
+            match entry::submission(&mut task) {
+                Ok(()) => {
+                    refused.push(None);
+                    valid.push(task);
+                }
+                Err(invalid) => refused.push(Some(invalid)),
+            }
+        }
+        let decided = if valid.is_empty() {
+            Vec::new()
+        } else {
+            Backend::submit_many(self, valid).instrument(span).await?
+        };
+        let mut decided = decided.into_iter();
+        refused
+            .into_iter()
+            .map(|refusal| match refusal {
+                Some(invalid) => Ok(Err(Error::InvalidInput(invalid))),
+                None => decided
+                    .next()
+                    .ok_or_else(|| Error::storage(MissingAnswers("submit_many"))),
+            })
+            .collect()
+    }
+
     async fn claim_many(&self, ids: &[TaskId], request: ClaimRequest) -> Result<Vec<Claim>> {
         let span = entry::claim_many(ids, &request)?;
         if ids.is_empty() {
@@ -396,6 +437,43 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
         let span = entry::concurrency(key)?;
         InspectBackend::concurrency(self, key).instrument(span).await
     }
+}
+
+/// A backend's batch answered fewer items than it was given.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: the backend answered fewer items than it was given")]
+struct MissingAnswers(&'static str);
+
+/// One submission's answer within a batch: its own refusal (bad input, a
+/// key reused with other inputs) is its entry; any other error ends the
+/// batch.
+pub(crate) fn submission_answer(answer: Result<Submitted>) -> Result<Result<Submitted>> {
+    match answer {
+        Err(refused @ (Error::InvalidInput(_) | Error::KeyConflict { .. })) => Ok(Err(refused)),
+        Err(other) => Err(other),
+        Ok(submitted) => Ok(Ok(submitted)),
+    }
+}
+
+/// A batch of submissions made of single submits, in order; each one's
+/// refusal (bad input, a key conflict) is its own item (the default of
+/// [`Backend::submit_many`] and [`TaskStore::submit_many`]).
+///
+/// ```
+/// # async fn f(store: &dyn taskfence::TaskStore, batch: Vec<taskfence::NewTask>) -> taskfence::Result<()> {
+/// let answers = taskfence::backend::submit_one_by_one(batch, |task| store.submit(task)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn submit_one_by_one<F, Fut>(tasks: Vec<NewTask>, mut submit: F) -> Result<Vec<Result<Submitted>>>
+where
+    F: FnMut(NewTask) -> Fut,
+    Fut: Future<Output = Result<Submitted>>,
+{
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(submission_answer(submit(task).await)?);
+    }
+    Ok(out)
 }
 
 /// A batch of claims made of single claims, in order (the default of

@@ -136,7 +136,8 @@ pub fn wanted(request: &ClaimNext, task: &Task) -> bool {
 /// and the store's instant: [`fence`] for renew, fail, release (its
 /// decision is [`release`]) and
 /// record_operation, [`accept`] for a completion. Backends run the same one in
-/// the write's guard and when they classify a refused write.
+/// the write's guard and when they classify a refused write, with the
+/// lease's attempt id compared too ([`check_lease`]).
 ///
 /// ```
 /// let checks: [taskfence::backend::rules::LeaseCheck; 2] = [taskfence::backend::rules::fence, taskfence::backend::rules::accept];
@@ -172,6 +173,63 @@ pub fn fence(task: &Task, version: u64, now: OffsetDateTime) -> Result<(), Rejec
         return Err(Rejection::LeaseExpired);
     }
     Ok(())
+}
+
+/// A lease's check with its attempt: `check` ([`fence`] or [`accept`]) on
+/// the lease's version, then [`granted`] on its attempt id, given
+/// `recorded`, the id of the attempt the store recorded at that version
+/// (`None`: it recorded none). Every backend whose claim can be undone
+/// after it answered (a claim in the caller's transaction, rolled back with
+/// it) runs this in the write's guard and when it classifies a refusal.
+///
+/// ```
+/// use taskfence::backend::rules::{check_lease, fence};
+/// # fn f(task: &taskfence::Task, lease: &taskfence::Lease) {
+/// let now = time::OffsetDateTime::now_utc();
+/// // The store recorded another attempt at the lease's version:
+/// let other = taskfence::task::AttemptId::new();
+/// assert!(check_lease(fence, task, lease, Some(other), now).is_err());
+/// # }
+/// ```
+pub fn check_lease(
+    check: LeaseCheck,
+    task: &Task,
+    lease: &Lease,
+    recorded: Option<AttemptId>,
+    now: OffsetDateTime,
+) -> Result<(), Rejection> {
+    check(task, lease.version(), now)?;
+    granted(task, lease.attempt_id(), recorded)
+}
+
+/// The attempt half of the fence (guarantee 5): the attempt the store
+/// recorded at the lease's version must be the lease's own (`attempt`).
+///
+/// The version alone does not name an assignment once a claim can be
+/// undone: a claim in the caller's transaction answers with a lease (version
+/// v + 1, attempt A); should that transaction roll back, the task is at v
+/// again and the next claim grants v + 1 once more, to attempt B. The lease
+/// of A still shows the current version; only its attempt id tells it from
+/// B's, and it is refused as superseded.
+///
+/// ```
+/// use taskfence::backend::rules::granted;
+/// use taskfence::task::AttemptId;
+/// # fn f(task: &taskfence::Task) {
+/// let (a, b) = (AttemptId::new(), AttemptId::new());
+/// assert!(granted(task, a, Some(a)).is_ok());
+/// assert!(granted(task, a, Some(b)).is_err());
+/// assert!(granted(task, a, None).is_err());
+/// # }
+/// ```
+pub fn granted(task: &Task, attempt: AttemptId, recorded: Option<AttemptId>) -> Result<(), Rejection> {
+    if recorded == Some(attempt) {
+        Ok(())
+    } else {
+        Err(Rejection::Superseded {
+            current_version: task.version,
+        })
+    }
 }
 
 /// The check of a completion (guarantees 1 and 5), by the task's

@@ -204,6 +204,13 @@ impl DynamoStore {
     /// the application's items, if any, where `layout` says). A refusal
     /// is classified from the `ALL_OLD` image by `check`; should the check
     /// pass on it (the item changed in between), the write is tried again.
+    ///
+    /// The guard and `check` compare the lease's version, not its attempt
+    /// id ([`rules::granted`](crate::backend::rules::granted)): here a claim
+    /// that answered with a lease is committed (one `TransactWriteItems`,
+    /// the application's items of [`DynamoStore::with`](super::DynamoStore::with)
+    /// included, all written or none, before the answer), so no claim is
+    /// ever undone and a version names one attempt.
     pub(super) async fn fenced_tx<T>(
         &self,
         op: &'static str,

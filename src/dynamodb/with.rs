@@ -40,7 +40,7 @@ use super::store::{check_extra, check_payload, check_response};
 /// | `claim`, `cancel`, `begin_effect`, `finish_effect` | **refused**: they may answer without writing (a busy or finished task, an effect already recorded), so the items' fate would not follow the answer |
 /// | `reopen` | **refused**: an operator's action on a failed or cancelled task, written with its dedup record; it takes no application writes |
 /// | `renew` | **refused**: one `UpdateItem`, not a transaction |
-/// | `claim_many`, `complete_many`, `renew_many`, `claim_next`, `purge_expired` | **refused**: one request per task, sent side by side; the items could join only one of them |
+/// | `submit_many`, `claim_many`, `complete_many`, `renew_many`, `claim_next`, `purge_expired` | **refused**: one request per task, sent side by side; the items could join only one of them |
 ///
 /// A refused operation is [`InvalidInput::CannotCarryItems`] (as
 /// [`Error::InvalidInput`](crate::Error::InvalidInput)), nothing written, and
@@ -235,6 +235,10 @@ impl Backend for WithItems<'_> {
 
     async fn purge_expired(&self, _: usize) -> Result<u64> {
         refuse("purge_expired", ONE_REQUEST_PER_TASK)
+    }
+
+    async fn submit_many(&self, _: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+        refuse("submit_many", ONE_REQUEST_PER_TASK)
     }
 
     async fn claim_many(&self, _: &[TaskId], _: ClaimRequest) -> Result<Vec<Claim>> {

@@ -26,6 +26,12 @@ impl<S: Site> Backend for S {
         ops::submit(self.sql(), &mut *self.conn().await?, task).await
     }
 
+    async fn submit_many(&self, mut tasks: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+        let handoffs = self.handoffs();
+        tasks.iter_mut().for_each(|task| task.handoff &= handoffs);
+        ops::submit_many(self.sql(), &mut *self.conn().await?, tasks).await
+    }
+
     async fn get(&self, id: TaskId) -> Result<Option<Task>> {
         ops::get(self.sql(), &mut *self.conn().await?, id).await
     }

@@ -64,8 +64,10 @@ impl From<String> for Sql {
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) submit: Sql,
+    pub(crate) submit_many: Sql,
     pub(crate) get: Sql,
     pub(crate) read: Sql,
+    pub(crate) read_lease: Sql,
     pub(crate) find: Sql,
     pub(crate) claim: Sql,
     /// `claim` of a row without an attempt (no journal write possible).
@@ -193,8 +195,10 @@ impl Statements {
     pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
         vec![
             ("submit", self.submit.as_str()),
+            ("submit_many", self.submit_many.as_str()),
             ("get", self.get.as_str()),
             ("read", self.read.as_str()),
+            ("read_lease", self.read_lease.as_str()),
             ("find", self.find.as_str()),
             ("claim", self.claim.as_str()),
             ("claim_fresh", self.claim_fresh.as_str()),
@@ -314,6 +318,18 @@ impl Statements {
             ),
             None => (String::new(), ""),
         };
+        // The same for a batch: one notification per created task without a
+        // handoff (PostgreSQL folds equal ones of a transaction into one).
+        let (notified_many, read_notified_many) = match notify {
+            Some(channel) => (
+                format!(
+                    ",\n                notified AS (SELECT pg_notify('{channel}', r.roperation)
+                                  FROM created AS c JOIN req AS r ON r.rid = c.id WHERE NOT r.rhandoff)"
+                ),
+                "\n                WHERE (SELECT count(*) FROM notified) >= 0",
+            ),
+            None => (String::new(), ""),
+        };
         // A new task's row as `submit` returns it: the server's instants,
         // NULL for what the caller sent.
         let created_cols = TASK_COLUMNS
@@ -399,18 +415,25 @@ impl Statements {
                 )"
             )
         };
-        // `rules::accept` for the lease version `v`: the current assignment
-        // with a live lease, or, for a first-valid-answer task, any version
-        // granted so far while the task is not terminal; never a second response.
-        let accept = |v: &str| {
+        // `rules::check_lease` with `rules::accept` for the lease version `v`
+        // and attempt `a`: the current assignment with a live lease, or, for
+        // a first-valid-answer task, any version granted so far while the
+        // task is not terminal; never a second response. Either way the
+        // attempt recorded at `v` (the row's for the current version, the
+        // journal's for an earlier one) is the lease's own.
+        let accept = |v: &str, a: &str| {
             format!(
                 "response IS NULL
-                      AND ((version = {v} AND status = 'running' AND lease_until > {s}.store_clock())
+                      AND ((version = {v} AND attempt_id = {a} AND status = 'running'
+                            AND lease_until > {s}.store_clock())
                         OR (acceptance = 'first_valid_answer' AND {v} BETWEEN budget_base + 1 AND version
-                            AND status IN ('pending', 'running')))"
+                            AND status IN ('pending', 'running')
+                            AND CASE WHEN {v} = version THEN attempt_id = {a}
+                                     ELSE EXISTS (SELECT 1 FROM {s}.attempts AS j
+                                                  WHERE j.task_id = t.id AND j.number = {v} AND j.id = {a}) END))"
             )
         };
-        let (accept_single, accept_many) = (accept("$2"), accept("req.rversion"));
+        let (accept_single, accept_many) = (accept("$2", "$4"), accept("req.rversion", "req.rattempt"));
         // A completion with lease version `v` (`response`: the answer),
         // from one clock reading. The answering attempt ends `completed`: the
         // row's latest attempt when it holds `v`; otherwise (a first valid
@@ -468,7 +491,7 @@ impl Statements {
                   FROM {s}.tasks AS cur WHERE cur.id = {id} AND cur.attempt_id IS NOT NULL)"
             )
         };
-        // $1 id, $2 version, $3 response. The textbook guarded UPDATE, with
+        // $1 id, $2 version, $3 response, $4 attempt id. The textbook guarded UPDATE, with
         // the attempt's outcome written in the same row. The guard is
         // `rules::accept`: the current assignment with a live lease, or, for a
         // first-valid-answer task, any assignment granted so far while the
@@ -499,13 +522,14 @@ impl Statements {
             RETURNING version, finished_at",
             complete_set("$2", "$3")
         );
-        // $1 ids, $2 versions, $3 responses (same order). `complete` for
-        // every lease of the batch, each row guarded on its own.
+        // $1 ids, $2 versions, $3 responses, $4 attempt ids (same order).
+        // `complete` for every lease of the batch, each row guarded on its own.
         let complete_many = |relabel: bool| {
             format!(
                 "WITH {locked_all},
-                req AS (SELECT r.rid, r.rversion, r.rresponse
-                        FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS r(rid, rversion, rresponse)),
+                req AS (SELECT r.rid, r.rversion, r.rresponse, r.rattempt
+                        FROM unnest($1::uuid[], $2::int8[], $3::bytea[], $4::uuid[])
+                             AS r(rid, rversion, rresponse, rattempt)),
                 done AS (
                     UPDATE {s}.tasks AS t
                     {}
@@ -560,6 +584,14 @@ impl Statements {
             RETURNING {cols}",
             claim_set("$2::uuid"),
         );
+        // The id of the attempt recorded at version `v` of the row `t`: the
+        // row's latest for its current version, the journal's for an earlier one.
+        let recorded_attempt = |v: &str| {
+            format!(
+                "CASE WHEN t.version = {v} THEN t.attempt_id
+                      ELSE (SELECT j.id FROM {s}.attempts AS j WHERE j.task_id = t.id AND j.number = {v}) END"
+            )
+        };
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule,
@@ -591,25 +623,82 @@ impl Statements {
                 UNION ALL
                 SELECT true, {created_cols} FROM created{read_notified}"
             )),
+            // $1..$18: `submit`'s parameters as arrays, one element per
+            // submission (keys distinct: the caller sends a key repeated
+            // within a batch in a later statement). Each row is inserted or
+            // found on its own, as `submit` does: a created task returns its
+            // place `n` and the server's instants, a taken key its place and
+            // the existing row; a place with no row was taken by a racing
+            // insert after the snapshot (the caller submits it alone). Rows
+            // are inserted in key order, so two batches sharing keys wait for
+            // each other in one order.
+            submit_many: Sql::from(format!(
+                "WITH req AS MATERIALIZED (
+                    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::bytea[],
+                                         $7::int4[], $8::int8[], $9::int8[], $10::float8[], $11::float8[],
+                                         $12::int8[], $13::text[], $14::interval[], $15::interval[], $16::text[],
+                                         $17::bool[], $18::text[])
+                        WITH ORDINALITY AS r(rid, rscope, roperation, rkey, rhash, rpayload, rmax_attempts,
+                                             rinitial_backoff_ns, rmax_backoff_ns, rmultiplier, rjitter,
+                                             rdeadline_ns, ron_ambiguous, rdeadline, rretention, racceptance,
+                                             rhandoff, rtrace_context, n)
+                ),
+                created AS (
+                    INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
+                        version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
+                        deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
+                        budget_started_at, handoff, trace_context)
+                    SELECT r.rid, r.rscope, r.roperation, r.rkey, r.rhash, r.rpayload, 'pending', 0,
+                           r.rmax_attempts, r.rinitial_backoff_ns, r.rmax_backoff_ns, r.rmultiplier, r.rjitter,
+                           r.rdeadline_ns, r.ron_ambiguous, c.now + r.rdeadline, c.now, c.now + r.rretention,
+                           r.racceptance, c.now, r.rhandoff, r.rtrace_context
+                    FROM req AS r CROSS JOIN (SELECT {s}.store_clock() AS now OFFSET 0) AS c
+                    ORDER BY r.rscope, r.roperation, r.rkey
+                    ON CONFLICT (scope, operation, request_key) DO NOTHING
+                    RETURNING id, created_at, expires_at
+                ),
+                handoff AS (
+                    INSERT INTO {s}.handoffs (task_id, created_at)
+                    SELECT c.id, c.created_at FROM created AS c JOIN req AS r ON r.rid = c.id
+                    WHERE r.rhandoff ORDER BY r.n
+                ){notified_many}
+                SELECT r.n, false AS created, {t_cols}
+                FROM req AS r JOIN {s}.tasks AS t
+                  ON t.scope = r.rscope AND t.operation = r.roperation AND t.request_key = r.rkey
+                WHERE NOT EXISTS (SELECT 1 FROM created AS c WHERE c.id = r.rid)
+                UNION ALL
+                SELECT r.n, true, {created_cols} FROM created JOIN req AS r ON r.rid = created.id{read_notified_many}"
+            )),
             get: Sql::from(format!("SELECT {cols} FROM {s}.tasks WHERE id = $1")),
-            // The row and the store clock in one read: what a refused write is classified from.
+            // $1 id. The row and the store clock in one read: what a refused
+            // cancel or reopen is classified from.
             read: Sql::from(format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = $1")),
+            // $1 id, $2 version. `read` with the id of the attempt recorded
+            // at that version (the row's, else the journal's): what a
+            // refused write of a lease is classified from (`rules::check_lease`).
+            read_lease: Sql::from(format!(
+                "SELECT {cols}, {s}.store_clock() AS store_now, {recorded_attempt} AS recorded_attempt
+                 FROM {s}.tasks AS t WHERE id = $1",
+                recorded_attempt = recorded_attempt("$2"),
+            )),
             find: Sql::from(format!(
                 "SELECT {cols} FROM {s}.tasks WHERE scope = $1 AND operation = $2 AND request_key = $3"
             )),
             claim: Sql::from(claim),
             claim_fresh: Sql::from(claim_fresh),
-            // $1 id, $2 version, $3 extension.
+            // $1 id, $2 version, $3 extension, $4 attempt id.
             renew: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET lease_until = {s}.store_clock() + $3
-                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 WHERE id = (SELECT id FROM locked) AND version = $2 AND attempt_id = $4
+                   AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING lease_until"
             )),
             complete: Sql::from(complete),
             complete_current: Sql::from(complete_current),
             // $1 id, $2 version, $3 stop message (NULL: the policy allows a retry),
-            // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome.
+            // $4 failure message, $5 deadline-exhausted message, $6 retry delay, $7 attempt outcome,
+            // $8 attempt id.
             fail: Sql::from(format!(
                 "WITH {locked},
                 failed AS (
@@ -628,15 +717,15 @@ impl Statements {
                                      OR (t.deadline_at IS NOT NULL AND c.now + $6 >= t.deadline_at) AS stop
                               FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c) AS d
                     )
-                    WHERE t.id = (SELECT id FROM locked) AND t.version = $2 AND t.status = 'running'
-                      AND t.lease_until > {s}.store_clock()
+                    WHERE t.id = (SELECT id FROM locked) AND t.version = $2 AND t.attempt_id = $8
+                      AND t.status = 'running' AND t.lease_until > {s}.store_clock()
                     RETURNING {cols}
                 )
                 SELECT {cols} FROM failed"
             )),
             // $1 id, $2 version, $3 attempt outcome, $4 refund (both from
             // `rules::Work`: a release whose work never began raises the
-            // budget base by one in the same fenced write).
+            // budget base by one in the same fenced write), $5 attempt id.
             // The task is due again from the release on (`not_before`: now),
             // so `due` and `claim_next` find it.
             release: Sql::from(format!(
@@ -646,7 +735,8 @@ impl Statements {
                     SELECT 'pending', NULL::timestamptz, c.now, c.now, $3, LEAST(budget_base + $4, version)
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                 )
-                WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                WHERE id = (SELECT id FROM locked) AND version = $2 AND attempt_id = $5
+                  AND status = 'running' AND lease_until > {s}.store_clock()
                 RETURNING id"
             )),
             // $1 id, $2 reason.
@@ -662,9 +752,9 @@ impl Statements {
                 WHERE id = $1 AND status IN ('pending', 'running')
                 RETURNING {cols}"
             )),
-            // $1 id, $2 version, $3 operation id. The running attempt is the
+            // $1 id, $2 version, $3 operation id, $4 attempt id. The running attempt is the
             // row's latest, so this is a fenced write of the row, as renew.
-            // $1 id, $2 version. The guard of every fenced write, as a read
+            // $1 id, $2 version, $3 attempt id. The guard of every fenced write, as a read
             // that keeps a share lock on the row until the caller's
             // transaction ends: a claim (a takeover), a cancel or another
             // worker's save waits for it, so the caller's own writes in that
@@ -674,29 +764,32 @@ impl Statements {
             // the statement's older snapshot.
             fence: Sql::from(format!(
                 "SELECT version FROM {s}.tasks
-                 WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 WHERE id = $1 AND version = $2 AND attempt_id = $3
+                   AND status = 'running' AND lease_until > {s}.store_clock()
                  FOR SHARE"
             )),
-            // $1 id, $2 version, $3 effect name. The effect's record (all
+            // $1 id, $2 version, $3 effect name, $4 attempt id. The effect's record (all
             // nulls when there is none) and the store clock, if the lease
             // passes the fence; no row otherwise. Not locking: the write
             // that follows is fenced itself and conditional on this record.
             effect_read: Sql::from(format!(
                 "SELECT {s}.store_clock() AS store_now, e.*
                  FROM {s}.tasks AS t LEFT JOIN {s}.effects AS e ON e.task_id = t.id AND e.name = $3
-                 WHERE t.id = $1 AND t.version = $2 AND t.status = 'running' AND t.lease_until > {s}.store_clock()"
+                 WHERE t.id = $1 AND t.version = $2 AND t.attempt_id = $4
+                   AND t.status = 'running' AND t.lease_until > {s}.store_clock()"
             )),
             // $1 id, $2 version, $3 name, $4 state, $5 attempt, $6 reference,
             // $7 error, $8 ambiguous, $9 created_at, $10 intended_at,
             // $11 settled_at; $12/$13 the state and version of the record
-            // the decision read (null: none). Fenced as `fence` (the share
+            // the decision read (null: none); $14 attempt id. Fenced as `fence` (the share
             // lock lasts until the statement commits, so a takeover waits
             // for it) and conditional on the record being the one read: no
             // row when either changed, and the caller reads again.
             effect_write: Sql::from(format!(
                 "WITH fence AS MATERIALIZED (
                      SELECT id FROM {s}.tasks
-                     WHERE id = $1 AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                     WHERE id = $1 AND version = $2 AND attempt_id = $14
+                       AND status = 'running' AND lease_until > {s}.store_clock()
                      FOR SHARE)
                  INSERT INTO {s}.effects AS e
                      (task_id, name, state, version, attempt, reference, error, ambiguous, created_at, intended_at, settled_at)
@@ -713,7 +806,8 @@ impl Statements {
             record_operation: Sql::from(format!(
                 "WITH {locked}
                  UPDATE {s}.tasks SET attempt_operation_id = $3
-                 WHERE id = (SELECT id FROM locked) AND version = $2 AND status = 'running' AND lease_until > {s}.store_clock()
+                 WHERE id = (SELECT id FROM locked) AND version = $2 AND attempt_id = $4
+                   AND status = 'running' AND lease_until > {s}.store_clock()
                  RETURNING version"
             )),
             attempts: Sql::from(format!("SELECT * FROM {} AS x ORDER BY number", journal("$1"))),
@@ -836,22 +930,31 @@ impl Statements {
                 claim_set("($2::uuid[])[p.n]"),
                 moved("picked"),
             )),
-            // $1 ids, $2 versions (same order), $3 extension. `renew` for
+            // $1 ids, $2 versions, $4 attempt ids (same order), $3 extension. `renew` for
             // every lease of the batch, each row guarded on its own, every row
             // locked first in id order.
             renew_many: Sql::from(format!(
                 "WITH {locked_all},
-                req AS (SELECT r.rid, r.rversion FROM unnest($1::uuid[], $2::int8[]) AS r(rid, rversion))
+                req AS (SELECT r.rid, r.rversion, r.rattempt
+                        FROM unnest($1::uuid[], $2::int8[], $4::uuid[]) AS r(rid, rversion, rattempt))
                 UPDATE {s}.tasks AS t SET lease_until = {s}.store_clock() + $3
                 FROM req
                 WHERE t.id = req.rid AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
-                  AND t.version = req.rversion AND t.status = 'running' AND t.lease_until > {s}.store_clock()
+                  AND t.version = req.rversion AND t.attempt_id = req.rattempt
+                  AND t.status = 'running' AND t.lease_until > {s}.store_clock()
                 RETURNING t.id, t.lease_until"
             )),
             complete_many: Sql::from(complete_many(true)),
             complete_many_current: Sql::from(complete_many(false)),
-            // The rows of a batch and the store clock: what refused writes are classified from.
-            read_many: Sql::from(format!("SELECT {cols}, {s}.store_clock() AS store_now FROM {s}.tasks WHERE id = ANY($1)")),
+            // $1 ids, $2 versions (same order). The rows of a batch, the
+            // store clock and each lease's recorded attempt (as
+            // `read_lease`): what refused writes are classified from.
+            read_many: Sql::from(format!(
+                "SELECT {t_cols}, {s}.store_clock() AS store_now, {recorded_attempt} AS recorded_attempt
+                 FROM unnest($1::uuid[], $2::int8[]) AS r(rid, rversion)
+                 JOIN {s}.tasks AS t ON t.id = r.rid",
+                recorded_attempt = recorded_attempt("r.rversion"),
+            )),
             // $1 id, $2 by, $3 reason, $4 whether $5..$11 are a new policy
             // (max_attempts, initial_backoff_ns, max_backoff_ns, multiplier,
             // jitter, deadline_ns, on_ambiguous) or the stored one stays, $12

@@ -36,6 +36,16 @@ macro_rules! implement {
                 ))
             }
 
+            async fn submit_many(&self, mut tasks: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+                let handoffs = self.store().handoffs;
+                tasks.iter_mut().for_each(|task| task.handoff &= handoffs);
+                run!(self, Write, |conn, now| ops::submit_many(
+                    conn,
+                    now,
+                    tasks.clone()
+                ))
+            }
+
             async fn get(&self, id: TaskId) -> Result<Option<Task>> {
                 run!(self, Read, |conn, _now| ops::get(conn, id))
             }

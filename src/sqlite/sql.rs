@@ -35,6 +35,10 @@ pub(crate) const INSERT_ATTEMPT: &str =
     "INSERT INTO attempts (task_id, number, id, worker, started_at, outcome)
     VALUES (?1, ?2, ?3, ?4, ?5, 'running')";
 
+/// ?1 task id, ?2 number: the id of the attempt that holds (or held) that
+/// version, which a lease's attempt id must match ([`rules::granted`](crate::backend::rules::granted)).
+pub(crate) const ATTEMPT_ID: &str = "SELECT id FROM attempts WHERE task_id = ?1 AND number = ?2";
+
 /// ?1 task id, ?2 number, ?3 finished at, ?4 outcome, ?5 error: ends the
 /// attempt if it is still open.
 pub(crate) const FINISH_ATTEMPT: &str = "UPDATE attempts SET finished_at = ?3, outcome = ?4, error = ?5

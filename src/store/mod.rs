@@ -69,6 +69,46 @@ pub trait TaskStore: Send + Sync {
     /// hash it fails with [`Error::KeyConflict`](crate::Error::KeyConflict). A new key is always new work.
     async fn submit(&self, task: NewTask) -> Result<Submitted>;
 
+    /// Submits a batch (a bulk enqueue): each task decided alone, exactly as
+    /// [`submit`](Self::submit) decides it, one answer per task in input
+    /// order. A refusal is that entry's answer and writes nothing for it:
+    /// bad input is its [`Error::InvalidInput`](crate::Error::InvalidInput),
+    /// a key reused with other inputs its
+    /// [`Error::KeyConflict`](crate::Error::KeyConflict); the others are
+    /// created (or found) all the same.
+    ///
+    /// A key twice in one batch is decided as submits one after the other
+    /// in input order would be: the first occurrence creates (or finds) the
+    /// task; a later one with the same inputs answers
+    /// [`Submitted::Existing`] with it, one with other inputs
+    /// `KeyConflict` naming it.
+    ///
+    /// At most [`limits::MAX_BATCH`] tasks; more is a typed error and
+    /// writes nothing. The default submits one by one (so does a wrapper
+    /// such as [`Intercepted`](crate::intercept::Intercepted), each task
+    /// through its `submit`); `PgStore` (and `PgStore::on(&mut tx)`, in the
+    /// caller's transaction) sends the batch as one statement,
+    /// `SqliteStore` in one transaction. After an
+    /// outer `Err` (a storage failure) some tasks may have been created:
+    /// submitting the batch again is safe, that is what dedup is for.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// let task = |k: &str, input: &str| NewTask::new(RequestKey::new("u", "op", k), InputHash::of([input]));
+    /// store.submit(task("b", "x")).await?;
+    /// let answers = store.submit_many(vec![task("a", "x"), task("b", "x"), task("b", "other")]).await?;
+    /// assert!(answers[0].as_ref().is_ok_and(Submitted::is_created));
+    /// assert!(answers[1].as_ref().is_ok_and(|s| !s.is_created()), "b exists");
+    /// assert!(matches!(answers[2], Err(Error::KeyConflict { .. })), "b with other inputs");
+    /// # Ok(()) }
+    /// ```
+    async fn submit_many(&self, tasks: Vec<NewTask>) -> Result<Vec<Result<Submitted>>> {
+        crate::limits::check_batch_size(tasks.len())?;
+        crate::backend::submit_one_by_one(tasks, |task| self.submit(task)).await
+    }
+
     /// Reads a task by id.
     async fn get(&self, id: TaskId) -> Result<Option<Task>>;
 

@@ -15,11 +15,11 @@
 //!
 //! | item | what it is for |
 //! | --- | --- |
-//! | [`conformance_suite!`], [`inspection_suite!`], [`dispatch_suite!`] | one test per scenario of [`scenarios`] |
+//! | [`conformance_suite!`], [`inspection_suite!`], [`dispatch_suite!`], [`rollback_suite!`] | one test per scenario of [`scenarios`] |
 //! | [`model_suite!`] | random interleavings checked against the reference [`model`], plus its kept counterexamples |
 //! | [`new_task`], [`task_in`], [`prompt_retry`], [`forged_lease`], [`acquire`], [`fail_accepted`], [`one_winner`], [`race`], [`runtime`] | the test kit |
 //! | [`MemoryFixture`], `PgFixture`, `PgTxFixture` (the store on one open transaction), `TempSchema`, `SqliteFixture`, `DynamoFixture` | fixtures of this crate's backends |
-//! | [`Fixture`], [`InspectFixture`], [`OutboxFixture`], [`FencedWritesFixture`] | what a backend gives each suite: a store, its queries, its outbox, the application's fenced writes |
+//! | [`Fixture`], [`InspectFixture`], [`OutboxFixture`], [`FencedWritesFixture`], [`RollbackFixture`] | what a backend gives each suite: a store, its queries, its outbox, the application's fenced writes, claims rolled back in the caller's transaction |
 //!
 //! The expression is a future, evaluated once per test, that yields a value
 //! implementing [`Fixture`] (so a backend can create a database or schema). Each scenario panics with a message naming
@@ -34,7 +34,8 @@ use crate::clock::ManualClock;
 use crate::dispatch::Outbox;
 use crate::inspect::Inspect;
 use crate::memory::MemoryStore;
-use crate::store::{Fenced, Lease, TaskStore};
+use crate::store::{Claim, ClaimRequest, Fenced, Lease, TaskStore};
+use crate::task::TaskId;
 
 pub mod chaos;
 #[cfg(feature = "dynamodb")]
@@ -52,6 +53,7 @@ pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
 pub use crate::__limits_suite as limits_suite;
 pub use crate::__model_suite as model_suite;
+pub use crate::__rollback_suite as rollback_suite;
 pub use kit::{
     LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, forged_lease, key, new_task, one_winner,
     prompt_retry, request, runtime, task_in,
@@ -195,6 +197,9 @@ macro_rules! __conformance_suite {
             first_valid_answer_still_fences_everything_but_completion,
             first_valid_answer_never_saves_terminal_tasks_or_ungranted_leases,
             first_valid_answer_racing_completions_save_once,
+            submit_many_answers_each_task_as_submit_would,
+            submit_many_decides_a_repeated_key_in_input_order,
+            bad_submit_many_batches_are_refused_and_write_nothing,
             claim_many_answers_each_task_as_claim_would,
             claim_many_exhausts_and_takes_over_as_claim_would,
             complete_many_fences_each_lease_on_its_own,
@@ -287,6 +292,51 @@ impl FencedWritesFixture for MemoryFixture {
     async fn rows(&self) -> Vec<String> {
         self.rows.lock().expect("rows").clone()
     }
+}
+
+/// A [`Fixture`] whose store lets the caller claim inside a transaction of
+/// its own (`PgStore::on(&mut tx)`, `SqliteStore::on(&mut tx)`, a savepoint
+/// of [`PgTxFixture`]'s transaction) and roll it back: the task is as before
+/// the claim, yet the claim's lease exists. What
+/// [`lease_of_a_rolled_back_claim_is_refused_everywhere`](scenarios::lease_of_a_rolled_back_claim_is_refused_everywhere)
+/// needs. A store whose claims cannot be undone after they answer (memory,
+/// DynamoDB) has nothing to implement.
+///
+/// ```no_run
+/// # async fn f(fixture: impl taskfence::testing::RollbackFixture, id: taskfence::TaskId) {
+/// use taskfence::testing::{request, RollbackFixture};
+/// let undone = fixture.claim_rolled_back(id, request("w")).await;
+/// assert!(undone.is_acquired(), "the claim answered, then its transaction rolled back");
+/// # }
+/// ```
+#[async_trait]
+pub trait RollbackFixture: Fixture {
+    /// Claims `id` in a transaction on the store's transaction handle, then
+    /// rolls that transaction back; returns what the claim answered.
+    async fn claim_rolled_back(&self, id: TaskId, request: ClaimRequest) -> Claim;
+
+    /// The store's own fence of `lease` in a transaction on its transaction
+    /// handle (`fence` of `on(&mut tx)`), then rolled back.
+    async fn fence_in_transaction(&self, lease: &Lease) -> crate::Result<Fenced<()>>;
+}
+
+/// Generates one `#[tokio::test]` per scenario of a claim rolled back in
+/// the caller's transaction; the argument is a future yielding a fresh
+/// [`RollbackFixture`], evaluated once per test.
+///
+/// ```no_run
+/// taskfence::testing::rollback_suite!(taskfence::testing::SqliteFixture::new());
+/// # fn main() {}
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rollback_suite {
+    ($fixture:expr) => {
+        $crate::__conformance_suite!(@tests $fixture;
+            lease_of_a_rolled_back_claim_is_refused_everywhere,
+            first_valid_answer_never_saves_a_rolled_back_claim,
+        );
+    };
 }
 
 /// Generates one `#[tokio::test]` per [`Inspect`] scenario (listings,

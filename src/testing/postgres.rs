@@ -15,8 +15,9 @@ use sqlx::{ConnectOptions, Connection, Row};
 use crate::inspect::Inspect;
 use crate::postgres::site::Site;
 use crate::postgres::{PgConnStore, PgStore};
-use crate::store::{Fenced, Lease, TaskStore};
-use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
+use crate::store::{Claim, ClaimRequest, Fenced, Lease, TaskStore};
+use crate::task::TaskId;
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture, RollbackFixture};
 
 /// Schemas created by fixtures start with this.
 const PREFIX: &str = "taskfence_test_";
@@ -276,6 +277,30 @@ impl FencedWritesFixture for PgFixture {
     }
 }
 
+/// The claim runs on `on(&mut tx)` of a transaction of the pool, which is
+/// then rolled back.
+#[async_trait]
+impl RollbackFixture for PgFixture {
+    async fn claim_rolled_back(&self, id: TaskId, request: ClaimRequest) -> Claim {
+        let mut tx = self.store.pool().begin().await.expect("begin a transaction");
+        let claim = self
+            .store
+            .on(&mut tx)
+            .claim(id, request)
+            .await
+            .expect("claim in the transaction");
+        tx.rollback().await.expect("roll the transaction back");
+        claim
+    }
+
+    async fn fence_in_transaction(&self, lease: &Lease) -> crate::Result<Fenced<()>> {
+        let mut tx = self.store.pool().begin().await.map_err(crate::Error::storage)?;
+        let fenced = self.store.on(&mut tx).fence(lease).await;
+        tx.rollback().await.map_err(crate::Error::storage)?;
+        fenced
+    }
+}
+
 /// A [`Fixture`] whose store is a [`PgFixture`]'s store on one open
 /// transaction ([`PgStore::on`]): every operation of a suite runs as
 /// statements of that transaction, which is never committed (dropping the
@@ -367,6 +392,36 @@ impl Fixture for PgTxFixture {
         .expect("count rows")
         .get(0);
         u64::try_from(n).expect("a count is not negative")
+    }
+}
+
+/// The fixture's transaction stays open: the claim runs inside a savepoint
+/// of it, which is then rolled back.
+#[async_trait]
+impl RollbackFixture for PgTxFixture {
+    async fn claim_rolled_back(&self, id: TaskId, request: ClaimRequest) -> Claim {
+        self.savepoint("SAVEPOINT rolled_back_claim").await;
+        let claim = self
+            .store
+            .claim(id, request)
+            .await
+            .expect("claim in the savepoint");
+        self.savepoint("ROLLBACK TO SAVEPOINT rolled_back_claim").await;
+        claim
+    }
+
+    async fn fence_in_transaction(&self, lease: &Lease) -> crate::Result<Fenced<()>> {
+        self.store.fence(lease).await
+    }
+}
+
+impl PgTxFixture {
+    async fn savepoint(&self, statement: &'static str) {
+        let mut conn = self.store.conn().await.expect("the transaction's connection");
+        sqlx::raw_sql(statement)
+            .execute(&mut *conn)
+            .await
+            .expect("a savepoint of the transaction");
     }
 }
 

@@ -13,8 +13,9 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::inspect::Inspect;
 use crate::sqlite::SqliteStore;
-use crate::store::{Fenced, Lease, TaskStore};
-use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture};
+use crate::store::{Claim, ClaimRequest, Fenced, Lease, TaskStore};
+use crate::task::TaskId;
+use crate::testing::{FencedWritesFixture, Fixture, InspectFixture, OutboxFixture, RollbackFixture};
 
 /// A [`SqliteStore`] in a fresh, migrated file of its own, on a manual
 /// clock, with a real row count. The file (and its directory) is removed
@@ -177,6 +178,30 @@ impl FencedWritesFixture for SqliteFixture {
             .fetch_all(self.store.pool())
             .await
             .unwrap_or_default()
+    }
+}
+
+/// The claim runs on `on(&mut tx)` of the application's `BEGIN IMMEDIATE`
+/// transaction, which is then rolled back.
+#[async_trait]
+impl RollbackFixture for SqliteFixture {
+    async fn claim_rolled_back(&self, id: TaskId, request: ClaimRequest) -> Claim {
+        let mut tx = self.store.begin().await.expect("begin a transaction");
+        let claim = self
+            .store
+            .on(&mut tx)
+            .claim(id, request)
+            .await
+            .expect("claim in the transaction");
+        tx.rollback().await.expect("roll the transaction back");
+        claim
+    }
+
+    async fn fence_in_transaction(&self, lease: &Lease) -> crate::Result<Fenced<()>> {
+        let mut tx = self.store.begin().await?;
+        let fenced = self.store.on(&mut tx).fence(lease).await;
+        tx.rollback().await.map_err(crate::Error::storage)?;
+        fenced
     }
 }
 

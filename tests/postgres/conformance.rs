@@ -5,6 +5,11 @@ use crate::common;
 
 taskfence::testing::conformance_suite!(common::fixture());
 
+/// Claims rolled back in the caller's transaction (`PgStore::on(&mut tx)`).
+mod rollback {
+    taskfence::testing::rollback_suite!(crate::common::fixture());
+}
+
 /// The application's own writes under the fence: `PgStore::on(&mut tx).fence`
 /// in the application's transaction.
 #[tokio::test]

@@ -25,6 +25,11 @@ mod inspection {
     taskfence::testing::inspection_suite!(super::fixture());
 }
 
+/// Claims rolled back to a savepoint of the handle's transaction.
+mod rollback {
+    taskfence::testing::rollback_suite!(super::fixture());
+}
+
 /// Counts the calls it sees, then runs them.
 #[derive(Default)]
 struct Counting(AtomicUsize);

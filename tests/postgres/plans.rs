@@ -156,29 +156,58 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
              300000000000, 2, 0.2, NULL, 'retry', NULL, '1 day', 'current_assignment', true, NULL"
                 .into(),
         ),
+        "submit_many" => (
+            "uuid[], text[], text[], text[], bytea[], bytea[], int4[], int8[], int8[], float8[], float8[], int8[], \
+             text[], interval[], interval[], text[], bool[], text[]",
+            "ARRAY[gen_random_uuid(), gen_random_uuid()], ARRAY['scope-1', 'scope-1'], \
+             ARRAY['chat.reply', 'chat.reply'], ARRAY['key-new', 'key-1'], ARRAY[sha256('x'), sha256('y')], \
+             ARRAY[''::bytea, ''::bytea], ARRAY[5, 5], ARRAY[1000000000, 1000000000]::int8[], \
+             ARRAY[300000000000, 300000000000]::int8[], ARRAY[2, 2]::float8[], ARRAY[0.2, 0.2]::float8[], \
+             ARRAY[NULL, NULL]::int8[], ARRAY['retry', 'retry'], ARRAY[NULL, NULL]::interval[], \
+             ARRAY['1 day', '1 day']::interval[], ARRAY['current_assignment', 'current_assignment'], \
+             ARRAY[true, true], ARRAY[NULL, NULL]::text[]"
+                .into(),
+        ),
         "get" | "read" | "attempts" | "effects" => ("uuid", id),
         "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
         "claim" | "claim_fresh" => (
             "uuid, uuid, interval, text, text, text",
             format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted'"),
         ),
-        "renew" => ("uuid, int8, interval", format!("{id}, 1, '30 s'")),
-        "complete" | "complete_current" => ("uuid, int8, bytea", format!("{id}, 1, 'answer'")),
+        "read_lease" => ("uuid, int8", format!("{id}, 1")),
+        "renew" => (
+            "uuid, int8, interval, uuid",
+            format!("{id}, 1, '30 s', gen_random_uuid()"),
+        ),
+        "complete" | "complete_current" => (
+            "uuid, int8, bytea, uuid",
+            format!("{id}, 1, 'answer', gen_random_uuid()"),
+        ),
         "fail" => (
-            "uuid, int8, text, text, text, interval, text",
-            format!("{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable'"),
+            "uuid, int8, text, text, text, interval, text, uuid",
+            format!(
+                "{id}, 1, NULL, '429', 'deadline exhausted: 429', '2 s', 'failed_retryable', gen_random_uuid()"
+            ),
         ),
         "release" => (
-            "uuid, int8, text, int8",
-            format!("{id}, 1, 'returned_unstarted', 1"),
+            "uuid, int8, text, int8, uuid",
+            format!("{id}, 1, 'returned_unstarted', 1, gen_random_uuid()"),
         ),
         "cancel" => ("uuid, text", format!("{id}, 'user deleted it'")),
-        "record_operation" => ("uuid, int8, text", format!("{id}, 1, 'op-1'")),
-        "fence" => ("uuid, int8", format!("{id}, 1")),
-        "effect_read" => ("uuid, int8, text", format!("{id}, 1, 'notify-user'")),
+        "record_operation" => (
+            "uuid, int8, text, uuid",
+            format!("{id}, 1, 'op-1', gen_random_uuid()"),
+        ),
+        "fence" => ("uuid, int8, uuid", format!("{id}, 1, gen_random_uuid()")),
+        "effect_read" => (
+            "uuid, int8, text, uuid",
+            format!("{id}, 1, 'notify-user', gen_random_uuid()"),
+        ),
         "effect_write" => (
-            "uuid, int8, text, text, int4, text, text, int4, timestamptz, timestamptz, timestamptz, text, int8",
-            format!("{id}, 1, 'notify-user', 'intended', 1, NULL, NULL, 0, now(), now(), NULL, NULL, NULL"),
+            "uuid, int8, text, text, int4, text, text, int4, timestamptz, timestamptz, timestamptz, text, int8, uuid",
+            format!(
+                "{id}, 1, 'notify-user', 'intended', 1, NULL, NULL, 0, now(), now(), NULL, NULL, NULL, gen_random_uuid()"
+            ),
         ),
         "due" | "purge_expired" | "claim_handoffs" => ("int8", "100".into()),
         "mark_published" => ("int8[]", "'{1,2,3}'".into()),
@@ -190,12 +219,16 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             ),
         ),
         "complete_many" | "complete_many_current" => (
-            "uuid[], int8[], bytea[]",
+            "uuid[], int8[], bytea[], uuid[]",
             format!(
-                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea]"
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], ARRAY['answer'::bytea, 'other'::bytea], \
+                 ARRAY[gen_random_uuid(), gen_random_uuid()]"
             ),
         ),
-        "read_many" => ("uuid[]", format!("ARRAY[{id}::uuid, gen_random_uuid()]")),
+        "read_many" => (
+            "uuid[], int8[]",
+            format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1]"),
+        ),
         "claim_next" => (
             "int8, uuid[], interval, text, text, text, text[], text[]",
             format!(
@@ -204,8 +237,10 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
             ),
         ),
         "renew_many" => (
-            "uuid[], int8[], interval",
-            format!("ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s'"),
+            "uuid[], int8[], interval, uuid[]",
+            format!(
+                "ARRAY[{id}::uuid, gen_random_uuid()], ARRAY[1, 1], '30 s', ARRAY[gen_random_uuid(), gen_random_uuid()]"
+            ),
         ),
         "reopen" => (
             "uuid, text, text, bool, int4, int8, int8, float8, float8, int8, text, int4",
@@ -267,6 +302,25 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("current_assignment")
             .bind(true)
             .bind(None::<String>),
+        "submit_many" => q
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()])
+            .bind(vec!["scope-1", "scope-1"])
+            .bind(vec!["chat.reply", "chat.reply"])
+            .bind(vec!["key-new", "key-1"])
+            .bind(vec![vec![7u8; 32], vec![8u8; 32]])
+            .bind(vec![Vec::<u8>::new(), Vec::new()])
+            .bind(vec![5_i32, 5])
+            .bind(vec![1_000_000_000_i64, 1_000_000_000])
+            .bind(vec![300_000_000_000_i64, 300_000_000_000])
+            .bind(vec![2.0_f64, 2.0])
+            .bind(vec![0.2_f64, 0.2])
+            .bind(vec![None::<i64>, None])
+            .bind(vec!["retry", "retry"])
+            .bind(vec![None::<PgInterval>, None])
+            .bind(vec![interval(86_400), interval(86_400)])
+            .bind(vec!["current_assignment", "current_assignment"])
+            .bind(vec![true, true])
+            .bind(vec![None::<String>, None]),
         "get" | "read" | "attempts" | "effects" => q.bind(id),
         "find" => q.bind("scope-1").bind("chat.reply").bind("key-1"),
         "claim" | "claim_fresh" => q
@@ -276,8 +330,13 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("w")
             .bind("attempts exhausted")
             .bind("deadline exhausted"),
-        "renew" => q.bind(id).bind(1_i64).bind(interval(30)),
-        "complete" | "complete_current" => q.bind(id).bind(1_i64).bind(b"answer".to_vec()),
+        "read_lease" => q.bind(id).bind(1_i64),
+        "renew" => q.bind(id).bind(1_i64).bind(interval(30)).bind(Uuid::now_v7()),
+        "complete" | "complete_current" => q
+            .bind(id)
+            .bind(1_i64)
+            .bind(b"answer".to_vec())
+            .bind(Uuid::now_v7()),
         "fail" => q
             .bind(id)
             .bind(1_i64)
@@ -285,12 +344,18 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind("429")
             .bind("deadline exhausted: 429")
             .bind(interval(2))
-            .bind("failed_retryable"),
-        "release" => q.bind(id).bind(1_i64).bind("returned_unstarted").bind(1_i64),
+            .bind("failed_retryable")
+            .bind(Uuid::now_v7()),
+        "release" => q
+            .bind(id)
+            .bind(1_i64)
+            .bind("returned_unstarted")
+            .bind(1_i64)
+            .bind(Uuid::now_v7()),
         "cancel" => q.bind(id).bind("user deleted it"),
-        "record_operation" => q.bind(id).bind(1_i64).bind("op-1"),
-        "fence" => q.bind(id).bind(1_i64),
-        "effect_read" => q.bind(id).bind(1_i64).bind("notify-user"),
+        "record_operation" => q.bind(id).bind(1_i64).bind("op-1").bind(Uuid::now_v7()),
+        "fence" => q.bind(id).bind(1_i64).bind(Uuid::now_v7()),
+        "effect_read" => q.bind(id).bind(1_i64).bind("notify-user").bind(Uuid::now_v7()),
         "effect_write" => q
             .bind(id)
             .bind(1_i64)
@@ -304,7 +369,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
             .bind(time::OffsetDateTime::now_utc())
             .bind(None::<time::OffsetDateTime>)
             .bind(None::<String>)
-            .bind(None::<i64>),
+            .bind(None::<i64>)
+            .bind(Uuid::now_v7()),
         "due" | "purge_expired" | "claim_handoffs" => q.bind(100_i64),
         "mark_published" => q.bind(vec![1_i64, 2, 3]),
         "claim_many" => q
@@ -317,8 +383,9 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "complete_many" | "complete_many_current" => q
             .bind(vec![id, Uuid::now_v7()])
             .bind(vec![1_i64, 1])
-            .bind(vec![b"answer".to_vec(), b"other".to_vec()]),
-        "read_many" => q.bind(vec![id, Uuid::now_v7()]),
+            .bind(vec![b"answer".to_vec(), b"other".to_vec()])
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()]),
+        "read_many" => q.bind(vec![id, Uuid::now_v7()]).bind(vec![1_i64, 1]),
         "claim_next" => q
             .bind(16_i64)
             .bind((0..16).map(|_| Uuid::now_v7()).collect::<Vec<_>>())
@@ -331,7 +398,8 @@ fn bind<'q>(name: &str, q: Query<'q, Postgres, PgArguments>, id: Uuid) -> Query<
         "renew_many" => q
             .bind(vec![id, Uuid::now_v7()])
             .bind(vec![1_i64, 1])
-            .bind(interval(30)),
+            .bind(interval(30))
+            .bind(vec![Uuid::now_v7(), Uuid::now_v7()]),
         "reopen" => q
             .bind(id)
             .bind("ops")

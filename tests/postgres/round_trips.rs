@@ -343,3 +343,34 @@ async fn a_batch_of_ten_is_one_round_trip_to_claim_and_one_to_complete() {
         );
     }
 }
+
+/// `submit_many` of a hundred new tasks is one statement in one round trip,
+/// and so is a hundred resubmissions of them (the batch dedups in the same
+/// statement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_a_hundred_submissions_is_one_round_trip() {
+    let f = common::fixture().await;
+    let proxy = WireProxy::start(f.url()).await;
+    let store = proxy.store(&f, 1).await;
+    let batch = |round: usize| -> Vec<_> {
+        (0..100)
+            .map(|i| common::new_task(&format!("bulk-{round}-{i}")))
+            .collect()
+    };
+    // The first batch prepares the statement; the next two are counted.
+    store.submit_many(batch(0)).await.unwrap();
+    proxy.take();
+    let created = store.submit_many(batch(1)).await.unwrap();
+    let first = proxy.take();
+    let again = store.submit_many(batch(1)).await.unwrap();
+    let resubmitted = proxy.take();
+    assert!(created.iter().all(|a| a.as_ref().is_ok_and(|s| s.is_created())));
+    assert!(again.iter().all(|a| a.as_ref().is_ok_and(|s| !s.is_created())));
+    for (what, wire) in [("new", first), ("resubmitted", resubmitted)] {
+        assert_eq!(
+            (wire.simple_queries, wire.parses, wire.executes, wire.requests),
+            (0, 0, 1, 1),
+            "submit_many of 100 {what} tasks: one statement, one round trip"
+        );
+    }
+}

@@ -3,6 +3,11 @@
 
 taskfence::testing::conformance_suite!(taskfence::testing::SqliteFixture::new());
 
+/// Claims rolled back in the application's transaction (`SqliteStore::on(&mut tx)`).
+mod rollback {
+    taskfence::testing::rollback_suite!(taskfence::testing::SqliteFixture::new());
+}
+
 /// The application's own writes under the fence: `SqliteStore::on(&mut tx).fence`
 /// in the application's `BEGIN IMMEDIATE` transaction.
 #[tokio::test]

@@ -66,6 +66,7 @@ async fn effect_step<T: Send>(
             .bind(lease.task_id().as_uuid())
             .bind(version(lease))
             .bind(name)
+            .bind(lease.attempt_id().as_uuid())
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;
@@ -101,6 +102,7 @@ async fn effect_step<T: Send>(
                     .as_ref()
                     .map(|r| i64::try_from(r.version).unwrap_or(i64::MAX)),
             )
+            .bind(lease.attempt_id().as_uuid())
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;

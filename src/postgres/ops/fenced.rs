@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use crate::backend::rules::{self, LeaseCheck};
 use crate::error::{Error, Result};
 use crate::store::{Fenced, Lease, Rejection};
-use crate::task::{Task, TaskId};
+use crate::task::{AttemptId, Task, TaskId};
 
 use crate::postgres::db;
 use crate::postgres::row;
@@ -89,18 +89,30 @@ pub(super) async fn read(
     Ok(Some((task, now)))
 }
 
-/// Why a write of `lease` matched no row: one read, classified by `check`.
-/// `None` means the check passes now (the caller writes again).
+/// Why a write of `lease` matched no row: one read (`read_lease`: the row,
+/// the store clock and the attempt recorded at the lease's version),
+/// classified by `check` and the attempt ([`rules::check_lease`]). `None`
+/// means the check passes now (the caller writes again).
 pub(super) async fn rejection(
     sql: &Statements,
     conn: &mut PgConnection,
     check: LeaseCheck,
     lease: &Lease,
 ) -> Result<Option<Rejection>> {
-    let (task, now) = read(sql, conn, lease.task_id())
-        .await?
+    let row = sql
+        .read_lease
+        .query()
+        .bind(lease.task_id().as_uuid())
+        .bind(version(lease))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db)?
         .ok_or(Error::NotFound(lease.task_id()))?;
-    let rejection = check(&task, lease.version(), now).err();
+    let task = row::task(&row).map_err(db)?;
+    let now: OffsetDateTime = row.try_get("store_now").map_err(db)?;
+    let recorded: Option<uuid::Uuid> = row.try_get("recorded_attempt").map_err(db)?;
+    let recorded = recorded.map(AttemptId::from_uuid);
+    let rejection = rules::check_lease(check, &task, lease, recorded, now).err();
     if let Some(r) = &rejection {
         tracing::debug!(rejection = %r, "fenced write rejected");
     }

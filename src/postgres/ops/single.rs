@@ -71,12 +71,18 @@ pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
                 None => continue, // the racer rolled back: try again
             },
         };
-        if task.input_hash != new.input_hash {
-            return Err(Error::KeyConflict { existing: task.id });
-        }
-        return Ok(Submitted::Existing(task));
+        return found(task, &new);
     }
     Err(Error::storage(Raced("submit")))
+}
+
+/// The answer to a submission whose key is taken by `task`: that task when
+/// the inputs match, a key conflict naming it otherwise.
+pub(super) fn found(task: Task, new: &NewTask) -> Result<Submitted> {
+    if task.input_hash != new.input_hash {
+        return Err(Error::KeyConflict { existing: task.id });
+    }
+    Ok(Submitted::Existing(task))
 }
 
 pub(crate) async fn claim(
@@ -175,6 +181,7 @@ pub(crate) async fn complete(
             .bind(lease.task_id().as_uuid())
             .bind(version(&lease))
             .bind(response.as_bytes())
+            .bind(lease.attempt_id().as_uuid())
     };
     let done = checked_write(sql, conn, "complete", rules::accept, &lease, query, |row| {
         if current {
@@ -225,6 +232,7 @@ pub(crate) async fn fail(
             .bind(&deadline_message)
             .bind(interval(delay))
             .bind(AttemptOutcome::Failed(failure.kind).as_str())
+            .bind(lease.attempt_id().as_uuid())
     };
     fenced_write(sql, conn, "fail", &lease, query, |row| {
         let task = row::task(&row).map_err(db)?;
@@ -323,6 +331,7 @@ pub(crate) async fn renew(
                 .bind(lease.task_id().as_uuid())
                 .bind(version(lease))
                 .bind(interval(extend_by))
+                .bind(lease.attempt_id().as_uuid())
         };
         fenced_write(sql, conn, "renew", lease, query, |row| {
             row.try_get::<OffsetDateTime, _>("lease_until").map_err(db)
@@ -349,6 +358,7 @@ pub(crate) async fn release(
             .bind(version(&lease))
             .bind(work.outcome().as_str())
             .bind(refund)
+            .bind(lease.attempt_id().as_uuid())
     };
     fenced_write(sql, conn, "release", &lease, query, |_| Ok(())).await
 }
@@ -365,6 +375,7 @@ pub(crate) async fn record_operation(
             .bind(lease.task_id().as_uuid())
             .bind(version(lease))
             .bind(operation_id)
+            .bind(lease.attempt_id().as_uuid())
     };
     fenced_write(sql, conn, "record_operation", lease, query, |_| Ok(())).await
 }
@@ -375,6 +386,7 @@ pub(crate) async fn fence(sql: &Statements, conn: &mut PgConnection, lease: &Lea
             .query()
             .bind(lease.task_id().as_uuid())
             .bind(version(lease))
+            .bind(lease.attempt_id().as_uuid())
     };
     fenced_write(sql, conn, "fence", lease, query, |_| Ok(())).await
 }

@@ -6,11 +6,26 @@ use std::time::Duration;
 use sqlx::{Row, SqliteConnection};
 use time::OffsetDateTime;
 
+use crate::backend::submission_answer;
 use crate::error::{Error, Result};
-use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease};
-use crate::task::{Response, Task, TaskId};
+use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Submitted};
+use crate::task::{NewTask, Response, Task, TaskId};
 
 use super::super::{db, row, sql};
+
+/// Each task submitted as `submit` would, in order; each one's refusal
+/// (a key conflict) is its own item.
+pub(crate) async fn submit_many(
+    conn: &mut SqliteConnection,
+    now: OffsetDateTime,
+    tasks: Vec<NewTask>,
+) -> Result<Vec<Result<Submitted>>> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(submission_answer(super::submit(conn, now, task).await)?);
+    }
+    Ok(out)
+}
 
 /// Each id claimed as `claim` would, in order.
 pub(crate) async fn claim_many(

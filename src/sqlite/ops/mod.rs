@@ -17,7 +17,7 @@
 //! | `single` | one task's writes: submit, claim, complete, fail, cancel, reopen, renew, release, record_operation, fence |
 //! | `read` | one task's reads: get, find, attempts |
 //! | `effect` | the effect journal: begin_effect, finish_effect, effects |
-//! | `batch` | claim_many, claim_next, renew_many, complete_many |
+//! | `batch` | submit_many, claim_many, claim_next, renew_many, complete_many |
 //! | `maintenance` | due, purge_expired, redispatch, the outbox's steps |
 //! | `inspect` | the operator's queries: list, counts, story, stranded |
 
@@ -29,7 +29,7 @@ mod read;
 mod row_io;
 mod single;
 
-pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many};
+pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many, submit_many};
 pub(crate) use effect::{begin_effect, effects, finish_effect};
 pub(crate) use inspect::{counts, counts_up_to, list, story, stranded};
 pub(crate) use maintenance::{due, mark_published, purge_expired, redispatch, take_handoffs};

@@ -5,7 +5,7 @@
 use sqlx::SqliteConnection;
 use time::OffsetDateTime;
 
-use crate::backend::rules::LeaseCheck;
+use crate::backend::rules::{self, LeaseCheck};
 use crate::error::{Error, Result};
 use crate::store::{AttemptOutcome, Lease, Rejection};
 use crate::task::{AttemptId, Response, Task, TaskId};
@@ -156,8 +156,10 @@ pub(crate) async fn complete_attempt(
     Ok(())
 }
 
-/// The task `lease` is for, if `check` lets the lease write at `now`; the
-/// rejection otherwise. [`Error::NotFound`] when the task is gone.
+/// The task `lease` is for, if `check` lets the lease write at `now` and the
+/// attempt recorded at its version is its own ([`rules::check_lease`]: a
+/// claim rolled back in the caller's transaction leaves a lease whose
+/// version is granted again); the rejection otherwise. [`Error::NotFound`] when the task is gone.
 pub(crate) async fn checked(
     conn: &mut SqliteConnection,
     check: LeaseCheck,
@@ -167,7 +169,14 @@ pub(crate) async fn checked(
     let task = load(conn, lease.task_id())
         .await?
         .ok_or(Error::NotFound(lease.task_id()))?;
-    Ok(match check(&task, lease.version(), now) {
+    let recorded: Option<uuid::Uuid> = sqlx::query_scalar(sql::ATTEMPT_ID)
+        .bind(lease.task_id().as_uuid())
+        .bind(row::int(lease.version()))
+        .fetch_optional(conn)
+        .await
+        .map_err(db)?;
+    let recorded = recorded.map(AttemptId::from_uuid);
+    Ok(match rules::check_lease(check, &task, lease, recorded, now) {
         Ok(()) => Ok(task),
         Err(rejection) => {
             tracing::debug!(%rejection, "fenced write rejected");

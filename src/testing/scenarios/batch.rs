@@ -5,8 +5,8 @@ use super::*;
 use crate::error::{Error, InvalidInput};
 use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
-use crate::store::{Fenced, Rejection};
-use crate::task::{Response, Status};
+use crate::store::{Fenced, Rejection, Submitted};
+use crate::task::{InputHash, NewTask, RequestKey, Response, Status};
 use crate::testing::{Fixture, forged_lease, race};
 
 /// A mixed batch of claims — available, completed, busy, backing off,
@@ -341,4 +341,117 @@ pub async fn bad_batches_are_refused_and_write_nothing(f: &dyn Fixture) {
 
     assert!(store.claim_many(&[], request("w")).await.unwrap().is_empty());
     assert!(store.complete_many(Vec::new()).await.unwrap().is_empty());
+}
+
+/// `submit_many` decides each submission as `submit` would, in input order,
+/// one answer each: new work is created (with its handoff), a repeated
+/// submission is the existing task, a reused key with other inputs is that
+/// entry's `KeyConflict`, bad input that entry's `InvalidInput`; a refused
+/// entry writes nothing and never blocks the others.
+pub async fn submit_many_answers_each_task_as_submit_would(f: &dyn Fixture) {
+    let store = f.store();
+    let empty = f.record_count().await;
+    let earlier = submit(&*store, new_task("earlier")).await;
+    let records = f.record_count().await;
+    let per_task = records - empty;
+    let other_inputs = NewTask::new(
+        key("earlier"),
+        InputHash::of(["conversation-1", "another question"]),
+    );
+    let bad = NewTask::new(RequestKey::new("s", "op", ""), InputHash::of(["x"]));
+    let answers = store
+        .submit_many(vec![
+            new_task("new-1"),
+            new_task("earlier"),
+            other_inputs,
+            bad,
+            new_task("new-2"),
+        ])
+        .await
+        .expect("submit_many");
+    assert_eq!(answers.len(), 5, "one answer per submission");
+    let created: Vec<Task> = [&answers[0], &answers[4]]
+        .into_iter()
+        .map(|answer| match answer {
+            Ok(Submitted::Created(task)) => task.clone(),
+            other => panic!("expected Created, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        (created[0].key.key.as_str(), created[1].key.key.as_str()),
+        ("new-1", "new-2"),
+        "answers in input order"
+    );
+    match &answers[1] {
+        Ok(Submitted::Existing(task)) => assert_eq!(task, &earlier, "the existing task"),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    match &answers[2] {
+        Err(Error::KeyConflict { existing }) => assert_eq!(*existing, earlier.id),
+        other => panic!("expected KeyConflict, got {other:?}"),
+    }
+    assert!(
+        matches!(answers[3], Err(Error::InvalidInput(_))),
+        "bad input: {:?}",
+        answers[3]
+    );
+    for new in &created {
+        assert_eq!(&task(&*store, new.id).await, new, "stored as answered");
+    }
+    assert_eq!(
+        f.record_count().await,
+        records + 2 * per_task,
+        "the two new tasks wrote what a submit writes; the refused entries nothing"
+    );
+}
+
+/// The same key twice in one batch is decided as two submits in input
+/// order would be: the first creates the task, a later one with the same
+/// inputs is that task, a later one with other inputs is a `KeyConflict`
+/// naming it.
+pub async fn submit_many_decides_a_repeated_key_in_input_order(f: &dyn Fixture) {
+    let store = f.store();
+    let other_inputs = NewTask::new(
+        key("send-1"),
+        InputHash::of(["conversation-1", "another question"]),
+    );
+    let answers = store
+        .submit_many(vec![new_task("send-1"), new_task("send-1"), other_inputs])
+        .await
+        .expect("submit_many");
+    let Ok(Submitted::Created(first)) = &answers[0] else {
+        panic!("the first creates the task: {:?}", answers[0]);
+    };
+    match &answers[1] {
+        Ok(Submitted::Existing(task)) => assert_eq!(task.id, first.id, "the same task"),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    match &answers[2] {
+        Err(Error::KeyConflict { existing }) => assert_eq!(*existing, first.id),
+        other => panic!("expected KeyConflict, got {other:?}"),
+    }
+    assert_eq!(
+        store.find(&key("send-1")).await.unwrap().map(|t| t.id),
+        Some(first.id),
+        "one task for the key"
+    );
+}
+
+/// A batch over the limit is refused whole with a typed error, writing
+/// nothing; an empty batch answers nothing.
+pub async fn bad_submit_many_batches_are_refused_and_write_nothing(f: &dyn Fixture) {
+    let store = f.store();
+    let too_many: Vec<NewTask> = (0..=limits::MAX_BATCH)
+        .map(|i| new_task(&format!("k-{i}")))
+        .collect();
+    let records = f.record_count().await;
+    assert!(
+        matches!(store.submit_many(too_many).await, Err(Error::InvalidInput(_))),
+        "more than MAX_BATCH"
+    );
+    assert_eq!(f.record_count().await, records, "nothing written");
+    assert!(
+        store.submit_many(Vec::new()).await.unwrap().is_empty(),
+        "empty batch"
+    );
 }

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use super::*;
+use crate::effect::EffectOutcome;
 use crate::store::{AttemptOutcome, Fenced, Rejection};
 use crate::task::{Response, Status};
-use crate::testing::{Fixture, race};
+use crate::testing::{Fixture, RollbackFixture, race};
 
 /// Guarantee 5: after a takeover, every fenced write of the old lease says `Superseded`.
 pub async fn superseded_lease_is_rejected_everywhere(f: &dyn Fixture) {
@@ -201,4 +202,122 @@ pub async fn renew_keeps_lease_alive_and_fails_after_takeover(f: &dyn Fixture) {
         store.renew(&mut lapsed, LEASE).await.unwrap().rejection(),
         Some(&Rejection::Superseded { current_version: 2 })
     );
+}
+
+/// Guarantee 5 across the caller's transaction: a claim rolled back with it
+/// leaves a lease whose version the next claim grants again, to another
+/// attempt. The fence compares the attempt id as well as the version, so
+/// every write of that lease is refused (`Superseded`), the store's own
+/// fence included, and the holder's answer is the one saved.
+pub async fn lease_of_a_rolled_back_claim_is_refused_everywhere(f: &dyn RollbackFixture) {
+    let store = f.store();
+    let t = submit(&*store, new_task("send-1")).await;
+    let Claim::Acquired(undone) = f.claim_rolled_back(t.id, request("rolled-back")).await else {
+        panic!("the claim in the transaction acquires");
+    };
+    assert_eq!(
+        task(&*store, t.id).await.version,
+        0,
+        "the rollback undid the claim"
+    );
+    let holder = acquire(&*store, t.id, "holder").await;
+    assert_eq!(
+        (holder.version(), undone.version()),
+        (1, 1),
+        "the same version is granted again"
+    );
+    assert_ne!(holder.attempt_id(), undone.attempt_id(), "to another attempt");
+    let superseded = Rejection::Superseded { current_version: 1 };
+    assert_eq!(
+        f.fence_in_transaction(&undone).await.unwrap().rejection(),
+        Some(&superseded),
+        "the store's fence in a transaction"
+    );
+    assert_eq!(
+        store.begin_effect(&undone, "notify").await.unwrap().rejection(),
+        Some(&superseded),
+        "begin_effect"
+    );
+    assert_eq!(
+        store
+            .finish_effect(&undone, "notify", EffectOutcome::done("m-1"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&superseded),
+        "finish_effect"
+    );
+    let renewed = store
+        .renew_many(std::slice::from_mut(&mut undone.clone()), LEASE)
+        .await
+        .unwrap();
+    assert_eq!(renewed[0].rejection(), Some(&superseded), "renew_many");
+    let completed = store
+        .complete_many(vec![(undone.clone(), Response::from("undone, batched"))])
+        .await
+        .unwrap();
+    assert_eq!(
+        completed[0].as_ref().unwrap().rejection(),
+        Some(&superseded),
+        "complete_many"
+    );
+    assert_superseded_writes(&*store, &undone, 1).await;
+    assert_eq!(
+        store
+            .complete(undone, Response::from("undone"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&superseded),
+        "complete"
+    );
+    let now = task(&*store, t.id).await;
+    assert_eq!(
+        (now.status, now.version, now.response),
+        (Status::Running, 1, None),
+        "nothing changed"
+    );
+    assert!(
+        store.effects(t.id).await.unwrap().is_empty(),
+        "no effect recorded"
+    );
+    let saved = store
+        .complete(holder, Response::from("holder's answer"))
+        .await
+        .unwrap()
+        .accepted()
+        .expect("the holder completes");
+    assert_eq!(saved.response, Some(Response::from("holder's answer")));
+}
+
+/// The same under [`FirstValidAnswer`](crate::policy::AcceptanceRule::FirstValidAnswer),
+/// which saves an earlier assignment's answer: the rolled-back claim's
+/// version was granted to another attempt, so its answer is never saved,
+/// even after that attempt's lease is taken over.
+pub async fn first_valid_answer_never_saves_a_rolled_back_claim(f: &dyn RollbackFixture) {
+    let store = f.store();
+    let first_valid = new_task("send-1").acceptance(crate::policy::AcceptanceRule::FirstValidAnswer);
+    let t = submit(&*store, first_valid).await;
+    let Claim::Acquired(undone) = f.claim_rolled_back(t.id, request("rolled-back")).await else {
+        panic!("the claim in the transaction acquires");
+    };
+    let holder = acquire(&*store, t.id, "holder").await;
+    f.advance(PAST_LEASE).await;
+    let _next = acquire(&*store, t.id, "next").await;
+    assert_eq!(
+        store
+            .complete(undone, Response::from("undone"))
+            .await
+            .unwrap()
+            .rejection(),
+        Some(&Rejection::Superseded { current_version: 2 }),
+        "the undone claim's answer"
+    );
+    let saved = store
+        .complete(holder, Response::from("holder's answer"))
+        .await
+        .unwrap()
+        .accepted()
+        .expect("the granted earlier attempt's answer is a valid first answer");
+    assert_eq!(saved.response, Some(Response::from("holder's answer")));
 }

@@ -41,6 +41,7 @@ pub(crate) async fn textbook(pool: &PgPool, select: &str, update: &str, lease: &
         .bind(lease.task_id().as_uuid())
         .bind(i64::try_from(lease.version())?)
         .bind(&RESPONSE[..])
+        .bind(lease.attempt_id().as_uuid())
         .fetch_optional(&mut *tx)
         .await?
         .ok_or("textbook: completion refused")?;

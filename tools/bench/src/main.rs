@@ -3,7 +3,7 @@
 //! real PostgreSQL server, in one run.
 //!
 //! ```text
-//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding] [--out DIR] [--database-url URL]
+//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--out DIR] [--database-url URL]
 //! cargo run --release -p taskfence-bench -- --sustained [--quick] [--phase-secs S] [--rate R] [--out DIR]
 //! ```
 //!
@@ -21,6 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 mod completion;
 mod contention;
 mod db;
+mod enqueue;
 mod holding;
 mod lifecycle;
 mod memory;
@@ -60,6 +61,8 @@ pub struct Config {
     pub peers_only: bool,
     /// Run only what a consumer holds (before/after), and print it.
     pub holding_only: bool,
+    /// Run only the bulk enqueue (submit vs submit_many), and print it.
+    pub enqueue_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -110,6 +113,7 @@ impl Config {
             lifecycle_only: false,
             peers_only: false,
             holding_only: false,
+            enqueue_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -137,6 +141,7 @@ impl Config {
         let mut peers_only = false;
         let (mut sustained, mut phase_secs, mut rate) = (false, None, None);
         let mut holding_only = false;
+        let mut enqueue_only = false;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -150,6 +155,7 @@ impl Config {
                 }
                 "--rate" => rate = Some(args.next().ok_or("--rate needs tasks per second")?.parse()?),
                 "--holding" => holding_only = true,
+                "--enqueue" => enqueue_only = true,
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -164,14 +170,15 @@ impl Config {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers | --holding] [--out DIR] [--database-url URL]\n\
+                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--out DIR] [--database-url URL]\n\
                          writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
                          --lifecycle runs only the lifecycle section and prints it;\n\
                          --peers runs only the peers and the idle-queue latency and prints them;\n\
                          --sustained runs the sustained-load phases on a private cluster and writes\n\
                          DIR/sustained-results.md, DIR/sustained-depth.svg and DIR/sustained-p99.svg\n\
                          (--phase-secs S per phase, default 300; --rate R tasks/s, default 70 % of the lowest peak);\n\
-                         --holding runs only what a consumer holds (before/after, and one kill) and prints it"
+                         --holding runs only what a consumer holds (before/after, and one kill) and prints it;\n\
+                         --enqueue runs only the bulk enqueue (submit vs submit_many) and prints it"
                     );
                     std::process::exit(0);
                 }
@@ -185,6 +192,7 @@ impl Config {
             phase_secs,
             rate,
             holding_only,
+            enqueue_only,
             ..Self::new(mode, out, url)
         })
     }
@@ -238,6 +246,13 @@ async fn run() -> Res<()> {
         pool.close().await;
         return Ok(());
     }
+    if cfg.enqueue_only {
+        enqueue::run(&cfg, &pool, &mut report).await?;
+        report.finish(started.elapsed());
+        println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
     if cfg.holding_only {
         holding::run(&cfg, &pool).await?;
         pool.close().await;
@@ -259,6 +274,8 @@ async fn run() -> Res<()> {
     peers::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] submit to start on an idle queue");
     peers::wake_latency(&cfg, &pool, &mut report).await?;
+    eprintln!("[bench] bulk enqueue, submit vs submit_many");
+    enqueue::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] completion latency, the textbook locking transaction vs ours");
     completion::run(&cfg, &pool, &mut report).await?;
     eprintln!("[bench] 32 workers racing for one task");
