@@ -47,6 +47,7 @@ mod postgres;
 pub mod scenarios;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub mod trace;
 
 pub use crate::__conformance_suite as conformance_suite;
 pub use crate::__dispatch_suite as dispatch_suite;
@@ -157,7 +158,33 @@ impl Fixture for MemoryFixture {
 #[macro_export]
 macro_rules! __conformance_suite {
     ($fixture:expr) => {
-        $crate::__conformance_suite!(@tests $fixture;
+        $crate::__conformance_scenarios!($crate::__conformance_suite { @tests $fixture; });
+    };
+    (@tests $fixture:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let fixture = $fixture.await;
+                $crate::testing::scenarios::$name(&fixture).await;
+            }
+        )*
+    };
+}
+
+/// Calls the macro `$callback` with `$prefix` followed by the name of every
+/// conformance scenario, so each list of them (the suite's tests, a trace
+/// recording's runs) is this one.
+///
+/// ```
+/// macro_rules! count { ($($name:ident),* $(,)?) => { const N: usize = [$(stringify!($name)),*].len(); }; }
+/// taskfence::__conformance_scenarios!(count {});
+/// assert!(N > 60);
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_scenarios {
+    ($callback:path { $($prefix:tt)* }) => {
+        $callback! { $($prefix)*
             duplicate_submit_returns_same_task,
             key_reuse_with_other_inputs_conflicts_and_writes_nothing,
             same_key_in_another_scope_or_operation_is_independent,
@@ -229,16 +256,7 @@ macro_rules! __conformance_suite {
             concurrent_claim_next_hands_each_task_out_once,
             renew_many_fences_each_lease_on_its_own,
             bad_claim_next_and_renew_many_are_refused_and_write_nothing,
-        );
-    };
-    (@tests $fixture:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $name() {
-                let fixture = $fixture.await;
-                $crate::testing::scenarios::$name(&fixture).await;
-            }
-        )*
+        }
     };
 }
 

@@ -2,8 +2,10 @@
 //! the store deciding through `taskfence::backend::rules`, the code every
 //! backend runs. See docs/RELIABILITY.md ("The protocol, model-checked").
 //!
-//! `cargo test -p model-check` runs the bounded configurations and the
-//! planted bugs; `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
+//! `cargo test -p model-check` runs the bounded configurations, the
+//! planted bugs and the trace replay of the conformance scenarios' histories
+//! on `MemoryStore` and PostgreSQL (`DATABASE_URL`; DynamoDB too with
+//! `TASKFENCE_TRACE_DYNAMODB=1`); `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
 //! runs the deep configuration.
 //!
 //! Everything here is test code: the crate builds empty outside `cargo test`.
@@ -14,7 +16,9 @@ mod configs;
 mod consumer;
 mod planted;
 mod props;
+mod replay;
 mod runs;
 mod seam;
 mod step;
+mod traces;
 mod world;

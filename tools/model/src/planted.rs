@@ -38,7 +38,7 @@ fn first_valid() -> Config {
 
 #[test]
 fn fence_before_lock() {
-    caught(Rules::FenceBeforeLock, current(), "accepted, but the task was", 4);
+    caught(Rules::FenceBeforeLock, current(), "accepted, but the task was", 5);
 }
 
 #[test]
@@ -53,22 +53,22 @@ fn version_not_compared() {
 
 #[test]
 fn budget_counted_at_completion() {
-    caught(Rules::BudgetAtCompletion, current(), "beyond the budget", 6);
+    caught(Rules::BudgetAtCompletion, current(), "beyond the budget", 8);
 }
 
 #[test]
 fn stale_release() {
-    caught(Rules::StaleRelease, current(), "release by assignment", 5);
+    caught(Rules::StaleRelease, current(), "release by assignment", 7);
 }
 
 #[test]
 fn accept_before_reopen() {
-    caught(Rules::AcceptBeforeReopen, first_valid(), "did not allow it", 9);
+    caught(Rules::AcceptBeforeReopen, first_valid(), "did not allow it", 10);
 }
 
 #[test]
 fn ambiguity_uncounted() {
-    caught(Rules::AmbiguityUncounted, current(), "effect counts", 8);
+    caught(Rules::AmbiguityUncounted, current(), "effect counts", 10);
 }
 
 #[test]
@@ -83,10 +83,25 @@ fn due_misses_expired_leases() {
 
 #[test]
 fn cancel_anything() {
-    caught(Rules::CancelAnything, current(), "became", 4);
+    caught(Rules::CancelAnything, current(), "became", 5);
 }
 
 #[test]
 fn any_completion_is_ours() {
-    caught(Rules::AnyCompletionIsOurs, current(), "heard \"saved\"", 13);
+    caught(Rules::AnyCompletionIsOurs, current(), "heard \"saved\"", 15);
+}
+
+#[test]
+fn stale_unstarted_release_refunds() {
+    caught(
+        Rules::StaleUnstartedRefund,
+        current(),
+        "release_unstarted by assignment",
+        6,
+    );
+}
+
+#[test]
+fn refund_after_work_began() {
+    caught(Rules::RefundAfterWorkBegan, current(), "claims began work", 4);
 }

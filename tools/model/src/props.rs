@@ -70,6 +70,16 @@ fn state_invariants(model: &WorldModel, w: &World) -> Result<(), String> {
                 task.policy.max_attempts
             ));
         }
+        // The store counts exactly the claims whose work began or whose lease
+        // was lost while held: a claim given back unstarted costs nothing,
+        // and nothing else is refunded.
+        let counted = w.ghost.get(usize::from(n)).map_or(0, |g| g.counted);
+        if task.attempts_in_budget() != u32::from(counted) {
+            return Err(format!(
+                "task {n}: the store counts {} attempts in the budget, but {counted} claims began work or lost their lease",
+                task.attempts_in_budget()
+            ));
+        }
         if (task.status == Status::Completed) != task.response.is_some() {
             return Err(format!(
                 "task {n}: {} with response {:?}",
@@ -234,6 +244,7 @@ impl Model for WorldModel {
                 | Action::Receive { .. }
                 | Action::ClaimNext { .. }
                 | Action::Renew { .. }
+                | Action::Begin { .. }
                 | Action::BeginEffect { .. }
                 | Action::CallProvider { ok: true, .. }
                 | Action::FinishEffect { .. }
@@ -288,6 +299,7 @@ impl Model for WorldModel {
                         number(lease.task_id()),
                         lease.version(),
                         match work {
+                            Work::Claimed => "claimed",
                             Work::Started => "started",
                             Work::Intended => "intended",
                             Work::Called { ok: true } => "called",

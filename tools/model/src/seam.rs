@@ -24,6 +24,11 @@ pub(crate) enum Rules {
     BudgetAtCompletion,
     /// A release skips the fence: a stale lease gives the task back.
     StaleRelease,
+    /// A claim given back unstarted skips the fence: a stale or expired
+    /// lease gives the task back and refunds the current claim.
+    StaleUnstartedRefund,
+    /// A release after the work began refunds the claim as if it had not.
+    RefundAfterWorkBegan,
     /// The first-valid-answer rule forgets the budget base: a lease from
     /// before a reopening may still save.
     AcceptBeforeReopen,
@@ -72,15 +77,33 @@ impl Rules {
         }
     }
 
-    pub(crate) fn release_fence(
+    /// The task as a release of `lease` leaves it, or the refusal.
+    pub(crate) fn release(
         self,
         task: &Task,
         lease: &Lease,
         now: OffsetDateTime,
-    ) -> Result<(), Rejection> {
+        work: rules::Work,
+    ) -> Result<Task, Rejection> {
         match self {
-            Rules::StaleRelease if task.status == Status::Running => Ok(()),
-            _ => self.fence(task, lease, now),
+            Rules::Real => rules::release(task, lease.version(), now, work),
+            Rules::StaleRelease if work == rules::Work::Started && task.status == Status::Running => {
+                rules::release(task, task.version, now, work)
+            }
+            Rules::StaleUnstartedRefund
+                if work == rules::Work::NotStarted && task.status == Status::Running =>
+            {
+                rules::release(task, task.version, now, work)
+            }
+            Rules::RefundAfterWorkBegan => {
+                self.fence(task, lease, now)?;
+                rules::release(task, task.version, now, rules::Work::NotStarted)
+            }
+            // The variant's own fence, then the real release.
+            _ => {
+                self.fence(task, lease, now)?;
+                rules::release(task, task.version, now, work)
+            }
         }
     }
 

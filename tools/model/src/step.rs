@@ -2,7 +2,7 @@
 //! `MemoryStore` applies it (one atomic step, decided by [`Rules`]), and to
 //! the worker, queue, client or operator that takes it.
 
-use taskfence::backend::rules::{BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule};
+use taskfence::backend::rules::{self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule};
 use taskfence::backend::{new_lease, new_task, renewed};
 use taskfence::effect::{EffectKey, EffectOutcome, EffectStart, EffectState};
 use taskfence::policy::{Failure, FailureKind};
@@ -77,11 +77,17 @@ impl WorldModel {
                     out.push(Action::ClaimNext { w: wi });
                 }
                 Worker::Holding { lease, work } => {
-                    if faults {
+                    if faults && *work != Work::Claimed {
                         out.push(Action::Renew { w: wi });
                         out.push(Action::Release { w: wi });
                     }
                     match work {
+                        Work::Claimed => {
+                            out.push(Action::Begin { w: wi });
+                            if faults && w.unstarted > 0 {
+                                out.push(Action::ReleaseUnstarted { w: wi });
+                            }
+                        }
                         Work::Started => {
                             if c.effects {
                                 out.push(Action::BeginEffect { w: wi });
@@ -213,7 +219,7 @@ impl WorldModel {
                     Claim::Acquired(lease) => {
                         w.workers[i as usize] = Worker::Holding {
                             lease,
-                            work: Work::Started,
+                            work: Self::claimed(w),
                         }
                     }
                     Claim::Completed(_) | Claim::Failed(_) | Claim::Cancelled(_) | Claim::NotFound => {
@@ -236,7 +242,7 @@ impl WorldModel {
                 if let Claim::Acquired(lease) = self.claim(w, number(id), i, obs) {
                     w.workers[i as usize] = Worker::Holding {
                         lease,
-                        work: Work::Started,
+                        work: Self::claimed(w),
                     };
                 }
                 true
@@ -420,11 +426,44 @@ impl WorldModel {
                 self.fail(w, i, &lease, &failure, obs);
                 true
             }
-            Action::Release { w: i } => {
-                let Worker::Holding { lease, .. } = w.workers[i as usize].clone() else {
+            Action::Begin { w: i } => {
+                let Worker::Holding {
+                    lease,
+                    work: Work::Claimed,
+                } = w.workers[i as usize].clone()
+                else {
                     return false;
                 };
-                self.release(w, &lease, obs);
+                w.workers[i as usize] = Worker::Holding {
+                    lease,
+                    work: Work::Started,
+                };
+                true
+            }
+            Action::Release { w: i } => {
+                let Worker::Holding { lease, work } = w.workers[i as usize].clone() else {
+                    return false;
+                };
+                if work == Work::Claimed {
+                    return false;
+                }
+                self.release(w, &lease, rules::Work::Started, obs);
+                w.workers[i as usize] = Worker::Idle;
+                true
+            }
+            Action::ReleaseUnstarted { w: i } => {
+                let Worker::Holding {
+                    lease,
+                    work: Work::Claimed,
+                } = w.workers[i as usize].clone()
+                else {
+                    return false;
+                };
+                if w.unstarted == 0 {
+                    return false;
+                }
+                w.unstarted -= 1;
+                self.release(w, &lease, rules::Work::NotStarted, obs);
                 w.workers[i as usize] = Worker::Idle;
                 true
             }
@@ -437,8 +476,16 @@ impl WorldModel {
                     if c.process_of(i) != p as usize {
                         continue;
                     }
-                    if let Worker::Holding { lease, .. } = w.workers[i].clone() {
-                        self.release(w, &lease, obs);
+                    if let Worker::Holding { lease, work } = w.workers[i].clone() {
+                        // A claim not begun is given back unstarted while
+                        // the world's bound on those lasts, as begun after.
+                        let work = if work == Work::Claimed && w.unstarted > 0 {
+                            w.unstarted -= 1;
+                            rules::Work::NotStarted
+                        } else {
+                            rules::Work::Started
+                        };
+                        self.release(w, &lease, work, obs);
                     }
                     any |= w.workers[i] != Worker::Idle;
                     w.workers[i] = Worker::Idle;
@@ -484,6 +531,7 @@ impl WorldModel {
                     ReopenRule::Reopen => {
                         w.reopens -= 1;
                         self.rules.reopened(w.task_mut(n).expect("present"), now);
+                        w.ghost[n as usize].counted = 0;
                         w.queue |= 1 << n;
                         true
                     }
@@ -522,6 +570,17 @@ impl WorldModel {
         }
     }
 
+    /// Where a new claim's work stands: not begun while a claim may still be
+    /// given back unstarted; begun at once after (the step between would
+    /// only add interleavings of nothing).
+    fn claimed(w: &World) -> Work {
+        if w.unstarted > 0 {
+            Work::Claimed
+        } else {
+            Work::Started
+        }
+    }
+
     /// A claim of task `n` by worker `i`, as `MemoryStore` applies it.
     fn claim(&self, w: &mut World, n: u8, i: u8, obs: &mut Vec<Obs>) -> Claim {
         let now = w.now();
@@ -551,6 +610,9 @@ impl WorldModel {
             after: task.clone(),
             granted,
         });
+        if granted {
+            w.ghost[n as usize].counted += 1;
+        }
         claim
     }
 
@@ -643,22 +705,35 @@ impl WorldModel {
         obs.push(Obs::Failed { before, after });
     }
 
-    fn release(&self, w: &mut World, lease: &Lease, obs: &mut Vec<Obs>) {
+    /// A release of `lease` (`work`: whether its work began), as
+    /// `MemoryStore` applies it: one write decided by `rules::release`.
+    fn release(&self, w: &mut World, lease: &Lease, work: rules::Work, obs: &mut Vec<Obs>) {
         let now = w.now();
-        let Some(task) = w.task_mut(number(lease.task_id())) else {
+        let n = number(lease.task_id());
+        let Some(task) = w.task_mut(n) else {
             return;
         };
-        if self.rules.release_fence(task, lease, now).is_err() {
+        let before = task.clone();
+        let Ok(released) = self.rules.release(task, lease, now, work) else {
             return;
-        }
+        };
+        *task = released;
         obs.push(Obs::Fenced {
-            op: "release",
-            before: task.clone(),
+            op: match work {
+                rules::Work::Started => "release",
+                rules::Work::NotStarted => "release_unstarted",
+            },
+            before: before.clone(),
             version: lease.version(),
         });
-        task.status = Status::Pending;
-        task.lease_until = None;
-        task.not_before = Some(now);
+        // The ghost's count: a claim given back unstarted by the holder of
+        // the current, live lease is no attempt.
+        let holder = before.status == Status::Running
+            && before.version == lease.version()
+            && before.lease_until.is_some_and(|until| until > now);
+        if work == rules::Work::NotStarted && holder {
+            w.ghost[n as usize].counted -= 1;
+        }
     }
 }
 

@@ -49,6 +49,9 @@ pub(crate) struct Config {
     pub(crate) reopens: u8,
     /// How many cancellations the operator may make.
     pub(crate) cancels: u8,
+    /// How many claims the workers may give back unstarted (each costs no
+    /// attempt, so without a bound the versions would grow for ever).
+    pub(crate) unstarted: u8,
     /// Whether the work makes the external effect.
     pub(crate) effects: bool,
     /// Whether the queue may lose a message (the dispatcher then republishes due tasks).
@@ -136,6 +139,9 @@ pub(crate) fn response(version: u64) -> Response {
 /// How far a worker's work has come.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Work {
+    /// Claimed, the work not begun yet (a prefetched task): it may still be
+    /// given back unstarted, and then its claim costs no attempt.
+    Claimed,
     /// Running the work, the effect not begun.
     Started,
     /// The effect's intent is recorded; the provider not called yet.
@@ -182,6 +188,11 @@ pub(crate) struct Ghost {
     pub(crate) failed_calls: u8,
     /// Purged: the record is gone, a replay is new work.
     pub(crate) purged: bool,
+    /// Claims the current budget counts: every claim granted since the
+    /// budget began, less those given back unstarted by the current, live
+    /// lease's holder (a claim whose work began, or whose lease was lost
+    /// while held, stays counted).
+    pub(crate) counted: u8,
 }
 
 /// The whole world.
@@ -205,6 +216,8 @@ pub(crate) struct World {
     pub(crate) submitted: u8,
     pub(crate) reopens: u8,
     pub(crate) cancels: u8,
+    /// Unstarted releases left.
+    pub(crate) unstarted: u8,
     pub(crate) ghost: Vec<Ghost>,
 }
 
@@ -221,6 +234,7 @@ impl World {
             submitted: 0,
             reopens: config.reopens,
             cancels: config.cancels,
+            unstarted: config.unstarted,
             ghost: vec![Ghost::default(); config.script.len()],
         }
     }
@@ -298,11 +312,20 @@ pub(crate) enum Action {
     GiveUp {
         w: u8,
     },
+    /// The work of worker `w`'s claim begins.
+    Begin {
+        w: u8,
+    },
     Release {
         w: u8,
     },
+    /// Worker `w` gives its claim back before the work began
+    /// (`release_unstarted`: a prefetched task at a stop, a claim declined).
+    ReleaseUnstarted {
+        w: u8,
+    },
     /// Process `p` stops gracefully (its buffer flushed, held leases
-    /// released) and starts again.
+    /// released, claims not begun given back unstarted) and starts again.
     Stop {
         p: u8,
     },
@@ -350,6 +373,7 @@ impl Hash for World {
             self.submitted,
             self.reopens,
             self.cancels,
+            self.unstarted,
         )
             .hash(h);
         // Processes of one size are interchangeable: the fingerprint takes
