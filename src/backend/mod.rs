@@ -222,11 +222,7 @@ pub trait InspectBackend: Backend {
 impl<B: Backend + ?Sized> TaskStore for B {
     async fn submit(&self, mut task: NewTask) -> Result<Submitted> {
         let span = entry::submit(&mut task)?;
-        if !task.limits.is_none() && !self.decides_limits() {
-            return Err(Error::Unsupported {
-                what: "concurrency keys and rate buckets",
-            });
-        }
+        limits_decided(self, &task)?;
         Backend::submit(self, task).instrument(span).await
     }
 
@@ -328,12 +324,15 @@ impl<B: Backend + ?Sized> TaskStore for B {
         let mut refused = Vec::with_capacity(tasks.len());
         let mut valid = Vec::with_capacity(tasks.len());
         for mut task in tasks {
-            match entry::submission(&mut task) {
+            match entry::submission(&mut task)
+                .map_err(Error::from)
+                .and_then(|()| limits_decided(self, &task))
+            {
                 Ok(()) => {
                     refused.push(None);
                     valid.push(task);
                 }
-                Err(invalid) => refused.push(Some(invalid)),
+                Err(refusal) => refused.push(Some(refusal)),
             }
         }
         let decided = if valid.is_empty() {
@@ -345,7 +344,7 @@ impl<B: Backend + ?Sized> TaskStore for B {
         refused
             .into_iter()
             .map(|refusal| match refusal {
-                Some(invalid) => Ok(Err(Error::InvalidInput(invalid))),
+                Some(refusal) => Ok(Err(refusal)),
                 None => decided
                     .next()
                     .ok_or_else(|| Error::storage(MissingAnswers("submit_many"))),
@@ -474,6 +473,17 @@ where
         out.push(submission_answer(submit(task).await)?);
     }
     Ok(out)
+}
+
+/// Refuses a submission naming limits on a backend that does not decide
+/// them: no store may ignore a limit.
+fn limits_decided<B: Backend + ?Sized>(backend: &B, task: &NewTask) -> Result<()> {
+    if task.limits.is_none() || backend.decides_limits() {
+        return Ok(());
+    }
+    Err(Error::Unsupported {
+        what: "concurrency keys and rate buckets",
+    })
 }
 
 /// A batch of claims made of single claims, in order (the default of

@@ -401,29 +401,37 @@ pub async fn bad_limits_are_refused_and_write_nothing(f: &dyn InspectFixture) {
 
 /// Every store either keeps a task's limits with it (the concurrency key,
 /// its limit and the bucket read back as submitted) or refuses the task
-/// with [`Error::Unsupported`] and writes nothing: no store ignores a limit.
-/// In the main conformance suite, so it runs on every backend.
+/// with [`Error::Unsupported`] and writes nothing: no store ignores a limit,
+/// whether the task comes alone or in a batch (`submit_many`). In the main
+/// conformance suite, so it runs on every backend.
 pub async fn limits_are_kept_or_refused_never_ignored(f: &dyn Fixture) {
     let store = f.store();
     let key = ConcurrencyKey::new("conversation-7", 1);
     let before = f.record_count().await;
-    match store.submit(keyed("m1", "conversation-7", 1)).await {
-        Ok(submitted) => {
-            let stored = task(&*store, submitted.task().id).await;
-            assert_eq!(
-                stored.limits.concurrency.as_ref(),
-                Some(&key),
-                "the key and its limit are kept"
-            );
+    let alone = store.submit(keyed("m1", "conversation-7", 1)).await;
+    let mut batch = store
+        .submit_many(vec![keyed("m2", "conversation-7", 1)])
+        .await
+        .expect("a valid batch is answered item by item");
+    for answer in [alone, batch.remove(0)] {
+        match answer {
+            Ok(submitted) => {
+                let stored = task(&*store, submitted.task().id).await;
+                assert_eq!(
+                    stored.limits.concurrency.as_ref(),
+                    Some(&key),
+                    "the key and its limit are kept"
+                );
+            }
+            Err(Error::Unsupported { .. }) => {
+                assert_eq!(f.record_count().await, before, "a refused task writes nothing");
+                let err = store
+                    .define_bucket(RateBucket::per_minute("b", 10))
+                    .await
+                    .unwrap_err();
+                assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+            }
+            Err(other) => panic!("expected the task kept or refused as unsupported, got {other}"),
         }
-        Err(Error::Unsupported { .. }) => {
-            assert_eq!(f.record_count().await, before, "a refused task writes nothing");
-            let err = store
-                .define_bucket(RateBucket::per_minute("b", 10))
-                .await
-                .unwrap_err();
-            assert!(matches!(err, Error::Unsupported { .. }), "{err}");
-        }
-        Err(other) => panic!("expected the task kept or refused as unsupported, got {other}"),
     }
 }
