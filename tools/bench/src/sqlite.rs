@@ -382,9 +382,9 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
             .get(&(w, s))
             .map_or(f64::NAN, |r| median(&r.iter().map(f).collect::<Vec<_>>()))
     };
-    let enq = |r: &Rates| r.enqueue;
-    let proc_ = |r: &Rates| r.process;
-    let writes = |r: &Rates| r.writes.unwrap_or(f64::NAN);
+    let enq: fn(&Rates) -> f64 = |r| r.enqueue;
+    let proc_: fn(&Rates) -> f64 = |r| r.process;
+    let writes: fn(&Rates) -> f64 = |r| r.writes.unwrap_or(f64::NAN);
 
     report.section(
         "SQLite: taskfence beside apalis-sqlite",
