@@ -42,3 +42,5 @@ pub use crate::postgres::PgStore;
 pub use crate::runtime::{
     Consumer, ConsumerConfig, Disposition, StoreQueue, WorkContext, Worker, WorkerConfig,
 };
+#[cfg(feature = "sqlite")]
+pub use crate::sqlite::{SqliteStore, SqliteStoreBuilder};

@@ -10,5 +10,6 @@ mod faults;
 mod inspection;
 mod invariants;
 mod model;
+mod prelude;
 mod processes;
 mod transactions;

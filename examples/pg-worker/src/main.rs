@@ -2,10 +2,13 @@
 //! HTTP handler submits a task (one row, deduplicated on the caller's
 //! `Idempotency-Key`); the consumer in the same process runs it at once and
 //! saves one response; SIGTERM stops it cleanly (running work finishes
-//! within the grace, the rest is released for another process).
+//! within the grace, the rest is released for another process). With
+//! `--sqlite PATH` the queue is a SQLite file instead (created if missing):
+//! no server at all.
 //!
 //! ```text
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo run -p pg-worker
+//! cargo run -p pg-worker -- --sqlite tasks.db
 //! # LISTEN (127.0.0.1:3000), WORK_MS (100: the pretend work), LEASE_SECS (30)
 //! curl -s -XPOST localhost:3000/greetings -H 'Idempotency-Key: k1' -d '{"name":"Ada"}' -H 'content-type: application/json'
 //! curl -s localhost:3000/greetings/<id>
@@ -17,7 +20,9 @@ use axum::extract::{Json, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use taskfence::runtime::{ConsumerConfig, StoreQueue, WorkContext};
-use taskfence::{Error, Failure, InputHash, NewTask, PgStore, RequestKey, Response, TaskId, TaskStore};
+use taskfence::{
+    Error, Failure, InputHash, NewTask, PgStore, RequestKey, Response, SqliteStore, TaskId, TaskStore,
+};
 
 const OPERATION: &str = "greet";
 
@@ -95,17 +100,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(unknown) = taskfence::config::unknown_env(&[]) {
         eprintln!("pg-worker: warning: {unknown}");
     }
-    let url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres");
     let work = Duration::from_millis(env("WORK_MS", "100").parse()?);
     let lease = Duration::from_secs(env("LEASE_SECS", "30").parse()?);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .connect(&url)
-        .await?;
-    let store = PgStore::new(pool);
-    store.migrate().await?;
+    // `--sqlite PATH`: the queue in a file; otherwise PostgreSQL at DATABASE_URL.
+    let store: Arc<dyn TaskStore> = match std::env::args().skip_while(|a| a != "--sqlite").nth(1) {
+        Some(path) => {
+            let store = SqliteStore::open(path).await?;
+            store.migrate().await?;
+            Arc::new(store)
+        }
+        None => {
+            let url = env("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres");
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(8)
+                .connect(&url)
+                .await?;
+            let store = PgStore::new(pool);
+            store.migrate().await?;
+            Arc::new(store)
+        }
+    };
 
-    let queue = StoreQueue::new(Arc::new(store)).operation(OPERATION);
+    let queue = StoreQueue::new(store).operation(OPERATION);
     // Submissions through the queue's submitter wake this consumer at once.
     let submitter = queue.submitter();
     let worker = format!("pg-worker-{}", std::process::id());

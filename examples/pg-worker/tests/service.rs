@@ -1,11 +1,13 @@
-//! The example as a service: its binary on a database of its own, driven
-//! over HTTP, stopped by signals, killed and paused mid-work.
+//! The example as a service: its binary on a database of its own (or on a
+//! SQLite file, `--sqlite PATH`), driven over HTTP, stopped by signals,
+//! killed and paused mid-work.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use taskfence::store::AttemptOutcome;
-use taskfence::{InputHash, NewTask, PgStore, RequestKey, Status, TaskStore};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, SqliteStore, Status, TaskStore};
 use taskfence_test_support::{ChildProcess, TempDatabase, eventually_every, free_port};
 
 /// One `pg-worker` process on `db`, listening on a port of its own.
@@ -16,11 +18,21 @@ struct Service {
 
 impl Service {
     fn start(db: &TempDatabase, name: &str, work_ms: u64, lease_secs: u64) -> Self {
-        let port = free_port();
         let mut command = Command::new(env!("CARGO_BIN_EXE_pg-worker"));
+        command.env_clear().env("DATABASE_URL", db.url());
+        Self::spawn(command, name, work_ms, lease_secs)
+    }
+
+    /// The service on the SQLite file at `path` (`--sqlite PATH`), no server.
+    fn start_sqlite(path: &Path, name: &str, work_ms: u64) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_pg-worker"));
+        command.env_clear().arg("--sqlite").arg(path);
+        Self::spawn(command, name, work_ms, 30)
+    }
+
+    fn spawn(mut command: Command, name: &str, work_ms: u64, lease_secs: u64) -> Self {
+        let port = free_port();
         command
-            .env_clear()
-            .env("DATABASE_URL", db.url())
             .env("LISTEN", format!("127.0.0.1:{port}"))
             .env("WORK_MS", work_ms.to_string())
             .env("LEASE_SECS", lease_secs.to_string())
@@ -74,6 +86,22 @@ async fn post(http: &reqwest::Client, base: &str, key: &str, name: &str) -> (u16
     (reply.status().as_u16(), reply.json().await.expect("a JSON body"))
 }
 
+/// Polls `GET /greetings/{id}` until the task is completed; its body.
+async fn completed(http: &reqwest::Client, base: &str, id: &str) -> serde_json::Value {
+    eventually_every(Duration::from_secs(10), Duration::from_millis(20), || async {
+        let body: serde_json::Value = http
+            .get(format!("{base}/greetings/{id}"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (body["status"] == "completed").then_some(body)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submitted_greeting_is_answered_once_and_sigterm_stops_the_service() {
     let db = TempDatabase::create().await;
@@ -83,18 +111,7 @@ async fn a_submitted_greeting_is_answered_once_and_sigterm_stops_the_service() {
     let (code, created) = post(&http, &service.base, "k-1", "Ada").await;
     assert_eq!(code, 202, "{created}");
     let id = created["id"].as_str().expect("a task id").to_owned();
-    let done = eventually_every(Duration::from_secs(10), Duration::from_millis(20), || async {
-        let body: serde_json::Value = http
-            .get(format!("{}/greetings/{id}", service.base))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        (body["status"] == "completed").then_some(body)
-    })
-    .await;
+    let done = completed(&http, &service.base, &id).await;
     assert_eq!(done["response"], "Hello, Ada!");
     assert_eq!(done["attempts"], 1);
 
@@ -200,4 +217,63 @@ async fn killed_and_paused_processes_lose_nothing_and_save_once() {
         let status = service.stop(Duration::from_secs(40)).await;
         assert!(status.success(), "a clean exit on SIGTERM: {status}");
     }
+}
+
+/// `--sqlite PATH`: two processes on one file, no server. Greetings
+/// submitted to either are answered once (each key one task, whichever
+/// process took it), a conflicting request is refused and writes nothing,
+/// and both stop cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_sqlite_file_two_processes_answer_each_greeting_once() {
+    let dir = std::env::temp_dir().join(format!("pg-worker-sqlite-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tasks.db");
+    let services = [
+        Service::start_sqlite(&path, "pg-worker-sqlite-a", 20),
+        Service::start_sqlite(&path, "pg-worker-sqlite-b", 20),
+    ];
+    let http = reqwest::Client::new();
+
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let base = &services[i % 2].base;
+        let (code, created) = post(&http, base, &format!("k-{i}"), &format!("n-{i}")).await;
+        assert_eq!(code, 202, "{created}");
+        // The same request through the other process is the same task.
+        let other = &services[(i + 1) % 2].base;
+        assert_eq!(
+            post(&http, other, &format!("k-{i}"), &format!("n-{i}")).await,
+            (202, created.clone())
+        );
+        ids.push(created["id"].as_str().expect("a task id").to_owned());
+    }
+    for (i, id) in ids.iter().enumerate() {
+        let done = completed(&http, &services[(i + 1) % 2].base, id).await;
+        assert_eq!(done["response"], format!("Hello, n-{i}!"));
+        assert_eq!(done["attempts"], 1, "answered once: {done}");
+    }
+    let (code, refused) = post(&http, &services[1].base, "k-0", "Grace").await;
+    assert_eq!(code, 422, "{refused}");
+
+    for service in services {
+        let status = service.stop(Duration::from_secs(10)).await;
+        assert!(status.success(), "a clean exit on SIGTERM: {status}");
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let kept = store
+        .find(&RequestKey::new("demo", "greet", "k-0"))
+        .await
+        .unwrap()
+        .expect("the first task");
+    assert_eq!(kept.payload, b"n-0", "the refused request changed nothing");
+    for (i, id) in ids.iter().enumerate() {
+        let attempts = store.attempts(id.parse().unwrap()).await.unwrap();
+        let saved = attempts
+            .iter()
+            .filter(|a| a.outcome == AttemptOutcome::Completed)
+            .count();
+        assert_eq!(saved, 1, "one saved response for k-{i}: {attempts:?}");
+    }
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

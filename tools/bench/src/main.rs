@@ -3,8 +3,9 @@
 //! real PostgreSQL server, in one run.
 //!
 //! ```text
-//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--out DIR] [--database-url URL]
+//! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--rounds N] [--out DIR] [--database-url URL]
 //! cargo run --release -p taskfence-bench -- --sustained [--quick] [--phase-secs S] [--rate R] [--out DIR]
+//! cargo run --release -p taskfence-bench --features apalis -- --sqlite [--quick] [--rounds N]
 //! ```
 //!
 //! Prints a Markdown report and writes `DIR/bench-results.md` and
@@ -28,6 +29,7 @@ mod memory;
 mod peers;
 mod report;
 mod scale;
+mod sqlite;
 mod stats;
 mod sustained;
 mod trips;
@@ -63,6 +65,8 @@ pub struct Config {
     pub holding_only: bool,
     /// Run only the bulk enqueue (submit vs submit_many), and print it.
     pub enqueue_only: bool,
+    /// Run only SQLite beside apalis-sqlite (and MemoryStore, PgStore), and print it.
+    pub sqlite_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -114,6 +118,7 @@ impl Config {
             peers_only: false,
             holding_only: false,
             enqueue_only: false,
+            sqlite_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -142,6 +147,8 @@ impl Config {
         let (mut sustained, mut phase_secs, mut rate) = (false, None, None);
         let mut holding_only = false;
         let mut enqueue_only = false;
+        let mut sqlite_only = false;
+        let mut rounds = None;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -156,6 +163,8 @@ impl Config {
                 "--rate" => rate = Some(args.next().ok_or("--rate needs tasks per second")?.parse()?),
                 "--holding" => holding_only = true,
                 "--enqueue" => enqueue_only = true,
+                "--sqlite" => sqlite_only = true,
+                "--rounds" => rounds = Some(args.next().ok_or("--rounds needs a count")?.parse()?),
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
                 "--print-sql" => {
@@ -170,7 +179,7 @@ impl Config {
                 }
                 "-h" | "--help" => {
                     println!(
-                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--out DIR] [--database-url URL]\n\
+                        "usage: taskfence-bench [--quick | --long] [--lifecycle | --peers | --holding | --enqueue | --sqlite] [--rounds N] [--out DIR] [--database-url URL]\n\
                          writes DIR/bench-results.md and DIR/throughput.svg (default DIR: target/bench);\n\
                          --lifecycle runs only the lifecycle section and prints it;\n\
                          --peers runs only the peers and the idle-queue latency and prints them;\n\
@@ -178,14 +187,19 @@ impl Config {
                          DIR/sustained-results.md, DIR/sustained-depth.svg and DIR/sustained-p99.svg\n\
                          (--phase-secs S per phase, default 300; --rate R tasks/s, default 70 % of the lowest peak);\n\
                          --holding runs only what a consumer holds (before/after, and one kill) and prints it;\n\
-                         --enqueue runs only the bulk enqueue (submit vs submit_many) and prints it"
+                         --enqueue runs only the bulk enqueue (submit vs submit_many) and prints it;\n\
+                         --sqlite runs only SqliteStore beside apalis-sqlite (and MemoryStore, PgStore) and prints it;\n\
+                         --rounds N sets the rounds of the peers and --sqlite sections"
                     );
                     std::process::exit(0);
                 }
                 other => return Err(format!("unknown argument {other:?} (try --help)").into()),
             }
         }
+        let base = Self::new(mode, out, url);
         Ok(Self {
+            peer_rounds: rounds.unwrap_or(base.peer_rounds),
+            sqlite_only,
             lifecycle_only,
             peers_only,
             sustained,
@@ -193,7 +207,7 @@ impl Config {
             rate,
             holding_only,
             enqueue_only,
-            ..Self::new(mode, out, url)
+            ..base
         })
     }
 
@@ -248,6 +262,13 @@ async fn run() -> Res<()> {
     }
     if cfg.enqueue_only {
         enqueue::run(&cfg, &pool, &mut report).await?;
+        report.finish(started.elapsed());
+        println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
+    if cfg.sqlite_only {
+        sqlite::run(&cfg, &pool, &mut report).await?;
         report.finish(started.elapsed());
         println!("{}", report.markdown());
         pool.close().await;

@@ -100,20 +100,20 @@ struct Rates {
 /// Both are cluster-wide and exact, so a measurement includes whatever else
 /// the server did meanwhile: run the harness on a quiet server.
 #[derive(Debug, Clone, Copy)]
-struct Cost {
+pub(crate) struct Cost {
     wal_bytes: f64,
-    write_transactions: f64,
+    pub(crate) write_transactions: f64,
 }
 
 /// The cluster's WAL position and next transaction id when a measurement
 /// began (the peers run in other databases; both counters span the cluster).
-struct Meter {
+pub(crate) struct Meter {
     lsn: String,
     next_xid: i64,
 }
 
 impl Meter {
-    async fn start(pool: &PgPool) -> Res<Self> {
+    pub(crate) async fn start(pool: &PgPool) -> Res<Self> {
         let (lsn, next_xid): (String, i64) =
             sqlx::query_as("SELECT pg_current_wal_lsn()::text, txid_snapshot_xmax(txid_current_snapshot())")
                 .fetch_one(pool)
@@ -122,7 +122,7 @@ impl Meter {
     }
 
     /// The cost per task of the `n` tasks measured since [`Meter::start`].
-    async fn per_task(&self, pool: &PgPool, n: u64) -> Res<Cost> {
+    pub(crate) async fn per_task(&self, pool: &PgPool, n: u64) -> Res<Cost> {
         let (wal, next_xid): (f64, i64) = sqlx::query_as(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8, \
                     txid_snapshot_xmax(txid_current_snapshot())",
@@ -139,7 +139,7 @@ impl Meter {
 
 /// Runs `n` calls of `step(i)`, `i` in `0..n`, on `workers` concurrent
 /// producers, each one call at a time; returns calls per second.
-async fn produce<F, Fut>(workers: usize, n: u64, step: F) -> Res<f64>
+pub(crate) async fn produce<F, Fut>(workers: usize, n: u64, step: F) -> Res<f64>
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Res<()>> + Send + 'static,
@@ -168,7 +168,7 @@ where
 }
 
 /// Polls `count` every 5 ms until it reaches `n`; errors after `limit`.
-async fn wait_for<F, Fut>(n: u64, limit: Duration, mut count: F) -> Res<()>
+pub(crate) async fn wait_for<F, Fut>(n: u64, limit: Duration, mut count: F) -> Res<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Res<i64>>,
@@ -187,7 +187,7 @@ where
 }
 
 /// How long one processing phase may take before the run fails.
-fn limit(n: u64) -> Duration {
+pub(crate) fn limit(n: u64) -> Duration {
     Duration::from_secs(60 + n / 5)
 }
 
@@ -296,7 +296,7 @@ async fn all_completed(pool: &PgPool, schema: &BenchSchema, n: u64) -> Res<()> {
 }
 
 /// A pool of `W + 4` connections, like the rest of the harness's.
-async fn own_pool(cfg: &Config, workers: usize) -> Res<PgPool> {
+pub(crate) async fn own_pool(cfg: &Config, workers: usize) -> Res<PgPool> {
     crate::pool(cfg, u32::try_from(workers + 4)?, &[]).await
 }
 
@@ -499,7 +499,7 @@ async fn temp_database(url: &str) -> TempDatabase {
 }
 
 #[cfg(feature = "apalis")]
-async fn apalis_noop(_task: u64) -> Result<(), apalis::prelude::BoxDynError> {
+pub(crate) async fn apalis_noop(_task: u64) -> Result<(), apalis::prelude::BoxDynError> {
     Ok(())
 }
 
@@ -724,7 +724,7 @@ async fn river(cfg: &Config, workers: usize, n: u64, cooldown: Option<Duration>)
 }
 
 /// Tasks per measurement at `workers`.
-fn tasks(cfg: &Config, workers: usize) -> u64 {
+pub(crate) fn tasks(cfg: &Config, workers: usize) -> u64 {
     if cfg.mode == crate::Mode::Quick {
         return 10 + 2 * workers as u64;
     }
