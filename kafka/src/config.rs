@@ -54,7 +54,9 @@ pub enum Positions {
 ///
 /// With the `clap` feature, the former `--per-partition` /
 /// `TASKFENCE_PER_PARTITION` is read until 0.3:
-/// [`read_former_names`](Self::read_former_names) folds it into `concurrency`.
+/// [`read_former_names`](Self::read_former_names) folds it into `concurrency`
+/// (and, a private field then, it rules out a struct literal: start from
+/// [`new`](Self::new) and set the fields).
 ///
 /// ```
 /// let config = taskfence_kafka::WorkerConfig::new("kafka-1:9092,kafka-2:9092");

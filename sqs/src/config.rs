@@ -1,8 +1,9 @@
-//! How an SQS worker receives, hides and stops: [`WorkerConfig`], with
-//! the defaults a production service starts from. With the `clap` feature
-//! it is also a set of command-line flags, each with its environment
-//! variable (`#[command(flatten)]` it into a service's settings), durations
-//! read by [`parse_duration`].
+//! How an SQS worker receives, hides and stops ([`WorkerConfig`]) and
+//! publishes its outbox ([`DispatchConfig`]), with the defaults a
+//! production service starts from. With the `clap` feature each is also a
+//! set of command-line flags, each with its environment variable
+//! (`#[command(flatten)]` it into a service's settings), durations read by
+//! [`parse_duration`].
 
 use std::time::Duration;
 
@@ -105,10 +106,13 @@ pub use taskfence::config::parse_duration;
 ///
 /// With the `clap` feature, `--redispatch-interval` /
 /// `TASKFENCE_REDISPATCH_INTERVAL`, the former name of the last one, is
-/// read until 0.3: [`read_former_names`](Self::read_former_names) folds it in.
+/// read until 0.3: [`read_former_names`](Self::read_former_names) folds it in
+/// (and, a private field then, it rules out a struct literal: start from
+/// [`Default`] and set the fields).
 ///
 /// ```
-/// let config = taskfence_sqs::DispatchConfig { dispatch: true, ..Default::default() };
+/// let mut config = taskfence_sqs::DispatchConfig::default();
+/// config.dispatch = true;
 /// assert_eq!(config.republish_interval.as_secs(), 30);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,7 +190,8 @@ impl DispatchConfig {
     ///
     /// ```no_run
     /// # async fn f(dispatcher: taskfence_sqs::Dispatcher) {
-    /// let config = taskfence_sqs::DispatchConfig { dispatch: true, ..Default::default() };
+    /// let mut config = taskfence_sqs::DispatchConfig::default();
+    /// config.dispatch = true;
     /// let publishing = config.start(dispatcher);
     /// // … serve until a stop is requested, then:
     /// let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);

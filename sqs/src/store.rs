@@ -148,7 +148,9 @@ pub struct Opened {
 
 impl std::fmt::Debug for Opened {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opened").field("outbox", &self.outbox).finish_non_exhaustive()
+        f.debug_struct("Opened")
+            .field("outbox", &self.outbox)
+            .finish_non_exhaustive()
     }
 }
 
