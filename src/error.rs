@@ -87,6 +87,13 @@ pub enum Error {
         /// What the storage engine said.
         detail: String,
     },
+    /// The backend does not support this yet (concurrency keys and rate
+    /// buckets on a backend that does not store them). Nothing was written.
+    #[error("{what} is not supported by this store")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
     /// The backend failed (connection lost, server restarted…). The operation
     /// may or may not have taken effect: read the task before deciding again.
     #[error("storage backend error: {0}")]
@@ -107,7 +114,7 @@ impl Error {
 
     /// A short, stable name of the variant (`not_found`, `invalid_input`,
     /// `key_conflict`, `not_migrated`, `migration`, `item_refused`, `read_timeout`, `busy`, `unwritable`,
-    /// `storage`): the `reason`
+    /// `unsupported`, `storage`): the `reason`
     /// label of the metrics, and a field for logs.
     ///
     /// ```
@@ -124,6 +131,7 @@ impl Error {
             Self::ReadTimeout { .. } => "read_timeout",
             Self::Busy { .. } => "busy",
             Self::Unwritable { .. } => "unwritable",
+            Self::Unsupported { .. } => "unsupported",
             Self::Storage(_) => "storage",
         }
     }
@@ -254,6 +262,13 @@ pub enum InvalidInput {
         operation: &'static str,
         /// Why it cannot carry them.
         why: &'static str,
+    },
+    /// A task names a rate bucket the store has no definition of: define it
+    /// first ([`TaskStore::define_bucket`](crate::TaskStore::define_bucket)).
+    #[error("no rate bucket named {bucket} is defined")]
+    UnknownBucket {
+        /// The bucket's name.
+        bucket: String,
     },
     /// Not a plain lowercase SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes),
     /// e.g. a PostgreSQL schema name: it is written into SQL, so it must need no quoting.

@@ -37,6 +37,7 @@ use crate::error::Result;
 use crate::limits;
 use crate::store::{Attempt, Reopening, TaskStore};
 use crate::task::{RequestKey, Status, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots};
 
 mod capped;
 mod summary;
@@ -100,6 +101,36 @@ pub trait Inspect: TaskStore {
     /// its first claim is on both. `older_than` must be positive; `limit` at
     /// most [`limits::MAX_PAGE`].
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>>;
+
+    /// Every rate bucket defined in the store, by name, with its schedule
+    /// (how full it is: [`BucketState::available`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use taskfence::inspect::Inspect;
+    /// use taskfence::throttle::RateBucket;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// store.define_bucket(RateBucket::per_second("search-api", 5).burst(5)).await?;
+    /// let buckets = store.buckets().await?;
+    /// assert_eq!(buckets[0].available(time::OffsetDateTime::now_utc()), 5);
+    /// # Ok(()) }
+    /// ```
+    async fn buckets(&self) -> Result<Vec<BucketState>>;
+
+    /// Who holds the slots of concurrency key `key`: its tasks with a live
+    /// lease, and how many of its tasks wait. A key no task names has no
+    /// slots in use and none waiting.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use taskfence::inspect::Inspect;
+    /// use taskfence::*;
+    /// let slots = MemoryStore::new().concurrency("tenant-acme").await?;
+    /// assert!(slots.running.is_empty());
+    /// # Ok(()) }
+    /// ```
+    async fn concurrency(&self, key: &str) -> Result<KeySlots>;
 }
 
 /// Which way a listing runs.

@@ -51,6 +51,7 @@ pub mod republish;
 mod response;
 pub mod store;
 pub mod task;
+pub mod throttle;
 pub mod trace;
 mod trace_context;
 pub mod wire;

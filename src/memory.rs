@@ -14,7 +14,7 @@ use crate::backend::rules::{
 use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInput, Result};
 use crate::inspect::{CappedCounts, Count, Counts, Order, Page, STATUSES, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
@@ -22,6 +22,7 @@ use crate::store::{
     Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket, Throttled};
 
 /// An in-process [`TaskStore`](crate::TaskStore): thread-safe, not durable, with an injectable
 /// [`Clock`] so tests expire leases, pass backoffs and deadlines without sleeping.
@@ -65,6 +66,12 @@ struct State {
     reopenings: HashMap<TaskId, Vec<Reopening>>,
     /// Each task's effect journal, by effect name.
     effects: HashMap<TaskId, BTreeMap<String, Effect>>,
+    /// The tasks naming each concurrency key, by submission order.
+    keyed: HashMap<String, BTreeMap<u64, TaskId>>,
+    /// The next submission's place in that order.
+    submitted: u64,
+    /// The rate buckets, with their schedules.
+    buckets: BTreeMap<String, BucketState>,
 }
 
 impl Default for MemoryStore {
@@ -221,7 +228,44 @@ impl State {
         }
     }
 
-    /// [`rules::claim`] of task `id` at `now`, applied.
+    /// The load of concurrency key `key` at `now`, for [`rules::admit`].
+    fn key_load(&self, key: &str, now: OffsetDateTime) -> rules::KeyLoad {
+        let mut load = rules::KeyLoad::default();
+        for task in self
+            .keyed
+            .get(key)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .map(|id| &self.tasks[id])
+        {
+            if task.status == Status::Running && task.lease_until.is_some_and(|until| until > now) {
+                load.running += 1;
+            }
+            if load.first_unfinished.is_none() && !task.status.is_terminal() {
+                load.first_unfinished = Some(task.id);
+            }
+        }
+        load
+    }
+
+    /// The task's limits at `now`: admitted under its concurrency key, and
+    /// a token taken from its bucket (the bucket's new schedule, to store
+    /// with the claim), or why not.
+    fn admit(&self, task: &Task, now: OffsetDateTime) -> Result<Option<(String, OffsetDateTime)>, Throttled> {
+        if let Some(key) = &task.limits.concurrency {
+            rules::admit(task, &self.key_load(key.name(), now))?;
+        }
+        let Some(name) = &task.limits.bucket else {
+            return Ok(None);
+        };
+        let state = self.buckets.get(name).expect(
+            "a task naming a bucket is submitted only once it is defined, and buckets are never removed",
+        );
+        let schedule = rules::take_token(&state.bucket, state.schedule, now)?;
+        Ok(Some((name.clone(), schedule)))
+    }
+
+    /// [`rules::claim`] of task `id` at `now`, applied, within the task's limits.
     fn claim(&mut self, id: TaskId, request: ClaimRequest, now: OffsetDateTime) -> Claim {
         let Some(task) = self.tasks.get(&id) else {
             return Claim::NotFound;
@@ -234,6 +278,15 @@ impl State {
                 Claim::Failed(self.make_terminal(id, Status::Failed, now, Some(reason.as_str().to_owned())))
             }
             ClaimRule::Take => {
+                match self.admit(task, now) {
+                    Err(why) => return Claim::Throttled(why),
+                    Ok(Some((bucket, schedule))) => {
+                        if let Some(state) = self.buckets.get_mut(&bucket) {
+                            state.schedule = Some(schedule);
+                        }
+                    }
+                    Ok(None) => {}
+                }
                 self.finish_attempt(id, previous, AttemptOutcome::Expired, now, None);
                 let expires_at = now + request.lease_duration;
                 let task = self.task_mut(id);
@@ -280,12 +333,32 @@ impl Backend for MemoryStore {
             }
             return Ok(Submitted::Existing(task.clone()));
         }
+        if let Some(bucket) = new
+            .limits
+            .bucket
+            .as_ref()
+            .filter(|b| !state.buckets.contains_key(*b))
+        {
+            return Err(InvalidInput::UnknownBucket {
+                bucket: bucket.clone(),
+            }
+            .into());
+        }
         let now = self.now();
         let key = new.key.clone();
         let expires_at = now + new.retention;
         let task = new_task(TaskId::new(), new, now, expires_at);
         tracing::Span::current().record("task_id", tracing::field::display(task.id));
         state.keys.insert(key, task.id);
+        if let Some(concurrency) = &task.limits.concurrency {
+            let order = state.submitted;
+            state
+                .keyed
+                .entry(concurrency.name().to_owned())
+                .or_default()
+                .insert(order, task.id);
+        }
+        state.submitted += 1;
         state.tasks.insert(task.id, task.clone());
         Ok(Submitted::Created(task))
     }
@@ -313,18 +386,22 @@ impl Backend for MemoryStore {
     async fn claim_next(&self, request: ClaimNext) -> Result<Vec<Lease>> {
         let mut state = self.lock();
         let now = self.now();
-        let mut due: Vec<(OffsetDateTime, TaskId)> = state
+        let due: Vec<(&Task, OffsetDateTime)> = state
             .tasks
             .values()
             .filter(|task| rules::wanted(&request, task))
-            .filter_map(|task| rules::due_since(task, now).map(|since| (since, task.id)))
+            .filter_map(|task| rules::due_since(task, now).map(|since| (task, since)))
             .collect();
-        due.sort_unstable();
+        let offered: Vec<TaskId> = rules::fair_order(&due).into_iter().map(|i| due[i].0.id).collect();
         let claim = request.request();
-        Ok(due
+        // A task refused for a limit is skipped and takes no place in the
+        // batch: the fetch goes on to the next key's task.
+        Ok(offered
             .into_iter()
+            .map(|id| state.claim(id, claim.clone(), now))
+            .filter(|claim| !matches!(claim, Claim::Throttled(_)))
             .take(request.limit)
-            .filter_map(|(_, id)| match state.claim(id, claim.clone(), now) {
+            .filter_map(|claim| match claim {
                 Claim::Acquired(lease) => Some(lease),
                 _ => None,
             })
@@ -527,6 +604,15 @@ impl Backend for MemoryStore {
             .map(|t| (t.key.clone(), t.id))
             .collect();
         for (key, id) in &expired {
+            if let Some(concurrency) = &state.tasks[id].limits.concurrency {
+                let name = concurrency.name().to_owned();
+                if let Some(tasks) = state.keyed.get_mut(&name) {
+                    tasks.retain(|_, task| task != id);
+                    if tasks.is_empty() {
+                        state.keyed.remove(&name);
+                    }
+                }
+            }
             state.keys.remove(key);
             state.tasks.remove(id);
             state.attempts.remove(id);
@@ -534,6 +620,27 @@ impl Backend for MemoryStore {
             state.effects.remove(id);
         }
         Ok(expired.len() as u64)
+    }
+
+    fn decides_limits(&self) -> bool {
+        true
+    }
+
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        let mut state = self.lock();
+        let name = bucket.name().to_owned();
+        let schedule = state.buckets.get(&name).and_then(|held| held.schedule);
+        state.buckets.insert(name, BucketState { bucket, schedule });
+        Ok(())
+    }
+
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        let mut state = self.lock();
+        let until = self.now() + retry_after;
+        Ok(state.buckets.get_mut(name).map(|held| {
+            held.schedule = Some(rules::drain(&held.bucket, held.schedule, until));
+            held.clone()
+        }))
     }
 }
 
@@ -604,5 +711,35 @@ impl InspectBackend for MemoryStore {
         stranded.sort_unstable_by_key(|t| (t.created_at, t.id));
         stranded.truncate(limit);
         Ok(stranded)
+    }
+
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        Ok(self.lock().buckets.values().cloned().collect())
+    }
+
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        let state = self.lock();
+        let now = self.now();
+        let mut slots = KeySlots {
+            key: key.to_owned(),
+            running: Vec::new(),
+            waiting: 0,
+        };
+        for task in state
+            .keyed
+            .get(key)
+            .into_iter()
+            .flat_map(BTreeMap::values)
+            .map(|id| &state.tasks[id])
+        {
+            match task.status {
+                Status::Running if task.lease_until.is_some_and(|until| until > now) => {
+                    slots.running.push(task.id);
+                }
+                Status::Pending => slots.waiting += 1,
+                _ => {}
+            }
+        }
+        Ok(slots)
     }
 }

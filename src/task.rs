@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use crate::error::InvalidInput;
 use crate::limits;
 use crate::policy::{AcceptanceRule, RetryPolicy};
+use crate::throttle::{ConcurrencyKey, TaskLimits};
 use crate::trace_context::TraceContext;
 
 pub use crate::id::{AttemptId, TaskId};
@@ -218,6 +219,9 @@ pub struct NewTask {
     /// worker's span joins the request's trace (see [`crate::trace`]). With
     /// the feature `opentelemetry`, `None` means "the current span's".
     pub trace_context: Option<TraceContext>,
+    /// The concurrency key and rate bucket the task's claims are subject to
+    /// (see [`crate::throttle`]); none by default.
+    pub limits: TaskLimits,
 }
 
 impl NewTask {
@@ -235,7 +239,39 @@ impl NewTask {
             acceptance: AcceptanceRule::default(),
             handoff: true,
             trace_context: None,
+            limits: TaskLimits::default(),
         }
+    }
+
+    /// Counts the task against a concurrency key: at most the key's limit
+    /// of its tasks run at once, across every worker; with limit 1 they run
+    /// one at a time in submission order (see [`ConcurrencyKey`]).
+    ///
+    /// ```
+    /// use taskfence::throttle::ConcurrencyKey;
+    /// use taskfence::{InputHash, NewTask, RequestKey};
+    /// let new = NewTask::new(RequestKey::new("u", "chat.reply", "m-1"), InputHash::of(["m-1"]))
+    ///     .concurrency(ConcurrencyKey::new("conversation-7", 1));
+    /// assert_eq!(new.limits.concurrency.unwrap().name(), "conversation-7");
+    /// ```
+    pub fn concurrency(mut self, key: ConcurrencyKey) -> Self {
+        self.limits.concurrency = Some(key);
+        self
+    }
+
+    /// Takes a token from the named rate bucket on every claim (see
+    /// [`RateBucket`](crate::throttle::RateBucket)); the bucket must be
+    /// defined in the store before the task is submitted.
+    ///
+    /// ```
+    /// use taskfence::{InputHash, NewTask, RequestKey};
+    /// let new = NewTask::new(RequestKey::new("u", "chat.reply", "m-1"), InputHash::of(["m-1"]))
+    ///     .rate_bucket("openai-key-1");
+    /// assert_eq!(new.limits.bucket.as_deref(), Some("openai-key-1"));
+    /// ```
+    pub fn rate_bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.limits.bucket = Some(bucket.into());
+        self
     }
 
     /// Stores `cx` with the task: the trace its worker's `process` span joins.
@@ -299,6 +335,7 @@ impl NewTask {
         self.key.validate()?;
         limits::check_len("payload", self.payload.len(), limits::MAX_PAYLOAD_LEN)?;
         limits::check_duration("retention", self.retention, limits::MAX_RETENTION)?;
+        self.limits.validate()?;
         self.policy.validate()
     }
 }
@@ -374,6 +411,9 @@ pub struct Task {
     /// After this instant the dedup record may be purged and a replay is new work.
     #[cfg_attr(feature = "serde", serde(with = "time::serde::rfc3339"))]
     pub expires_at: OffsetDateTime,
+    /// The concurrency key and rate bucket its claims are subject to (see [`crate::throttle`]).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub limits: TaskLimits,
     /// The submitter's trace context, if it was in one (see [`crate::trace`]).
     #[cfg_attr(feature = "serde", serde(default))]
     pub trace_context: Option<TraceContext>,
@@ -408,6 +448,7 @@ impl Task {
             finished_at: None,
             expires_at,
             trace_context: new.trace_context,
+            limits: new.limits,
         }
     }
 

@@ -55,6 +55,11 @@ mod inspection {
     taskfence::testing::inspection_suite!(async { ObservedFixture(MemoryFixture::new()) });
 }
 
+mod limits {
+    use super::*;
+    taskfence::testing::limits_suite!(async { ObservedFixture(MemoryFixture::new()) });
+}
+
 // ---------------------------------------------------------------------------
 // What was recorded.
 

@@ -23,6 +23,7 @@ use crate::limits;
 use crate::policy::Failure;
 use crate::store::{ClaimNext, ClaimRequest, Lease, ReopenRequest};
 use crate::task::{NewTask, RequestKey, Response, TaskId};
+use crate::throttle::{self, RateBucket};
 
 type Checked = Result<Span, InvalidInput>;
 
@@ -213,4 +214,23 @@ pub(crate) fn stranded(older_than: Duration, limit: usize) -> Checked {
     limits::check_duration("older_than", older_than, limits::MAX_RETENTION)?;
     limits::check_page(limit)?;
     Ok(span("stranded", None))
+}
+
+/// Checks a bucket's definition.
+pub(crate) fn define_bucket(bucket: &RateBucket) -> Checked {
+    bucket.validate()?;
+    Ok(span("define_bucket", None))
+}
+
+/// Checks a drain: a known-good name and a positive `retry_after` within [`throttle::MAX_DRAIN`].
+pub(crate) fn drain_bucket(name: &str, retry_after: Duration) -> Checked {
+    limits::check_text("bucket", name, throttle::MAX_NAME_LEN)?;
+    limits::check_duration("retry_after", retry_after, throttle::MAX_DRAIN)?;
+    Ok(span("drain_bucket", None))
+}
+
+/// Checks a concurrency key's name.
+pub(crate) fn concurrency(key: &str) -> Checked {
+    limits::check_text("concurrency_key", key, throttle::MAX_NAME_LEN)?;
+    Ok(span("concurrency", None))
 }

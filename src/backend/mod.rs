@@ -54,6 +54,7 @@ use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 pub(crate) mod entry;
 mod outbox;
@@ -146,6 +147,29 @@ pub trait Backend: Send + Sync {
     async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
         renew_one_by_one(leases, extend_by, |lease, extend_by| self.renew(lease, extend_by)).await
     }
+
+    /// Whether the backend stores concurrency keys and rate buckets and
+    /// decides them in its claims ([`rules::admit`], [`rules::take_token`],
+    /// [`rules::fair_order`]). `false` by default: a submission naming a
+    /// limit is then refused with [`Error::Unsupported`] before the backend
+    /// sees it, so no backend can ignore a limit by accident.
+    fn decides_limits(&self) -> bool {
+        false
+    }
+
+    /// [`TaskStore::define_bucket`], on validated input. By default
+    /// [`Error::Unsupported`].
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        let _ = bucket;
+        Err(Error::Unsupported { what: "rate buckets" })
+    }
+
+    /// [`TaskStore::drain_bucket`], on validated input: decide with
+    /// [`rules::drain`]. By default [`Error::Unsupported`].
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        let _ = (name, retry_after);
+        Err(Error::Unsupported { what: "rate buckets" })
+    }
 }
 
 /// The operator's queries of a storage backend, on validated input:
@@ -168,12 +192,32 @@ pub trait InspectBackend: Backend {
     async fn story(&self, id: TaskId) -> Result<Option<Story>>;
     /// [`Inspect::stranded`], on validated input.
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>>;
+    /// [`Inspect::buckets`]. By default none: a backend that does not
+    /// [decide limits](Backend::decides_limits) cannot define one.
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        Ok(Vec::new())
+    }
+    /// [`Inspect::concurrency`], on validated input. By default no slot in
+    /// use and none waiting: a backend that does not decide limits refuses
+    /// every task that names a key.
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        Ok(KeySlots {
+            key: key.to_owned(),
+            running: Vec::new(),
+            waiting: 0,
+        })
+    }
 }
 
 #[async_trait]
 impl<B: Backend + ?Sized> TaskStore for B {
     async fn submit(&self, mut task: NewTask) -> Result<Submitted> {
         let span = entry::submit(&mut task)?;
+        if !task.limits.is_none() && !self.decides_limits() {
+            return Err(Error::Unsupported {
+                what: "concurrency keys and rate buckets",
+            });
+        }
         Backend::submit(self, task).instrument(span).await
     }
 
@@ -298,6 +342,18 @@ impl<B: Backend + ?Sized> TaskStore for B {
             .instrument(span)
             .await
     }
+
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        let span = entry::define_bucket(&bucket)?;
+        Backend::define_bucket(self, bucket).instrument(span).await
+    }
+
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        let span = entry::drain_bucket(name, retry_after)?;
+        Backend::drain_bucket(self, name, retry_after)
+            .instrument(span)
+            .await
+    }
 }
 
 #[async_trait]
@@ -328,6 +384,17 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
         InspectBackend::stranded(self, older_than, limit)
             .instrument(span)
             .await
+    }
+
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        InspectBackend::buckets(self)
+            .instrument(entry::span("buckets", None))
+            .await
+    }
+
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        let span = entry::concurrency(key)?;
+        InspectBackend::concurrency(self, key).instrument(span).await
     }
 }
 

@@ -15,7 +15,8 @@ use crate::error::InvalidInput;
 use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, Failure, OnAmbiguous, RetryPolicy, StopReason};
 use crate::store::{AttemptOutcome, Claim, ClaimNext, Fenced, Lease, Rejection};
-use crate::task::{AttemptId, Status, Task};
+use crate::task::{AttemptId, Status, Task, TaskId};
+use crate::throttle::{RateBucket, Throttled};
 
 /// What a claim of `task` at `now` must do.
 ///
@@ -620,4 +621,150 @@ pub fn retrying(task: &mut Task, not_before: OffsetDateTime, message: String) {
     task.lease_until = None;
     task.not_before = Some(not_before);
     task.last_error = Some(message);
+}
+
+/// What a task's concurrency key looks like at the instant of a claim: the
+/// input of [`admit`], read by the backend under the same lock or
+/// transaction as the claim.
+///
+/// ```
+/// let idle = taskfence::backend::rules::KeyLoad::default();
+/// assert_eq!(idle.running, 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyLoad {
+    /// Tasks of the key holding a live lease (running, lease unexpired).
+    pub running: u32,
+    /// The key's oldest unfinished task (pending or running), by submission
+    /// order; needed only for a key that runs in order (limit 1).
+    pub first_unfinished: Option<TaskId>,
+}
+
+/// Whether `task` may start under its concurrency key, given the key's
+/// load: a key that runs in order (limit 1) starts only its oldest
+/// unfinished task; any key starts a task only while fewer than its limit
+/// run. A task without a key is always admitted. Decided after
+/// [`claim`] said [`ClaimRule::Take`]; a refusal writes nothing.
+///
+/// ```
+/// use taskfence::backend::rules::{admit, KeyLoad};
+/// # fn f(task: &taskfence::Task) {
+/// let full = KeyLoad { running: 8, first_unfinished: None };
+/// if let Err(why) = admit(task, &full) {
+///     println!("not now: {why}");
+/// }
+/// # }
+/// ```
+pub fn admit(task: &Task, load: &KeyLoad) -> Result<(), Throttled> {
+    let Some(key) = &task.limits.concurrency else {
+        return Ok(());
+    };
+    if key.in_order()
+        && let Some(first) = load.first_unfinished.filter(|first| *first != task.id)
+    {
+        return Err(Throttled::InOrder {
+            key: key.name().to_owned(),
+            behind: first,
+        });
+    }
+    if load.running >= key.limit() {
+        return Err(Throttled::Concurrency {
+            key: key.name().to_owned(),
+            limit: key.limit(),
+        });
+    }
+    Ok(())
+}
+
+/// Takes a token from `bucket` at `now`, given the bucket's schedule (the
+/// one instant the store keeps per bucket; `None` before the first token):
+/// the new schedule to store, or the refusal with the instant the next
+/// token is due. The generic cell rate algorithm: a token is there when the
+/// schedule, less the burst's tolerance, is not in the future.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::backend::rules::take_token;
+/// use taskfence::throttle::RateBucket;
+/// let bucket = RateBucket::per_second("k", 2).burst(2);
+/// let now = time::OffsetDateTime::UNIX_EPOCH;
+/// let one = take_token(&bucket, None, now).unwrap();
+/// let two = take_token(&bucket, Some(one), now).unwrap();
+/// assert!(take_token(&bucket, Some(two), now).is_err(), "the burst is spent");
+/// assert!(take_token(&bucket, Some(two), now + Duration::from_millis(500)).is_ok());
+/// ```
+pub fn take_token(
+    bucket: &RateBucket,
+    schedule: Option<OffsetDateTime>,
+    now: OffsetDateTime,
+) -> Result<OffsetDateTime, Throttled> {
+    let from = schedule.filter(|at| *at > now).unwrap_or(now);
+    let next = from - bucket.tolerance();
+    if next > now {
+        return Err(Throttled::Rate {
+            bucket: bucket.name().to_owned(),
+            next,
+        });
+    }
+    Ok(from + bucket.interval())
+}
+
+/// The schedule of `bucket` after a provider said "no more until `until`"
+/// (a `429` with `Retry-After`): no token before `until`, then tokens at
+/// the steady pace without a burst. A drain never brings tokens back: a
+/// schedule already past it stays.
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::backend::rules::{drain, take_token};
+/// use taskfence::throttle::RateBucket;
+/// let bucket = RateBucket::per_second("k", 10).burst(10);
+/// let now = time::OffsetDateTime::UNIX_EPOCH;
+/// let drained = drain(&bucket, None, now + Duration::from_secs(30));
+/// assert!(take_token(&bucket, Some(drained), now + Duration::from_secs(29)).is_err());
+/// assert!(take_token(&bucket, Some(drained), now + Duration::from_secs(30)).is_ok());
+/// ```
+pub fn drain(bucket: &RateBucket, schedule: Option<OffsetDateTime>, until: OffsetDateTime) -> OffsetDateTime {
+    let drained = until + bucket.tolerance();
+    schedule.map_or(drained, |at| at.max(drained))
+}
+
+/// The order [`claim_next`](crate::TaskStore::claim_next) offers due
+/// tasks in: round-robin by concurrency key. Each candidate is ranked by how
+/// many older due candidates share its key (a task without a key is alone);
+/// candidates are offered by rank, then by how long they have been due, then
+/// by id. So a key with a thousand due tasks and a key with one both get
+/// their oldest task offered before either gets a second: one busy tenant
+/// cannot starve the others. Without keys this is plain oldest-due-first.
+///
+/// `candidates` are `(task, due since)` pairs; the answer is their indices
+/// in offering order.
+///
+/// ```
+/// use taskfence::backend::rules::fair_order;
+/// # fn f(a: &taskfence::Task, b: &taskfence::Task, now: time::OffsetDateTime) {
+/// let order = fair_order(&[(a, now), (b, now)]);
+/// assert_eq!(order.len(), 2);
+/// # }
+/// ```
+pub fn fair_order(candidates: &[(&Task, OffsetDateTime)]) -> Vec<usize> {
+    let mut by_age: Vec<usize> = (0..candidates.len()).collect();
+    by_age.sort_by_key(|&i| (candidates[i].1, candidates[i].0.id));
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut ranked: Vec<(usize, usize)> = by_age
+        .into_iter()
+        .map(|i| {
+            let rank = match &candidates[i].0.limits.concurrency {
+                Some(key) => {
+                    let count = seen.entry(key.name()).or_default();
+                    *count += 1;
+                    *count - 1
+                }
+                None => 0,
+            };
+            (rank, i)
+        })
+        .collect();
+    ranked.sort_by_key(|&(rank, i)| (rank, candidates[i].1, candidates[i].0.id));
+    ranked.into_iter().map(|(_, i)| i).collect()
 }

@@ -15,6 +15,7 @@ use crate::inspect::Handoff;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
+use crate::throttle::TaskLimits;
 
 use super::table::{
     DUE_AT, DUE_SHARD, PARTITION_KEY, SORT_KEY, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD,
@@ -475,6 +476,8 @@ pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
             .opt_s(TRACE_CONTEXT)
             .map(|cx| cx.parse().map_err(|e| BadItem(format!("trace_context: {e}"))))
             .transpose()?,
+        // Submissions naming limits are refused until this backend stores them.
+        limits: TaskLimits::default(),
     })
 }
 
@@ -575,6 +578,7 @@ mod tests {
                     .parse()
                     .unwrap(),
             ),
+            limits: TaskLimits::default(),
         };
         let (key, item) = new_items(&task);
         assert_eq!(self::task(&item).unwrap(), task);

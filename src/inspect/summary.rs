@@ -6,6 +6,7 @@ use time::OffsetDateTime;
 
 use crate::policy::{AcceptanceRule, RetryPolicy};
 use crate::task::{InputHash, RequestKey, Response, Status, Task, TaskId, budget};
+use crate::throttle::TaskLimits;
 use crate::trace::TraceContext;
 
 /// One row of [`Inspect::list`](super::Inspect::list): a [`Task`] without
@@ -68,6 +69,9 @@ pub struct TaskSummary {
     /// The submitting span's trace context, if any.
     #[cfg_attr(feature = "serde", serde(default))]
     pub trace_context: Option<TraceContext>,
+    /// The concurrency key and rate bucket its claims are subject to.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub limits: TaskLimits,
 }
 
 impl TaskSummary {
@@ -132,6 +136,7 @@ impl TaskSummary {
             finished_at: self.finished_at,
             expires_at: self.expires_at,
             trace_context: self.trace_context,
+            limits: self.limits,
         }
     }
 }
@@ -163,6 +168,7 @@ impl From<&Task> for TaskSummary {
             finished_at: task.finished_at,
             expires_at: task.expires_at,
             trace_context: task.trace_context.clone(),
+            limits: task.limits.clone(),
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 use super::{Call, Inner, InnerInspect, Intercept};
 
@@ -239,6 +240,16 @@ impl<S: Inner + ?Sized, I: Intercept> TaskStore for Intercepted<S, I> {
         let run = hooks.renew_many(self.inner.store(), leases, extend_by);
         hooks.around(call, Box::pin(run)).await
     }
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        let hooks = &self.interceptor;
+        let run = hooks.define_bucket(self.inner.store(), bucket);
+        hooks.around(Call::new("define_bucket"), Box::pin(run)).await
+    }
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        let hooks = &self.interceptor;
+        let run = hooks.drain_bucket(self.inner.store(), name, retry_after);
+        hooks.around(Call::new("drain_bucket"), Box::pin(run)).await
+    }
 }
 
 #[async_trait]
@@ -272,5 +283,15 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
         let hooks = &self.interceptor;
         let run = hooks.stranded(self.inner.inspector(), older_than, limit);
         hooks.around(Call::new("stranded"), Box::pin(run)).await
+    }
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        let hooks = &self.interceptor;
+        let run = hooks.buckets(self.inner.inspector());
+        hooks.around(Call::new("buckets"), Box::pin(run)).await
+    }
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        let hooks = &self.interceptor;
+        let run = hooks.concurrency(self.inner.inspector(), key);
+        hooks.around(Call::new("concurrency"), Box::pin(run)).await
     }
 }

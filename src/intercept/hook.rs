@@ -16,6 +16,7 @@ use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 #[cfg(doc)]
 use super::Intercepted;
@@ -210,6 +211,19 @@ pub trait Intercept: Send + Sync {
         })
         .await
     }
+    /// [`TaskStore::define_bucket`]; forwards to `inner` unless overridden.
+    async fn define_bucket(&self, inner: &dyn TaskStore, bucket: RateBucket) -> Result<()> {
+        inner.define_bucket(bucket).await
+    }
+    /// [`TaskStore::drain_bucket`]; forwards to `inner` unless overridden.
+    async fn drain_bucket(
+        &self,
+        inner: &dyn TaskStore,
+        name: &str,
+        retry_after: Duration,
+    ) -> Result<Option<BucketState>> {
+        inner.drain_bucket(name, retry_after).await
+    }
     /// [`Inspect::list`]; forwards to `inner` unless overridden.
     async fn list(&self, inner: &dyn Inspect, query: &TaskQuery) -> Result<Page> {
         inner.list(query).await
@@ -234,5 +248,13 @@ pub trait Intercept: Send + Sync {
         limit: usize,
     ) -> Result<Vec<TaskSummary>> {
         inner.stranded(older_than, limit).await
+    }
+    /// [`Inspect::buckets`]; forwards to `inner` unless overridden.
+    async fn buckets(&self, inner: &dyn Inspect) -> Result<Vec<BucketState>> {
+        inner.buckets().await
+    }
+    /// [`Inspect::concurrency`]; forwards to `inner` unless overridden.
+    async fn concurrency(&self, inner: &dyn Inspect, key: &str) -> Result<KeySlots> {
+        inner.concurrency(key).await
     }
 }

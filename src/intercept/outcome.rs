@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::inspect::{CappedCounts, Counts, Page, Story, TaskSummary};
 use crate::store::{Attempt, Claim, Fenced, Lease, Retry, Submitted};
 use crate::task::{Task, TaskId};
+use crate::throttle::{BucketState, KeySlots};
 
 #[cfg(doc)]
 use super::Intercept;
@@ -85,7 +86,7 @@ impl Outcome for Claim {
         match self {
             Claim::Acquired(lease) => Some(lease.task()),
             Claim::Completed(task) | Claim::Failed(task) | Claim::Cancelled(task) => Some(task),
-            Claim::Busy { .. } | Claim::Backoff { .. } | Claim::NotFound => None,
+            Claim::Busy { .. } | Claim::Backoff { .. } | Claim::NotFound | Claim::Throttled(_) => None,
         }
     }
     fn failed(&self, each: &mut dyn FnMut(&Task)) {
@@ -270,5 +271,32 @@ impl Outcome for Vec<Task> {
     }
     fn count(&self) -> Option<u64> {
         Some(self.len() as u64)
+    }
+}
+
+impl Outcome for () {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+}
+
+impl Outcome for Option<BucketState> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        (if self.is_some() { "found" } else { "absent" }, None)
+    }
+}
+
+impl Outcome for Vec<BucketState> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+    fn count(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl Outcome for KeySlots {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
     }
 }

@@ -12,6 +12,7 @@ use crate::inspect::{Handoff, Story, TaskSummary};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
+use crate::throttle::TaskLimits;
 
 /// A stored value that does not decode into the domain type (a hand-edited row).
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +119,8 @@ pub(crate) fn summary(row: &PgRow) -> Result<TaskSummary, sqlx::Error> {
             .try_get::<Option<String>, _>("trace_context")?
             .map(|cx| cx.parse().map_err(|e| corrupt("trace_context", e)))
             .transpose()?,
+        // Submissions naming limits are refused until this backend stores them.
+        limits: TaskLimits::default(),
     })
 }
 

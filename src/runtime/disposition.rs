@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::store::TaskStore;
 use crate::store::{Claim, Lease, Rejection};
 use crate::task::Status;
+use crate::throttle::Throttled;
 
 /// What the queue adapter must do with the message that carried the task id.
 ///
@@ -102,6 +103,10 @@ pub enum RetryReason {
     /// A stopping consumer gave the task back (released its lease, or never
     /// started it): another process can take it at once.
     Released,
+    /// A limit refused the claim (see [`crate::throttle`]): redelivered when
+    /// its bucket's next token is due, or after the minimum delay when a
+    /// concurrency slot must free first.
+    Throttled,
 }
 
 /// Why a message is left alone.
@@ -157,6 +162,9 @@ pub(crate) fn settled(
         Claim::NotFound => Disposition::Ack(AckReason::NotFound),
         Claim::Busy { until } => retry_at(until, RetryReason::Busy),
         Claim::Backoff { not_before } => retry_at(not_before, RetryReason::Backoff),
+        Claim::Throttled(Throttled::Rate { next, .. }) => retry_at(next, RetryReason::Throttled),
+        // When a slot frees is not known: the minimum delay.
+        Claim::Throttled(_) => retry_at(OffsetDateTime::UNIX_EPOCH, RetryReason::Throttled),
     })
 }
 

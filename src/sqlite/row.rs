@@ -13,6 +13,7 @@ use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
+use crate::throttle::TaskLimits;
 
 /// A stored value that does not decode into the domain type (a hand-edited row).
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +141,8 @@ pub(crate) fn summary(row: &SqliteRow) -> Result<TaskSummary, sqlx::Error> {
             .try_get::<Option<String>, _>("trace_context")?
             .map(|cx| cx.parse().map_err(|e| corrupt("trace_context", e)))
             .transpose()?,
+        // Submissions naming limits are refused until this backend stores them.
+        limits: TaskLimits::default(),
     })
 }
 

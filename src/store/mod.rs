@@ -30,6 +30,7 @@ pub use crate::lease::Lease;
 use crate::limits;
 use crate::policy::Failure;
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, RateBucket};
 pub use history::{Attempt, AttemptOutcome, Reopening};
 pub use outcome::{Claim, Fenced, Rejection, Retry, Submitted};
 pub use request::{ClaimNext, ClaimRequest, ReopenRequest};
@@ -336,4 +337,49 @@ pub trait TaskStore: Send + Sync {
     /// # Ok(()) }
     /// ```
     async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>>;
+
+    /// Defines the rate bucket `bucket.name()`, or changes its rate and
+    /// burst: tasks naming it ([`NewTask::rate_bucket`]) then take a token
+    /// on each claim. Redefining a bucket keeps its schedule, so a change
+    /// never hands out a fresh burst. Bad input is a typed error and
+    /// writes nothing. A store that does not decide limits answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::throttle::{RateBucket, Throttled};
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// store.define_bucket(RateBucket::per_minute("openai-key-1", 500).burst(1)).await?;
+    /// for k in ["a", "b"] {
+    ///     let new = NewTask::new(RequestKey::new("u", "op", k), InputHash::of([k])).rate_bucket("openai-key-1");
+    ///     store.submit(new).await?;
+    /// }
+    /// let taken = store.claim_next(ClaimNext::new("w", Duration::from_secs(30), 10)).await?;
+    /// assert_eq!(taken.len(), 1, "one token: the second waits 120 ms for the next");
+    /// # Ok(()) }
+    /// ```
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()>;
+
+    /// Empties the bucket named `name` for `retry_after` (a provider's
+    /// `429` with `Retry-After`): no claim by any worker takes a token from
+    /// it before then, and afterwards tokens come at the steady pace. One
+    /// worker's `429` thus stops all of them, instead of each burning an
+    /// attempt to learn it. Answers the bucket after the drain, or `None`
+    /// when no bucket has that name. A drain never shortens an earlier one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use std::time::Duration;
+    /// use taskfence::throttle::RateBucket;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// store.define_bucket(RateBucket::per_second("search-api", 10).burst(10)).await?;
+    /// let drained = store.drain_bucket("search-api", Duration::from_secs(30)).await?.unwrap();
+    /// assert_eq!(drained.available(time::OffsetDateTime::now_utc()), 0);
+    /// assert!(store.drain_bucket("no-such-bucket", Duration::from_secs(1)).await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>>;
 }

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 use super::TaskStore;
 use crate::lease::Lease;
 use crate::task::{Status, Task, TaskId};
+use crate::throttle::Throttled;
 
 /// What [`TaskStore::submit`] did.
 ///
@@ -74,6 +75,10 @@ pub enum Claim {
     Cancelled(Task),
     /// No such task.
     NotFound,
+    /// Refused for a limit: its concurrency key is full, an older task of
+    /// an in-order key goes first, or its rate bucket has no token (see
+    /// [`crate::throttle`]). Nothing was written and no attempt was counted.
+    Throttled(Throttled),
 }
 
 impl Claim {
@@ -83,7 +88,7 @@ impl Claim {
     }
 
     /// A short, stable name of the variant (`acquired`, `completed`, `busy`,
-    /// `backoff`, `failed`, `cancelled`, `not_found`): the `outcome` label
+    /// `backoff`, `failed`, `cancelled`, `not_found`, `throttled`): the `outcome` label
     /// of the metrics, and a field for logs.
     ///
     /// ```
@@ -98,6 +103,7 @@ impl Claim {
             Claim::Failed(_) => "failed",
             Claim::Cancelled(_) => "cancelled",
             Claim::NotFound => "not_found",
+            Claim::Throttled(_) => "throttled",
         }
     }
 }

@@ -50,6 +50,7 @@ mod sqlite;
 pub use crate::__conformance_suite as conformance_suite;
 pub use crate::__dispatch_suite as dispatch_suite;
 pub use crate::__inspection_suite as inspection_suite;
+pub use crate::__limits_suite as limits_suite;
 pub use crate::__model_suite as model_suite;
 pub use kit::{
     LEASE, OPERATION, SCOPE, Won, acquire, fail_accepted, forged_lease, key, new_task, one_winner,
@@ -215,6 +216,7 @@ macro_rules! __conformance_suite {
             effects_are_purged_with_their_task,
             killed_workers_cause_no_silent_duplicate_effects,
             claim_next_hands_out_due_tasks_oldest_first,
+            limits_are_kept_or_refused_never_ignored,
             claim_next_skips_tasks_that_need_no_worker,
             claim_next_fails_a_spent_budget_instead,
             claim_next_takes_only_the_operations_and_scopes_asked_for,
@@ -310,6 +312,34 @@ macro_rules! __inspection_suite {
             bad_queries_are_refused,
             list_rows_are_summaries_without_payload_or_response,
             counts_up_to_stop_at_the_cap,
+        );
+    };
+}
+
+/// Generates one `#[tokio::test]` per limits scenario
+/// ([`scenarios::limits`]: concurrency keys and rate buckets) for a store
+/// that [decides limits](crate::backend::Backend::decides_limits); the
+/// argument is a future yielding a fresh [`InspectFixture`], evaluated once
+/// per test.
+///
+/// ```no_run
+/// // tests/limits.rs of a backend
+/// taskfence::testing::limits_suite!(async { taskfence::testing::MemoryFixture::new() });
+/// # fn main() {}
+/// ```
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __limits_suite {
+    ($fixture:expr) => {
+        $crate::__conformance_suite!(@tests $fixture;
+            a_concurrency_key_never_runs_more_than_its_limit,
+            a_slot_comes_back_when_its_lease_expires,
+            a_superseded_worker_frees_no_slot,
+            an_in_order_key_runs_in_submission_order_through_a_retry,
+            claim_next_is_fair_across_keys,
+            a_rate_bucket_gives_its_burst_then_its_rate,
+            a_drained_bucket_stops_every_worker_until_retry_after,
+            bad_limits_are_refused_and_write_nothing,
         );
     };
 }

@@ -310,6 +310,7 @@ impl Runner<'_> {
         let backing_off = t.status == Status::Pending && t.not_before.is_some_and(|nb| nb > now);
         match got {
             Claim::NotFound => assert!(t.purged, "{ctx}: only purged tasks vanish"),
+            Claim::Throttled(why) => panic!("{ctx}: the model's tasks name no limit, yet {why}"),
             Claim::Completed(done) => {
                 assert_eq!(t.status, Status::Completed, "{ctx}");
                 assert_eq!(done.response, t.response, "{ctx}: the saved response");

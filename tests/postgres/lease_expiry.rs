@@ -93,7 +93,7 @@ async fn work_once(store: &dyn TaskStore, ids: &[TaskId], worker: usize, s: Step
         .expect("claim");
     let mut lease = match claim {
         Claim::Acquired(lease) => lease,
-        Claim::Busy { .. } | Claim::Backoff { .. } => return false,
+        Claim::Busy { .. } | Claim::Backoff { .. } | Claim::Throttled(_) => return false,
         Claim::Completed(_) | Claim::Failed(_) | Claim::Cancelled(_) | Claim::NotFound => return true,
     };
     // "Call the provider", renewing on the way if the plan says so.

@@ -157,7 +157,9 @@ impl<S: TaskStore + ?Sized + 'static> Run<S> {
         let lease = match self.store.claim(task.id, claim).await {
             Ok(Claim::Acquired(lease)) => lease,
             Ok(Claim::Completed(task)) => return Ok(self.replay(&task)),
-            Ok(Claim::Busy { .. } | Claim::Backoff { .. }) => return Ok(answers::in_flight(types)),
+            Ok(Claim::Busy { .. } | Claim::Backoff { .. } | Claim::Throttled(_)) => {
+                return Ok(answers::in_flight(types));
+            }
             Ok(Claim::Failed(_) | Claim::Cancelled(_)) => return Ok(answers::exhausted(types)),
             Ok(Claim::NotFound) => return Ok(answers::unavailable(types)),
             Err(error) => return Ok(answers::store_error(types, &error)),

@@ -638,6 +638,11 @@ impl Sim<'_> {
                 self.anomalies
                     .push(format!("{label}: claim found the task cancelled or missing"));
             }
+            Claim::Throttled(why) => {
+                self.queue.delete(delivery.receipt);
+                self.anomalies
+                    .push(format!("{label}: the demo's tasks name no limit, yet {why}"));
+            }
         }
         Ok(())
     }

@@ -18,6 +18,7 @@
 //! | [`reopen`] | An operator's reopening: a fresh budget, old leases still fenced. |
 //! | [`effects`] | Effects beyond the response: the effect journal (one key per effect, intent and outcome fenced, ambiguity by policy) and the application's own fenced writes. |
 //! | [`dispatch`] | Guarantee 9 on a store with an outbox: the dispatcher publishes each handoff at least once, in order, stamped; `redispatch` ([`dispatch_suite!`](crate::testing::dispatch_suite)). |
+//! | [`limits`] | Limits across every worker: concurrency keys (slots are leases, limit-1 keys in order), rate buckets, fairness across keys ([`limits_suite!`](crate::testing::limits_suite)). |
 //! | [`inspection`] | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks ([`inspection_suite!`](crate::testing::inspection_suite)). |
 //!
 //! ```
@@ -43,6 +44,7 @@ pub mod effects;
 pub mod fencing;
 pub mod inspection;
 pub mod lifecycle;
+pub mod limits;
 pub mod maintenance;
 pub mod next;
 pub mod reopen;
@@ -58,6 +60,7 @@ pub use effects::*;
 pub use fencing::*;
 pub use inspection::*;
 pub use lifecycle::*;
+pub use limits::*;
 pub use maintenance::*;
 pub use next::*;
 pub use reopen::*;
