@@ -8,6 +8,10 @@
 //! names they read and print its [`UnknownVars`] as one warning; a former
 //! name they still accept is reported with [`Renamed::warning`]. Both are
 //! plain functions of their input: no logging, no dependency, no feature.
+//! With the `clap` feature, [`unknown_env_of`] and [`startup_warnings`]
+//! read the names from a `clap::Command`; with `postgres`,
+//! [`connect_postgres`] opens a service's store. [`parse_duration`] reads
+//! every duration flag.
 //!
 //! ```
 //! use taskfence::config::{unknown_env_among, Renamed};
@@ -128,6 +132,142 @@ where
     vars.sort_by(|a, b| a.name.cmp(&b.name));
     vars.dedup_by(|a, b| a.name == b.name);
     (!vars.is_empty()).then_some(UnknownVars { vars })
+}
+
+/// [`unknown_env`] for a `clap` command: the names known are the
+/// environment variables its arguments read (flattened groups and hidden
+/// former names included), so a binary never lists them twice.
+///
+/// ```
+/// let command = clap::Command::new("worker").arg(clap::Arg::new("lease").env("TASKFENCE_LEASE"));
+/// assert!(taskfence::config::unknown_env_of(&command).is_none_or(|u| {
+///     u.vars().iter().all(|var| var.name() != "TASKFENCE_LEASE")
+/// }));
+/// ```
+#[cfg(feature = "clap")]
+#[cfg_attr(docsrs, doc(cfg(feature = "clap")))]
+pub fn unknown_env_of(command: &clap::Command) -> Option<UnknownVars> {
+    let known: Vec<&str> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env()?.to_str())
+        .collect();
+    unknown_env(&known)
+}
+
+/// What a binary logs at start-up about its settings, one warning a line:
+/// each former name it read (`former`), then the `TASKFENCE_*` variables
+/// no argument of `command` reads ([`unknown_env_of`]).
+///
+/// ```
+/// use taskfence::config::{Renamed, startup_warnings};
+///
+/// let command = clap::Command::new("worker");
+/// let former = [Renamed::new("--per-partition", "--concurrency")];
+/// let warnings = startup_warnings(&command, &former);
+/// assert!(warnings[0].starts_with("`--per-partition` is deprecated"));
+/// ```
+#[cfg(feature = "clap")]
+#[cfg_attr(docsrs, doc(cfg(feature = "clap")))]
+pub fn startup_warnings(command: &clap::Command, former: &[Renamed]) -> Vec<String> {
+    let unknown = unknown_env_of(command).map(|unknown| unknown.to_string());
+    former.iter().map(Renamed::warning).chain(unknown).collect()
+}
+
+/// A duration as a flag or a variable gives it: `250ms`, `30s`, `5m`, `1h`,
+/// or a number of seconds (`1.5`). Every template and broker crate parses
+/// its duration flags with it (`value_parser = parse_duration`).
+///
+/// ```
+/// use std::time::Duration;
+/// use taskfence::config::parse_duration;
+/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+/// assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+/// assert!(parse_duration("soon").is_err());
+/// assert!(parse_duration("3d").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (like 250ms, 30s, 5m)"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
+    };
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// Why [`connect_postgres`] could not open the store.
+///
+/// ```
+/// # async fn demo() {
+/// let error = taskfence::config::connect_postgres("not a url", "taskfence", 4, "worker")
+///     .await
+///     .unwrap_err();
+/// assert!(matches!(error, taskfence::config::ConnectError::Url(_)));
+/// # }
+/// ```
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The database URL does not parse.
+    #[error("DATABASE_URL: {0}")]
+    Url(#[source] sqlx::Error),
+    /// No connection could be opened.
+    #[error("connecting to PostgreSQL: {0}")]
+    Connect(#[source] sqlx::Error),
+    /// The schema name is invalid.
+    #[error(transparent)]
+    Store(#[from] crate::Error),
+}
+
+/// The [`PgStore`](crate::PgStore) of a service, on a pool of its own:
+/// the one way every template opens it, so none copies pool settings.
+///
+/// The URL's TLS parameters apply (`?sslmode=require`, or `verify-full`
+/// with `sslrootcert=/path/ca.pem` as RDS recommends). The pool holds up to
+/// `max_connections` (cover the concurrency, the lease renewals and a
+/// dispatcher beside them), names its sessions `application_name`
+/// (`pg_stat_activity`), and pings no connection before use: one round
+/// trip per store operation, a dead connection failing only the operation,
+/// which the worker retries. Migrating is the caller's choice
+/// ([`PgStore::migrate`](crate::PgStore::migrate)).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let url = std::env::var("DATABASE_URL")?;
+/// let store = taskfence::config::connect_postgres(&url, "taskfence", 20, "my-worker").await?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub async fn connect_postgres(
+    url: &str,
+    schema: &str,
+    max_connections: u32,
+    application_name: &str,
+) -> Result<crate::PgStore, ConnectError> {
+    use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    let options: PgConnectOptions = url.parse().map_err(ConnectError::Url)?;
+    let pool = PgPoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .acquire_timeout(std::time::Duration::from_secs(10))
+        .connect_with(options.application_name(application_name))
+        .await
+        .map_err(ConnectError::Connect)?;
+    Ok(crate::PgStore::builder(pool).schema(schema).build()?)
 }
 
 /// One environment variable no part of the binary reads.

@@ -80,3 +80,32 @@ pub fn init(filter: tracing_subscriber::EnvFilter) {
         .event_format(OneShape)
         .init();
 }
+
+/// [`init`] from a filter in `EnvFilter` syntax (a `--log` flag or
+/// `RUST_LOG`), then each of `warnings` logged as one `WARN` line: what a
+/// service does first, so its start-up warnings (former names, unknown
+/// variables: see [`config::startup_warnings`](crate::config::startup_warnings))
+/// come in the same shape as every later line.
+///
+/// ```no_run
+/// taskfence::logs::start("info,my_service=debug", ["a setting was renamed"])?;
+/// # Ok::<(), tracing_subscriber::filter::ParseError>(())
+/// ```
+///
+/// # Errors
+///
+/// The filter does not parse (nothing is installed then).
+///
+/// # Panics
+///
+/// As [`init`].
+pub fn start<W: fmt::Display>(
+    filter: &str,
+    warnings: impl IntoIterator<Item = W>,
+) -> Result<(), tracing_subscriber::filter::ParseError> {
+    init(tracing_subscriber::EnvFilter::try_new(filter)?);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
+}

@@ -4,6 +4,7 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
+//! | [`config`] | [`WorkerConfig`] (a worker service's settings, flags with the `clap` feature) and [`WorkerConfig::start`], [`Positions`] |
 //! | [`consumer`] | [`ReplyConsumer`] (the runtime's consumer on a Kafka source), [`KafkaConfig`], [`SpawnError`] |
 //! | [`positions`] | [`PgPositions`]: consumer positions in PostgreSQL, saved in the completion's transaction |
 //! | [`offsets`] | [`OffsetTracker`](offsets::OffsetTracker): the safe commit position of records that finish out of order |
@@ -11,6 +12,7 @@
 //! | [`results`] | [`Results`] (saved results published with their version), [`Downstream`] (newest per task) |
 //! | [`journal`] | [`Journal`], [`Event`], [`Handled`], [`TracingJournal`]: what a consumer did, step by step |
 
+pub mod config;
 pub mod consumer;
 pub mod dispatcher;
 pub mod journal;
@@ -18,6 +20,7 @@ pub mod offsets;
 pub mod positions;
 pub mod results;
 
+pub use config::{Positions, WorkerConfig};
 pub use consumer::{KafkaConfig, ReplyConsumer, SpawnError};
 pub use dispatcher::{Dispatcher, Handoffs, ensure_topic};
 pub use journal::{Event, Handled, Journal, TracingJournal};

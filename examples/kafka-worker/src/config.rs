@@ -1,10 +1,14 @@
 //! The worker's settings: every option is a flag and an environment
 //! variable, with defaults meant for production (`kafka-worker --help`).
+//! The Kafka side's (topic, group, positions, concurrency, grace,
+//! dispatch…) are `taskfence_kafka`'s [`WorkerConfig`], with their
+//! documented defaults.
 
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use taskfence::config::{Renamed, UnknownVars};
+use taskfence::config::{Renamed, parse_duration};
+use taskfence_kafka::WorkerConfig;
 
 /// Settings of the `kafka-worker` service.
 #[derive(Debug, Clone, Parser)]
@@ -26,93 +30,19 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_DB_MAX_CONNECTIONS", default_value_t = 10)]
     pub db_max_connections: u32,
 
-    /// Kafka `bootstrap.servers`.
-    #[arg(long, env = "TASKFENCE_KAFKA_BOOTSTRAP")]
-    pub bootstrap: String,
-
-    /// The handoff topic.
-    #[arg(long, env = "TASKFENCE_KAFKA_TOPIC", default_value = "taskfence-handoffs")]
-    pub topic: String,
-
-    /// The results topic: each saved response is published there, keyed by
-    /// task id, with the task id and assignment version in the headers
-    /// (unset: results are not published).
-    #[arg(long, env = "TASKFENCE_KAFKA_RESULTS_TOPIC")]
-    pub results_topic: Option<String>,
-
-    /// The consumer group: workers in one group share the partitions.
-    #[arg(
-        long,
-        env = "TASKFENCE_KAFKA_GROUP",
-        default_value = "taskfence-reply-workers"
-    )]
-    pub group: String,
-
     /// This worker's id: recorded with every attempt, and the Kafka `client.id`.
     /// Default: `$HOSTNAME` (the pod name on Kubernetes), else `kafka-worker-<pid>`.
     #[arg(long, env = "TASKFENCE_WORKER_ID", default_value_t = default_worker_id())]
     pub worker_id: String,
 
-    /// Where partition positions live: the group's committed offsets, or a
-    /// PostgreSQL table saved in each completion's transaction.
-    #[arg(long, env = "TASKFENCE_POSITIONS", value_enum, default_value_t = Positions::Group)]
-    pub positions: Positions,
-
-    /// Tasks worked on at once (as many again are held claimed and ready).
-    #[arg(long, env = "TASKFENCE_CONCURRENCY", default_value_t = 16)]
-    pub concurrency: usize,
-
-    /// The former `--per-partition` / `TASKFENCE_PER_PARTITION` (records of
-    /// one partition worked on at once), read as `--concurrency` until 0.3:
-    /// see [`Settings::deprecations`].
-    #[arg(
-        long = "per-partition",
-        env = "TASKFENCE_PER_PARTITION",
-        hide = true,
-        conflicts_with = "concurrency"
-    )]
-    per_partition: Option<usize>,
-
     /// Lease length (store clock), renewed every third of it while the provider runs.
     #[arg(long, env = "TASKFENCE_LEASE", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// The shortest wait before a record is delivered again (its task busy,
-    /// backing off, or its lease lost).
-    #[arg(long, env = "TASKFENCE_RETRY_DELAY", default_value = "1s", value_parser = parse_duration)]
-    pub retry_delay: Duration,
-
-    /// Kafka `session.timeout.ms`: how long the group waits for a silent member.
-    #[arg(long, env = "TASKFENCE_KAFKA_SESSION_TIMEOUT", default_value = "45s", value_parser = parse_duration)]
-    pub session_timeout: Duration,
-
-    /// After SIGTERM/SIGINT: how long in-flight tasks may take to finish
-    /// before their leases are released (a second signal releases at once).
-    /// Keep it under the platform's kill timeout (Kubernetes:
-    /// terminationGracePeriodSeconds, 30 s by default) with the release
-    /// deadline (5 s) and the final commit to spare.
-    #[arg(long, env = "TASKFENCE_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
-    pub shutdown_grace: Duration,
-
-    /// Also publish the transactional outbox to the topic from this process
-    /// (harmless with several workers: rounds skip each other's rows).
-    #[arg(long, env = "TASKFENCE_DISPATCH", default_value_t = true, action = clap::ArgAction::Set)]
-    pub dispatch: bool,
-
-    /// Handoffs published per dispatch round.
-    #[arg(long, env = "TASKFENCE_DISPATCH_BATCH", default_value_t = 100)]
-    pub dispatch_batch: usize,
-
-    /// Records per produce batch of a partition (librdkafka
-    /// `batch.num.messages`; unset: librdkafka's default). Kafka needs no
-    /// limit; `1` is for test brokers that mishandle multi-record batches
-    /// (tansu 0.6.0).
-    #[arg(long, env = "TASKFENCE_KAFKA_PRODUCER_BATCH_RECORDS")]
-    pub producer_batch_records: Option<usize>,
-
-    /// Pause after a dispatch round that found nothing to publish.
-    #[arg(long, env = "TASKFENCE_DISPATCH_IDLE", default_value = "500ms", value_parser = parse_duration)]
-    pub dispatch_idle: Duration,
+    /// The Kafka side: `--bootstrap`, `--topic`, `--group`, `--positions`,
+    /// `--concurrency`, `--shutdown-grace`, `--dispatch`…
+    #[command(flatten)]
+    pub worker: WorkerConfig,
 
     /// The model provider. `simulated` is for local runs and tests only.
     #[arg(long, env = "TASKFENCE_PROVIDER", value_enum, default_value_t = ProviderKind::Http)]
@@ -122,17 +52,9 @@ pub struct Settings {
     #[arg(long, env = "TASKFENCE_PROVIDER_URL")]
     pub provider_url: Option<String>,
 
-    /// Simulated provider (local runs): shortest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MIN_LATENCY", default_value = "200ms", value_parser = parse_duration)]
-    pub sim_min_latency: Duration,
-
-    /// Simulated provider (local runs): longest answer time.
-    #[arg(long, env = "TASKFENCE_SIM_MAX_LATENCY", default_value = "800ms", value_parser = parse_duration)]
-    pub sim_max_latency: Duration,
-
-    /// Simulated provider (local runs): answer time of `slow:` prompts.
-    #[arg(long, env = "TASKFENCE_SIM_SLOW_LATENCY", default_value = "10s", value_parser = parse_duration)]
-    pub sim_slow_latency: Duration,
+    /// The simulated provider's `--sim-*` options (delete with `sim`).
+    #[command(flatten)]
+    pub sim: crate::sim::SimSettings,
 
     /// Log filter (`tracing_subscriber::EnvFilter` syntax, e.g. `info,kafka_worker=debug`).
     #[arg(long = "log", env = "RUST_LOG", default_value = "info")]
@@ -158,7 +80,7 @@ impl Settings {
         T: Into<std::ffi::OsString> + Clone,
     {
         let mut settings = Self::try_parse_from(args)?;
-        settings.read_former_names();
+        settings.deprecations.extend(settings.worker.read_former_names());
         if settings.provider == ProviderKind::Http && settings.provider_url.is_none() {
             use clap::CommandFactory;
             return Err(Self::command().error(
@@ -174,51 +96,6 @@ impl Settings {
     pub fn deprecations(&self) -> &[Renamed] {
         &self.deprecations
     }
-
-    /// The `TASKFENCE_*` variables of this process that no option reads
-    /// (log it at start-up): a misspelt or retired one would otherwise be
-    /// silently ignored.
-    pub fn unknown_env() -> Option<UnknownVars> {
-        use clap::CommandFactory;
-        let command = Self::command();
-        let known: Vec<&str> = command
-            .get_arguments()
-            .filter_map(|arg| arg.get_env()?.to_str())
-            .collect();
-        taskfence::config::unknown_env(&known)
-    }
-
-    /// Folds the former names into the current settings.
-    fn read_former_names(&mut self) {
-        if let Some(per_partition) = self.per_partition.take() {
-            // The old limit was per assigned partition, the consumer's is per
-            // process: the number of partitions a process holds changes with
-            // every rebalance, so no exact mapping exists. One partition's
-            // limit is the conservative one (never more work at once than
-            // before on any partition).
-            self.concurrency = per_partition;
-            self.deprecations.push(
-                Renamed::new(
-                    "--per-partition / TASKFENCE_PER_PARTITION",
-                    "--concurrency / TASKFENCE_CONCURRENCY",
-                )
-                .note(format!(
-                    "it limited the records of each partition worked on at once, the consumer \
-                     limits the whole process: read as --concurrency {per_partition}; with P \
-                     partitions per process, set --concurrency {per_partition}×P for the old total"
-                )),
-            );
-        }
-    }
-}
-
-/// Where partition positions live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Positions {
-    /// The consumer group's committed offsets.
-    Group,
-    /// A PostgreSQL table, saved in each completion's transaction.
-    Postgres,
 }
 
 /// Which model provider the worker calls.
@@ -237,35 +114,10 @@ fn default_worker_id() -> String {
         .unwrap_or_else(|| format!("kafka-worker-{}", std::process::id()))
 }
 
-/// Parses `250ms`, `30s`, `5m`, `1h`, or a bare number of seconds.
-///
-/// ```
-/// use std::time::Duration;
-/// use kafka_worker::config::parse_duration;
-/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-/// assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-/// assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-/// assert!(parse_duration("soon").is_err());
-/// ```
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m)"))?;
-    match unit.trim() {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        other => Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use taskfence_kafka::Positions;
 
     #[test]
     fn defaults_suit_production_and_flags_override_them() {
@@ -279,12 +131,12 @@ mod tests {
             "https://llm.example/v1",
         ])
         .unwrap();
-        assert_eq!(s.positions, Positions::Group);
+        assert_eq!(s.worker.positions, Positions::Group);
         assert_eq!(s.provider, ProviderKind::Http);
         assert_eq!(s.lease, Duration::from_secs(30));
-        assert_eq!(s.shutdown_grace, Duration::from_secs(20));
-        assert!(s.dispatch);
-        assert_eq!(s.results_topic, None);
+        assert_eq!(s.worker.shutdown_grace, Duration::from_secs(20));
+        assert!(s.worker.dispatch);
+        assert_eq!(s.worker.results_topic, None);
         let s = Settings::try_load_from([
             "kafka-worker",
             "--database-url=postgres://db/app",
@@ -295,9 +147,9 @@ mod tests {
             "--results-topic=replies",
         ])
         .unwrap();
-        assert!(!s.dispatch);
-        assert_eq!(s.results_topic.as_deref(), Some("replies"));
-        assert_eq!(s.shutdown_grace, Duration::from_secs(3));
+        assert!(!s.worker.dispatch);
+        assert_eq!(s.worker.results_topic.as_deref(), Some("replies"));
+        assert_eq!(s.worker.shutdown_grace, Duration::from_secs(3));
     }
 
     #[test]
@@ -309,25 +161,15 @@ mod tests {
             "--provider=simulated",
         ];
         let s = Settings::try_load_from(base.iter().chain(&["--per-partition", "4"])).unwrap();
-        assert_eq!(s.concurrency, 4);
+        assert_eq!(s.worker.concurrency, 4);
         let [renamed] = s.deprecations() else {
             panic!("one deprecation: {:?}", s.deprecations());
         };
-        let warning = renamed.warning();
-        for part in [
-            "--per-partition",
-            "--concurrency",
-            "removed in 0.3",
-            "read as --concurrency 4",
-        ] {
-            assert!(warning.contains(part), "{part:?} in {warning}");
-        }
-        // Given with the new name too, it is a usage error: which one is meant?
+        assert!(renamed.warning().contains("read as --concurrency 4"));
         let both = Settings::try_load_from(base.iter().chain(&["--per-partition=4", "--concurrency=8"]));
         assert!(both.is_err());
-        // The new name alone: no warning.
         let s = Settings::try_load_from(base.iter().chain(&["--concurrency=8"])).unwrap();
-        assert_eq!((s.concurrency, s.deprecations().len()), (8, 0));
+        assert_eq!((s.worker.concurrency, s.deprecations().len()), (8, 0));
     }
 
     #[test]

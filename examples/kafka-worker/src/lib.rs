@@ -6,7 +6,7 @@
 //! modes), the publisher of saved results and the journal. What is here is
 //! the service around it.
 //!
-//! What to copy: [`config`], [`store`], [`provider`], [`worker`] and
+//! What to copy: [`config`], [`provider`], [`worker`] and
 //! `src/main.rs` (the service; its log lines in `taskfence::logs`' one shape). [`sim`] and `src/bin/demo.rs` are test
 //! scaffolding (dev-only: do not copy). See the README for the why:
 //! consumer positions versus per-message timers, and why committing an
@@ -15,7 +15,6 @@
 pub mod config;
 pub mod provider;
 pub mod sim;
-pub mod store;
 pub mod worker;
 
 pub use config::Settings;

@@ -13,111 +13,54 @@
 //! `kafka-worker --help` lists every option and its environment variable.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use kafka_worker::config::{Positions, ProviderKind, Settings};
-// Scaffolding: drop this import and the `Simulated` arm below when you copy main.rs.
-use kafka_worker::sim::SimulatedLlm;
-use kafka_worker::{HttpProvider, Provider, store, work_with};
-use taskfence::runtime::ConsumerConfig;
-use taskfence_kafka::{
-    Dispatcher, Handoffs, Journal, KafkaConfig, PgPositions, ReplyConsumer, Results, TracingJournal,
-};
+use clap::CommandFactory;
+use kafka_worker::config::{ProviderKind, Settings};
+use kafka_worker::{HttpProvider, Provider, work_with};
+use taskfence_kafka::{Journal, TracingJournal};
 use tokio::signal::unix::{SignalKind, signal};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// After the grace, how long releasing the leases and the last saves may take.
-const RELEASE_DEADLINE: Duration = Duration::from_secs(5);
-
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let settings = Settings::load();
-    // One line shape inside and outside the work (see `logs`).
-    taskfence::logs::init(tracing_subscriber::EnvFilter::try_new(&settings.log)?);
-    // Former names still work until 0.3; a variable no option reads is
-    // reported, not silently ignored.
-    for renamed in settings.deprecations() {
-        tracing::warn!("{renamed}");
-    }
-    if let Some(unknown) = Settings::unknown_env() {
-        tracing::warn!("{unknown}");
-    }
+    // One line shape inside and outside the work (see `logs`), first the
+    // former names still read (until 0.3) and the variables no option reads.
+    let warnings = taskfence::config::startup_warnings(&Settings::command(), settings.deprecations());
+    taskfence::logs::start(&settings.log, warnings)?;
     // Installed first, so a signal during start-up is not lost.
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
 
     // Start-up: every DDL the service runs, each step idempotent and under a
-    // migration lock (the library's tables, then the positions table), so
-    // workers starting at once on a fresh schema run them one after another.
-    // Nothing is consumed or published before it succeeded.
-    let pg = store::connect(&settings).await?;
-    let positions = match settings.positions {
-        Positions::Group => None,
-        Positions::Postgres => Some(Arc::new(PgPositions::new(&pg, &settings.group).await?)),
-    };
-    let journal: Arc<dyn Journal> = Arc::new(TracingJournal);
+    // migration lock (the library's tables here, the positions table in
+    // `start`), so workers starting at once on a fresh schema run them one
+    // after another. Nothing is consumed or published before it succeeded.
+    let (url, schema) = (&settings.database_url, &settings.schema);
+    let max = settings.db_max_connections;
+    let pg = taskfence::config::connect_postgres(url, schema, max, &settings.worker_id).await?;
+    pg.migrate().await?;
     let provider: Arc<dyn Provider> = match settings.provider {
         ProviderKind::Http => Arc::new(HttpProvider {
             url: settings.provider_url.clone().unwrap_or_default(),
         }),
-        ProviderKind::Simulated => {
-            tracing::warn!("using the simulated provider: for local runs and tests only");
-            Arc::new(
-                SimulatedLlm::new(settings.sim_min_latency, settings.sim_max_latency)
-                    .slow_latency(settings.sim_slow_latency),
-            )
-        }
+        // Local runs and tests; delete this arm (and `sim`) in your copy.
+        ProviderKind::Simulated => settings.sim.provider(),
     };
-    let handoffs = match settings.dispatch {
-        true => Some(Arc::new(Handoffs::with_records_per_batch(
-            &settings.bootstrap,
-            &settings.topic,
-            Arc::clone(&journal),
-            settings.producer_batch_records,
-        )?)),
-        false => None,
-    };
-
-    let mut kafka = KafkaConfig::new(
-        &settings.bootstrap,
-        &settings.group,
-        &settings.topic,
-        &settings.worker_id,
-    );
-    kafka.session_timeout = settings.session_timeout;
-    if let Some(topic) = &settings.results_topic {
-        let results = Results::new(&settings.bootstrap, topic, settings.producer_batch_records)?;
-        kafka = kafka.publish_results(Arc::new(results));
-    }
-    let config = ConsumerConfig::new(&settings.worker_id, settings.lease)
-        .concurrency(settings.concurrency)
-        .min_retry_delay(settings.retry_delay)
-        .stop_after(settings.shutdown_grace, RELEASE_DEADLINE);
+    let journal: Arc<dyn Journal> = Arc::new(TracingJournal);
     let work = work_with(provider, Arc::clone(&journal), &settings.worker_id);
-    let consumer = match positions {
-        None => ReplyConsumer::spawn(kafka, Arc::new(pg.clone()), config, journal, work)?,
-        Some(positions) => ReplyConsumer::spawn_with_positions(
-            kafka,
-            config,
-            Arc::new(pg.clone()),
-            positions,
-            journal,
-            work,
-        )?,
-    };
-    let stop = consumer.stop().clone();
-    // Last: the dispatcher starts only once start-up succeeded and the
-    // consumer runs, so a process that fails to start has published nothing.
-    let dispatcher = handoffs.map(|handoffs| {
-        let dispatcher = Dispatcher::new(pg, handoffs, settings.dispatch_batch);
-        tokio::spawn(dispatcher.run(stop.clone(), settings.dispatch_idle))
-    });
-    tracing::info!(worker = %settings.worker_id, topic = %settings.topic, group = %settings.group, "consuming");
+    // The positions table, the producers, the consumer, and last the
+    // dispatcher: a process that fails to start has published nothing.
+    let worker = (settings.worker)
+        .start(&pg, &settings.worker_id, settings.lease, journal, work)
+        .await?;
+    let stop = worker.stop().clone();
+    tracing::info!(worker = %settings.worker_id, topic = %settings.worker.topic, group = %settings.worker.group, "consuming");
 
     // The first signal drains (the grace), a second releases at once.
     tokio::spawn({
-        let (stop, grace) = (stop.clone(), settings.shutdown_grace);
+        let (stop, grace) = (stop.clone(), settings.worker.shutdown_grace);
         async move {
             loop {
                 let signal = tokio::select! {
@@ -130,10 +73,7 @@ async fn main() -> Result<(), BoxError> {
         }
     });
     stop.requested().await;
-    let stopped = consumer.shutdown().await;
-    if let Some(dispatcher) = dispatcher {
-        let _ = dispatcher.await;
-    }
+    let stopped = worker.shutdown().await;
     tracing::info!(
         completed = stopped.completed,
         failed = stopped.failed,

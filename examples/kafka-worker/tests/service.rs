@@ -8,12 +8,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
-use kafka_worker::config::Positions;
 use kafka_worker::sim::Script;
 use taskfence::store::AttemptOutcome;
 use taskfence::{Status, TaskId, TaskStore};
-use taskfence_kafka::PgPositions;
 use taskfence_kafka::dispatcher::task_id;
+use taskfence_kafka::{PgPositions, Positions};
 use taskfence_test_support::eventually_every;
 
 use support::{GroupProbe, ServiceRun, read_topic};

@@ -7,22 +7,19 @@
 //! See the README for the walk-through and for which files to take.
 //!
 //! The template (copy these):
-//! - [`config`]: the service's settings (command line and environment).
-//! - [`store`]: the PostgreSQL pool and the task store.
-//! - [`dynamo`]: the DynamoDB table check (`--store dynamodb`).
+//! - [`config`]: the service's settings (command line and environment);
+//!   the store's, the worker's and the dispatcher's are `taskfence_sqs`'s.
 //! - [`aws`]: the AWS configuration the clients are built from.
 //! - [`worker`]: the work function.
 //! - [`provider`]: the model provider trait and the spot for a real one.
 //!
-//! Scaffolding (leave it): [`sim`], the simulated LLM, the injected faults and
-//! the scenario the demo binary and the tests run.
+//! Scaffolding (leave it): [`sim`], the simulated LLM and its `--sim-*`
+//! flags, the injected faults and the scenario the demo binary and the tests run.
 
 pub mod aws;
 pub mod config;
-pub mod dynamo;
 pub mod provider;
 pub mod sim;
-pub mod store;
 pub mod worker;
 
 pub use provider::{HttpProvider, Provider, ProviderError, ProviderRequest};

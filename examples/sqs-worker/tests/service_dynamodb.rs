@@ -9,9 +9,9 @@ mod support;
 
 use std::time::Duration;
 
+use sqs_worker::SqsQueue;
 use sqs_worker::sim::local_sqs_client;
 use sqs_worker::sim::unpublished;
-use sqs_worker::{SqsQueue, dynamo};
 use taskfence::clock::SystemClock;
 use taskfence::store::AttemptOutcome;
 use taskfence::testing::DynamoFixture;
@@ -29,7 +29,7 @@ async fn the_service_runs_on_dynamodb_without_postgres() {
         .build()
         .unwrap();
     // The start-up check the service makes passes on the fixture's table.
-    dynamo::check_table(store.client(), fixture.table())
+    taskfence_sqs::store::check_table(store.client(), fixture.table())
         .await
         .unwrap();
     let client = local_sqs_client(&moto.endpoint).await;

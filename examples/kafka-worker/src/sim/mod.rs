@@ -1,5 +1,5 @@
 //! Test scaffolding, not part of the template: a simulated LLM for runs
-//! without a real provider, and the journal checker the tests prove the
+//! without a real provider (and its `--sim-*` flags), and the journal checker the tests prove the
 //! commit discipline with. Copy nothing from here into a real worker.
 
 use std::time::Duration;
@@ -9,8 +9,10 @@ use async_trait::async_trait;
 use crate::provider::{Provider, ProviderError, ProviderRequest};
 
 pub mod journal;
+pub mod settings;
 
 pub use journal::{Checked, MemoryJournal, Violation, check};
+pub use settings::SimSettings;
 
 /// How the simulated model treats a task, read from the start of its payload.
 ///

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use sqs_worker::sim::SimulatedConfig;
 use sqs_worker::sim::scenario::{self, Scenario, StoreChoice};
-use sqs_worker::{BoxError, SqsQueue, aws, sim, store};
+use sqs_worker::{BoxError, SqsQueue, aws, sim};
 
 fn env_number(name: &str, default: usize) -> Result<usize, BoxError> {
     match std::env::var(name) {
@@ -55,7 +55,7 @@ async fn main() -> Result<(), BoxError> {
     let queue_name = format!("taskfence-demo-{}", uuid::Uuid::now_v7());
     let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility).await?;
     let database_url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is required")?;
-    let store = store::connect(&database_url, "taskfence", 30).await?;
+    let store = taskfence::config::connect_postgres(&database_url, "taskfence", 30, "sqs-worker").await?;
     store.migrate().await?;
     let (report, _llm) = scenario::run(&scenario, StoreChoice::Postgres(store), queue.clone()).await?;
     println!("{report}");

@@ -1,15 +1,18 @@
 //! Test and demo scaffolding, not part of the template: the simulated LLM,
 //! the injected faults, a supervisor that restarts killed workers, and the
-//! scenario driver with its report. Copy the other modules; leave this one.
+//! scenario driver with its report, and the simulated provider's flags
+//! (`--sim-*`). Copy the other modules; leave this one.
 
 pub mod chaos;
 pub mod fleet;
 pub mod llm;
 pub mod scenario;
+pub mod settings;
 
 pub use chaos::{KillSwitch, StallingStore, Stalls};
 pub use fleet::Fleet;
 pub use llm::{Call, CallOutcome, SimulatedConfig, SimulatedLlm};
+pub use settings::SimSettings;
 
 use taskfence::inspect::Inspect;
 use taskfence::{DynamoStore, TaskId};
