@@ -45,7 +45,9 @@ pub const ALIASES_REMOVED_IN: &str = "0.3";
 
 /// A duration as a setting spells it: `250ms`, `30s`, `5m`, `24h`, or a
 /// bare number of seconds. One rule for every flag, variable and query
-/// parameter of a service, so `--lease 30s` and `?wait=30s` read alike.
+/// parameter of a service, so `--lease 30s` and `?wait=30s` read alike:
+/// every template and broker crate parses its duration flags with it
+/// (`value_parser = parse_duration`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -171,38 +173,6 @@ pub fn unknown_env_of(command: &clap::Command) -> Option<UnknownVars> {
 pub fn startup_warnings(command: &clap::Command, former: &[Renamed]) -> Vec<String> {
     let unknown = unknown_env_of(command).map(|unknown| unknown.to_string());
     former.iter().map(Renamed::warning).chain(unknown).collect()
-}
-
-/// A duration as a flag or a variable gives it: `250ms`, `30s`, `5m`, `1h`,
-/// or a number of seconds (`1.5`). Every template and broker crate parses
-/// its duration flags with it (`value_parser = parse_duration`).
-///
-/// ```
-/// use std::time::Duration;
-/// use taskfence::config::parse_duration;
-/// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-/// assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-/// assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-/// assert!(parse_duration("soon").is_err());
-/// assert!(parse_duration("3d").is_err());
-/// ```
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (like 250ms, 30s, 5m)"))?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (ms, s, m, h)")),
-    };
-    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// Why [`connect_postgres`] could not open the store.
