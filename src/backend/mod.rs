@@ -444,18 +444,20 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
 struct MissingAnswers(&'static str);
 
 /// One submission's answer within a batch: its own refusal (bad input, a
-/// key reused with other inputs) is its entry; any other error ends the
-/// batch.
+/// key reused with other inputs, limits the store does not decide) is its
+/// entry; any other error ends the batch.
 pub(crate) fn submission_answer(answer: Result<Submitted>) -> Result<Result<Submitted>> {
     match answer {
-        Err(refused @ (Error::InvalidInput(_) | Error::KeyConflict { .. })) => Ok(Err(refused)),
+        Err(refused @ (Error::InvalidInput(_) | Error::KeyConflict { .. } | Error::Unsupported { .. })) => {
+            Ok(Err(refused))
+        }
         Err(other) => Err(other),
         Ok(submitted) => Ok(Ok(submitted)),
     }
 }
 
 /// A batch of submissions made of single submits, in order; each one's
-/// refusal (bad input, a key conflict) is its own item (the default of
+/// refusal (bad input, a key conflict, an unsupported limit) is its own item (the default of
 /// [`Backend::submit_many`] and [`TaskStore::submit_many`]).
 ///
 /// ```

@@ -144,7 +144,9 @@ impl BenchSchema {
                 .bind("w")
                 .bind("exhausted")
                 .bind("deadline"),
-            "complete" | "complete_current" => q.bind(id).bind(1_i64).bind(&RESPONSE[..]),
+            "complete" | "complete_current" => {
+                q.bind(id).bind(1_i64).bind(&RESPONSE[..]).bind(Uuid::now_v7())
+            }
             "due" | "purge_expired" => q.bind(100_i64),
             other => panic!("no parameters known for {other}"),
         };
