@@ -4,8 +4,9 @@
 //!
 //! `cargo test -p model-check` runs the bounded configurations, the
 //! planted bugs and the trace replay of the conformance scenarios' histories
-//! on `MemoryStore` and PostgreSQL (`DATABASE_URL`; DynamoDB too with
-//! `TASKFENCE_TRACE_DYNAMODB=1`); `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
+//! on `MemoryStore`, PostgreSQL (`DATABASE_URL`) and, every eighth scenario,
+//! DynamoDB (all of them with `TASKFENCE_TRACE_DYNAMODB=1`);
+//! `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
 //! runs the deep configuration.
 //!
 //! Everything here is test code: the crate builds empty outside `cargo test`.
