@@ -147,15 +147,32 @@ pub fn check_scan_limit(limit: usize) -> Result<(), InvalidInput> {
 
 /// A `limit` argument must be `1..=max`.
 fn check_limit(limit: usize, max: usize) -> Result<(), InvalidInput> {
-    if limit == 0 || limit > max {
-        return Err(InvalidInput::OutOfRange {
-            field: "limit",
-            value: limit.to_string(),
-            min: "1".into(),
-            max: max.to_string(),
-        });
+    check_range("limit", limit, 1, max)
+}
+
+/// Checks a number against `min..=max`: [`InvalidInput::OutOfRange`]
+/// naming the field and the bounds otherwise.
+///
+/// ```
+/// use taskfence::limits::check_range;
+/// assert!(check_range("burst", 5_u32, 1, 10).is_ok());
+/// assert!(check_range("burst", 0_u32, 1, 10).is_err());
+/// ```
+pub fn check_range<T: PartialOrd + std::fmt::Display>(
+    field: &'static str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), InvalidInput> {
+    if min <= value && value <= max {
+        return Ok(());
     }
-    Ok(())
+    Err(InvalidInput::OutOfRange {
+        field,
+        value: value.to_string(),
+        min: min.to_string(),
+        max: max.to_string(),
+    })
 }
 
 /// Largest page of [`Inspect::list`](crate::inspect::Inspect::list) and

@@ -43,7 +43,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use crate::error::InvalidInput;
-use crate::limits::{self, check_text};
+use crate::limits::{self, check_range, check_text};
 use crate::task::TaskId;
 
 /// Longest concurrency key or bucket name, in bytes.
@@ -388,18 +388,6 @@ pub struct KeySlots {
     pub running: Vec<TaskId>,
     /// Tasks of the key that are pending (due or backing off).
     pub waiting: u64,
-}
-
-fn check_range(field: &'static str, value: u32, min: u32, max: u32) -> Result<(), InvalidInput> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(InvalidInput::OutOfRange {
-        field,
-        value: value.to_string(),
-        min: min.to_string(),
-        max: max.to_string(),
-    })
 }
 
 #[cfg(test)]
