@@ -156,6 +156,33 @@ pub fn unknown_env_of(command: &clap::Command) -> Option<UnknownVars> {
     unknown_env(&known)
 }
 
+/// `T` (a group of `clap` arguments) with each argument at the default it
+/// declares, whatever the environment says: the defaults a service's
+/// `Default` and its tests' configuration use, written once, on the flags.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// #[derive(Debug, clap::Args)]
+/// struct Worker {
+///     #[arg(long, env = "MY_LEASE", value_parser = taskfence::config::parse_duration, default_value = "30s")]
+///     lease: Duration,
+/// }
+/// let worker: Worker = taskfence::config::defaults();
+/// assert_eq!(worker.lease, Duration::from_secs(30));
+/// ```
+///
+/// # Panics
+///
+/// When an argument of `T` has no default (nor `#[arg(skip)]`): a mistake in
+/// `T`'s definition, which its first use shows.
+#[cfg(feature = "clap")]
+#[cfg_attr(docsrs, doc(cfg(feature = "clap")))]
+pub fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None::<&str>));
+    T::from_arg_matches(&command.get_matches_from(["defaults"])).expect("every argument has a default")
+}
+
 /// What a binary logs at start-up about its settings, one warning a line:
 /// each former name it read (`former`), then the `TASKFENCE_*` variables
 /// no argument of `command` reads ([`unknown_env_of`]).

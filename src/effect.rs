@@ -320,6 +320,52 @@ pub enum EffectCall {
     Unknown(String),
 }
 
+impl EffectCall {
+    /// An HTTP provider's answer, read the usual way (a webhook, a payment
+    /// API), so no caller re-derives which statuses mean "it did not act":
+    ///
+    /// | status | the call |
+    /// | --- | --- |
+    /// | 2xx | [`Done`](Self::Done) (no reference: set it from the body) |
+    /// | 429, 503 | [`Refused`](Self::Refused), retryable, after `retry_after` when it is a number of seconds (at most an hour) |
+    /// | another 4xx but 408 and 409 | [`Refused`](Self::Refused), permanent |
+    /// | 408, 409, another 5xx, anything else | [`Unknown`](Self::Unknown): it may have acted |
+    ///
+    /// `retry_after` is the `Retry-After` header's value; its HTTP-date form
+    /// is ignored (the task's backoff applies).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use taskfence::effect::EffectCall;
+    /// use taskfence::policy::FailureKind;
+    ///
+    /// assert_eq!(EffectCall::from_http_status(204, None), EffectCall::Done(None));
+    /// let EffectCall::Refused(busy) = EffectCall::from_http_status(429, Some("7")) else { panic!() };
+    /// assert_eq!((busy.kind, busy.retry_after), (FailureKind::Retryable, Some(Duration::from_secs(7))));
+    /// let EffectCall::Refused(bad) = EffectCall::from_http_status(400, None) else { panic!() };
+    /// assert_eq!(bad.kind, FailureKind::Permanent);
+    /// assert!(matches!(EffectCall::from_http_status(409, None), EffectCall::Unknown(_)));
+    /// assert!(matches!(EffectCall::from_http_status(502, None), EffectCall::Unknown(_)));
+    /// ```
+    pub fn from_http_status(status: u16, retry_after: Option<&str>) -> Self {
+        let message = format!("answered HTTP {status}");
+        match status {
+            200..=299 => Self::Done(None),
+            429 | 503 => {
+                let after = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
+                let failure = Failure::retryable(message);
+                Self::Refused(match after {
+                    Some(seconds) => failure.retry_after(std::time::Duration::from_secs(seconds.min(3600))),
+                    None => failure,
+                })
+            }
+            408 | 409 => Self::Unknown(message),
+            400..=499 => Self::Refused(Failure::permanent(message)),
+            _ => Self::Unknown(message),
+        }
+    }
+}
+
 /// What the provider said, for [`TaskStore::finish_effect`].
 ///
 /// ```

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::header::{self, HeaderName};
@@ -403,6 +404,71 @@ impl ProblemTypes {
     /// ```
     pub fn problem(&self, status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem {
         Problem::new(status).with_type(self.uri(slug)).with_detail(detail)
+    }
+
+    /// 500 `internal` for a failure of the service's own work (its own
+    /// queries, say): the cause is logged (`tracing`, error level), never
+    /// sent, and the detail tells the client to retry with the same key —
+    /// nothing may be assumed written.
+    ///
+    /// ```
+    /// let p = taskfence_axum::ProblemTypes::default().internal("connection reset");
+    /// assert_eq!((p.status(), p.problem_type()), (http::StatusCode::INTERNAL_SERVER_ERROR, "/problems/internal"));
+    /// assert!(!p.to_json().contains("connection reset"));
+    /// ```
+    pub fn internal(&self, cause: impl fmt::Display) -> Problem {
+        tracing::error!(error = %cause, "request failed");
+        self.problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the request could not be completed; retry it with the same Idempotency-Key",
+        )
+    }
+
+    /// A refused request body (what axum's `JsonRejection` says, as its
+    /// `status()` and `body_text()`), by status: 413 `body-too-large`, 415
+    /// `unsupported-media-type`, anything else `invalid-body` (400 for
+    /// unreadable JSON, 422 for JSON of the wrong shape).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// let types = taskfence_axum::ProblemTypes::default();
+    /// let p = types.rejected_body(StatusCode::PAYLOAD_TOO_LARGE, "length limit exceeded");
+    /// assert_eq!(p.problem_type(), "/problems/body-too-large");
+    /// let p = types.rejected_body(StatusCode::UNPROCESSABLE_ENTITY, "unknown field `role`");
+    /// assert_eq!((p.status(), p.problem_type()), (StatusCode::UNPROCESSABLE_ENTITY, "/problems/invalid-body"));
+    /// ```
+    pub fn rejected_body(&self, status: StatusCode, detail: impl Into<String>) -> Problem {
+        let slug = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+            _ => "invalid-body",
+        };
+        self.problem(status, slug, detail)
+    }
+
+    /// The `?wait=` of a long-poll: absent is zero; otherwise a duration as
+    /// every taskfence setting spells it (`30s`, `1500ms`, `30`,
+    /// [`taskfence::config::parse_duration`]) of at most `max`. Anything
+    /// else is a 400 `invalid-wait`: a server that waits must bound it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let types = taskfence_axum::ProblemTypes::default();
+    /// let max = Duration::from_secs(60);
+    /// assert_eq!(types.wait(Some("30s"), max).unwrap(), Duration::from_secs(30));
+    /// assert_eq!(types.wait(None, max).unwrap(), Duration::ZERO);
+    /// assert_eq!(types.wait(Some("61s"), max).unwrap_err().problem_type(), "/problems/invalid-wait");
+    /// assert_eq!(types.wait(Some("soon"), max).unwrap_err().status(), 400);
+    /// ```
+    pub fn wait(&self, text: Option<&str>, max: Duration) -> Result<Duration, Problem> {
+        let Some(text) = text else { return Ok(Duration::ZERO) };
+        let bad = |detail: String| self.problem(StatusCode::BAD_REQUEST, "invalid-wait", detail);
+        let wait = taskfence::config::parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
+        if wait > max {
+            return Err(bad(format!("wait={text} is longer than the limit of {}s", max.as_secs())));
+        }
+        Ok(wait)
     }
 
     /// A taskfence error as a problem:

@@ -1,5 +1,6 @@
 //! [`SubmitResponse`]: "submit, or return the task this key already names",
-//! as an HTTP response; [`TaskBody`]: its default JSON body.
+//! as an HTTP response; [`TaskBody`]: its default JSON body; [`json_response`]:
+//! a body the service renders itself, first or replayed; [`health`]: a readiness probe's answer.
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
@@ -188,12 +189,8 @@ impl<B: Serialize> IntoResponse for SubmitResponse<B> {
                     .into_response();
             }
         };
-        let mut response = (StatusCode::CREATED, body).into_response();
+        let mut response = json_response(StatusCode::CREATED, body, !accepted.created);
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if !accepted.created {
-            headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
-        }
         if let Some(location) = accepted.location.and_then(|l| HeaderValue::try_from(l).ok()) {
             headers.insert(header::LOCATION, location);
         }
@@ -251,6 +248,53 @@ impl From<&Task> for TaskBody {
             status: task.status.as_str().to_owned(),
             response,
             response_base64,
+        }
+    }
+}
+
+/// A JSON body as it is (`Content-Type: application/json`), with
+/// [`Idempotent-Replayed: true`](crate::IDEMPOTENT_REPLAYED) when `replayed`:
+/// the response of a submission whose body the service renders itself (from
+/// its own rows, say), first and replayed alike, as [`SubmitResponse`] does.
+///
+/// ```
+/// use http::StatusCode;
+/// let first = taskfence_axum::json_response(StatusCode::CREATED, br#"{"id":"1"}"#.to_vec(), false);
+/// assert!(first.headers().get("idempotent-replayed").is_none());
+/// let again = taskfence_axum::json_response(StatusCode::CREATED, br#"{"id":"1"}"#.to_vec(), true);
+/// assert_eq!(again.status(), StatusCode::CREATED);
+/// assert_eq!(again.headers()["content-type"], "application/json");
+/// assert_eq!(again.headers()["idempotent-replayed"], "true");
+/// ```
+pub fn json_response(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
+    let mut response = (status, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if replayed {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// A readiness probe's answer (`GET /healthz`) from the check of what the
+/// service needs (`SELECT 1` on its pool, say): 200 `{"status":"ok"}`, or 503
+/// `unavailable` with the cause logged (`tracing`, warn level), never sent.
+/// No key, no caller: it reveals nothing but that.
+///
+/// ```
+/// use taskfence_axum::{ProblemTypes, health};
+/// let types = ProblemTypes::default();
+/// assert_eq!(health(Ok::<_, std::io::Error>(()), &types).status(), 200);
+/// assert_eq!(health(Err::<(), _>("connection refused"), &types).status(), 503);
+/// ```
+pub fn health<T, E: std::fmt::Display>(check: Result<T, E>, types: &ProblemTypes) -> Response {
+    match check {
+        Ok(_) => json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec(), false),
+        Err(error) => {
+            tracing::warn!(%error, "health check: a dependency does not answer");
+            types
+                .problem(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "a dependency of the service does not answer")
+                .into_response()
         }
     }
 }

@@ -60,6 +60,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | `store` | [`PgStore`], [`PgStoreBuilder`] |
+//! | `app` | a service's own rows beside taskfence's: [`CompleteWith`] ([`CompletionWrites`] in the completion's transaction, and its `pg_notify`), [`FollowUp`], `listen_saved` (feature `runtime`), [`app_schema`] |
 //! | `conn` | [`PgConnStore`]: the store on the caller's connection or transaction, and what running there means |
 //! | `site` | where the statements run: a pooled connection per operation, or the caller's |
 //! | `backend` | the one [`Backend`](crate::backend::Backend) / [`InspectBackend`](crate::backend::InspectBackend) implementation, for either site |
@@ -72,6 +73,7 @@
 
 use crate::error::Error;
 
+mod app;
 mod backend;
 mod conn;
 mod dispatch;
@@ -84,6 +86,10 @@ pub(crate) mod site;
 mod sql;
 mod store;
 
+#[cfg(feature = "runtime")]
+#[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
+pub use app::listen_saved;
+pub use app::{CompleteWith, CompletionWrites, FollowUp, app_schema};
 pub use conn::PgConnStore;
 pub use migrate::{Migration, MigrationState, MigrationStatus, UpgradeNote, migrate};
 pub use reads::DEFAULT_READ_TIMEOUT;

@@ -99,6 +99,61 @@ impl SavedEvents {
     pub fn waiting(&self) -> usize {
         self.tx.receiver_count()
     }
+
+    /// A long-poll of `task`: `read` it, and again after each announcement
+    /// (or possible miss), until `settled` says the read is final, `wait` has
+    /// passed or `stop` is requested; then the last read. `wait` zero reads
+    /// once. Subscribes before the first read, so a result saved between a
+    /// read and the wait is never missed; an announcement only means "read
+    /// again": the store is the truth. The first error of `read` ends it.
+    ///
+    /// Why here: every "`GET /tasks/{id}?wait=30s`" is this loop, and each
+    /// hand-written copy is one place to subscribe after the read and miss a
+    /// commit.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use taskfence::{TaskId, runtime::{SavedEvents, Stop}};
+    ///
+    /// let (events, stop, task) = (SavedEvents::new(), Stop::new(), TaskId::new());
+    /// let reads = std::sync::atomic::AtomicU32::new(0);
+    /// let announce = events.clone();
+    /// tokio::spawn(async move {
+    ///     while announce.waiting() == 0 { tokio::task::yield_now().await }
+    ///     announce.saved(task); // what the listener does when the commit is heard
+    /// });
+    /// let read = || async { Ok::<_, ()>(reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1) };
+    /// let last = events.wait_for(task, Duration::from_secs(30), &stop, read, |n| *n == 2).await;
+    /// assert_eq!(last, Ok(2), "read, woken by the announcement, read again: settled");
+    /// # }
+    /// ```
+    pub async fn wait_for<T, E, R, F>(
+        &self,
+        task: TaskId,
+        wait: std::time::Duration,
+        stop: &super::Stop,
+        mut read: R,
+        settled: impl Fn(&T) -> bool,
+    ) -> Result<T, E>
+    where
+        R: FnMut() -> F,
+        F: Future<Output = Result<T, E>>,
+    {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut waiter = self.subscribe();
+        loop {
+            let view = read().await?;
+            if settled(&view) || tokio::time::Instant::now() >= deadline || stop.is_requested() {
+                return Ok(view);
+            }
+            tokio::select! {
+                () = waiter.changed(task) => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = stop.requested() => {}
+            }
+        }
+    }
 }
 
 /// One request's subscription to [`SavedEvents`].

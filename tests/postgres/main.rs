@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod bounded_reads;
+mod complete_with;
 mod conformance;
 mod dispatch;
 mod effects;

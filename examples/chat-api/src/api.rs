@@ -1,19 +1,18 @@
 //! The HTTP API: routes, authentication, handlers and representations.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::runtime::{SavedEvents, Stop, Wake};
-use taskfence::{Error, InputHash, NewTask, PgStore, RequestKey, Status, Submitted, Task, TaskId, TaskStore};
-use taskfence_axum::{IdempotencyKey, Problem};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, Status, Submitted, Task, TaskId, TaskStore};
+use taskfence_axum::{IdempotencyKey, Problem, json_response};
 use uuid::Uuid;
 
 use crate::config::{Config, Limits};
@@ -61,18 +60,8 @@ pub(crate) fn router(state: AppState) -> Router {
 /// `GET /healthz`, for a load balancer's or an orchestrator's readiness probe:
 /// 200 when PostgreSQL answers, 503 otherwise. No authentication: it reveals
 /// nothing but that.
-async fn healthz(State(state): State<AppState>) -> Result<Response, Problem> {
-    match sqlx::query("SELECT 1").execute(&state.pool).await {
-        Ok(_) => Ok(json(StatusCode::OK, br#"{"status":"ok"}"#.to_vec(), false)),
-        Err(error) => {
-            tracing::warn!(%error, "health check: PostgreSQL does not answer");
-            Err(problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "the database does not answer",
-            ))
-        }
-    }
+async fn healthz(State(state): State<AppState>) -> Response {
+    taskfence_axum::health(sqlx::query("SELECT 1").execute(&state.pool).await, &problem::TYPES)
 }
 
 /// `POST /conversations/{id}/messages` body.
@@ -114,7 +103,8 @@ async fn send(
     body: Result<Json<SendBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
     check_conversation_id(&conversation_id, &state.config.limits)?;
-    let Json(SendBody { content }) = body.map_err(json_problem)?;
+    let Json(SendBody { content }) =
+        body.map_err(|e| problem::TYPES.rejected_body(e.status(), e.body_text()))?;
     check_content(&content, &state.config.limits)?;
     let message_id = Uuid::now_v7();
     let input = InputHash::of(["send", &conversation_id, &content]);
@@ -172,7 +162,7 @@ fn new_task(
         .retention(state.config.key_retention)
         // The worker claims from the store itself: no outbox row to publish.
         .without_handoff();
-    new.validate().map_err(|e| submit_problem(e.into()))?;
+    new.validate().map_err(|e| problem::TYPES.error(&e.into()))?;
     Ok(new)
 }
 
@@ -193,14 +183,14 @@ async fn accept(
         .on(&mut tx)
         .submit(new)
         .await
-        .map_err(submit_problem)?
+        .map_err(|e| problem::TYPES.error(&e))?
     {
         Submitted::Created(task) => task.id,
         Submitted::Existing(task) => {
             tx.rollback().await.map_err(problem::internal)?;
             let mut conn = state.pool.acquire().await.map_err(problem::internal)?;
             let body = accepted(&mut conn, caller, task.id).await?;
-            return Ok(json(StatusCode::CREATED, body, true));
+            return Ok(json_response(StatusCode::CREATED, body, true));
         }
     };
     sqlx::query("INSERT INTO reply_tasks (task_id, message_id) VALUES ($1, $2)")
@@ -213,7 +203,7 @@ async fn accept(
     tx.commit().await.map_err(problem::internal)?;
     // After the commit: woken earlier, the worker would not see the task yet.
     state.wake_worker.wake();
-    Ok(json(StatusCode::CREATED, body, false))
+    Ok(json_response(StatusCode::CREATED, body, false))
 }
 
 /// What Send and Regenerate answer, rendered by the database from the
@@ -254,26 +244,11 @@ async fn task(
     let task_id: TaskId = task_id.parse().map_err(|_| task_not_found())?;
     let Query(query) =
         query.map_err(|e| problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
-    let wait = match query.wait.as_deref() {
-        None => Duration::ZERO,
-        Some(text) => parse_wait(text, state.config.limits.max_wait)?,
-    };
-    let deadline = tokio::time::Instant::now() + wait;
-    // Subscribe before the first read: a reply committed after the read is heard.
-    let mut saved = state.events.subscribe();
-    loop {
-        let view = read_task(&state, &caller, task_id).await?;
-        let settled = view.reply.is_some() || matches!(view.status, "failed" | "cancelled");
-        if settled || tokio::time::Instant::now() >= deadline || state.stop.is_requested() {
-            return Ok(Json(view).into_response());
-        }
-        // Any wake-up only means "read again": the store is the truth.
-        tokio::select! {
-            () = saved.changed(task_id) => {}
-            () = tokio::time::sleep_until(deadline) => {}
-            () = state.stop.requested() => {}
-        }
-    }
+    let wait = problem::TYPES.wait(query.wait.as_deref(), state.config.limits.max_wait)?;
+    let read = || read_task(&state, &caller, task_id);
+    let settled = |view: &TaskView| view.reply.is_some() || matches!(view.status, "failed" | "cancelled");
+    let view = state.events.wait_for(task_id, wait, &state.stop, read, settled).await?;
+    Ok(Json(view).into_response())
 }
 
 /// The task and its reply from one snapshot (REPEATABLE READ), so the status
@@ -327,19 +302,6 @@ fn task_not_found() -> Problem {
     problem::new(StatusCode::NOT_FOUND, "not-found", "no such task")
 }
 
-/// A duration as every setting spells it (`30s`, `1500ms`, `30`), at most `max`.
-fn parse_wait(text: &str, max: Duration) -> Result<Duration, Problem> {
-    let bad = |detail: String| problem::new(StatusCode::BAD_REQUEST, "invalid-wait", detail);
-    let wait = taskfence::config::parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
-    if wait > max {
-        return Err(bad(format!(
-            "wait={text} is longer than the limit of {}s",
-            max.as_secs()
-        )));
-    }
-    Ok(wait)
-}
-
 /// 1 to `max_conversation_id_bytes` of ASCII letters, digits, `-`, `_` or `.`.
 fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
     let max = limits.max_conversation_id_bytes;
@@ -358,32 +320,4 @@ fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
 fn check_content(content: &str, limits: &Limits) -> Result<(), Problem> {
     taskfence::limits::check_text("content", content, limits.max_content_bytes)
         .map_err(|e| problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-content", e.to_string()))
-}
-
-fn json_problem(rejection: JsonRejection) -> Problem {
-    let status = rejection.status();
-    let slug = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
-        _ => "invalid-body",
-    };
-    problem::new(status, slug, rejection.body_text())
-}
-
-/// taskfence-axum's problem for a submission that failed: a key reused with
-/// another payload is the IETF draft's 422 `idempotency-key-reused` (nothing
-/// was written), invalid input a 400 `invalid-request`, a storage failure a 503
-/// `unavailable` (the cause logged, never sent).
-fn submit_problem(error: Error) -> Problem {
-    problem::TYPES.error(&error)
-}
-
-fn json(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
-    let mut response = (status, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if replayed {
-        headers.insert(REPLAYED, HeaderValue::from_static("true"));
-    }
-    response
 }

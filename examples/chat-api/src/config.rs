@@ -6,13 +6,12 @@
 //! tests build in-process with [`Config::new`]); the rest make the pool
 //! ([`Settings::connect`]). Each default is written once, on its flag.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use sqlx::PgPool;
 use taskfence::RetryPolicy;
-use taskfence::config::parse_duration;
+use taskfence::config::{defaults, parse_duration};
 
 /// Which halves of the service this process runs.
 ///
@@ -165,8 +164,8 @@ pub struct Config {
     /// Bearer tokens as `token=user,token=user` (required unless `--mode
     /// worker`). A stand-in for real authentication: the user id is the scope
     /// of every idempotency key and task.
-    #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = parse_tokens, default_value = "")]
-    pub tokens: Tokens,
+    #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = crate::sim::auth::parse_tokens, default_value = "")]
+    pub tokens: crate::sim::auth::Tokens,
     /// The reply task's retry budget, stored with each task (`--max-attempts`).
     #[arg(skip)]
     pub policy: RetryPolicy,
@@ -192,7 +191,7 @@ pub struct Config {
 
 impl Config {
     /// Defaults for everything but the tokens.
-    pub fn new(tokens: Tokens) -> Self {
+    pub fn new(tokens: crate::sim::auth::Tokens) -> Self {
         Self { tokens, ..defaults() }
     }
 
@@ -202,13 +201,6 @@ impl Config {
     pub fn reply_channel(&self) -> String {
         format!("{}_reply_saved", self.taskfence_schema)
     }
-}
-
-/// `T` with each flag at the default it declares, whatever the environment
-/// says: the one place defaults are written is the flag.
-fn defaults<T: clap::Args + clap::FromArgMatches>() -> T {
-    let command = T::augment_args(clap::Command::new("defaults")).mut_args(|arg| arg.env(None::<&str>));
-    T::from_arg_matches(&command.get_matches_from(["defaults"])).expect("every flag has a default")
 }
 
 /// The process's configuration: every option is a flag and an environment
@@ -276,21 +268,12 @@ pub struct Settings {
     pub service: Config,
 }
 
-/// Bearer token → user id, as parsed from `token=user,token=user`.
-pub type Tokens = HashMap<String, String>;
-
 impl Settings {
     /// The `TASKFENCE_*` variables of this process that no option reads
     /// (log it at start-up): a misspelt one would otherwise be silently
     /// ignored.
     pub fn unknown_env() -> Option<taskfence::config::UnknownVars> {
-        use clap::CommandFactory;
-        let command = Self::command();
-        let known: Vec<&str> = command
-            .get_arguments()
-            .filter_map(|arg| arg.get_env()?.to_str())
-            .collect();
-        taskfence::config::unknown_env(&known)
+        taskfence::config::unknown_env_of(&<Self as clap::CommandFactory>::command())
     }
 
     /// The service's [`Config`]: the flags' and the webhook's.
@@ -334,19 +317,6 @@ impl Settings {
         let schema = self.app_schema.as_deref();
         crate::db::connect(&self.database_url, schema, self.max_connections).await
     }
-}
-
-/// `token=user,token=user` (blank entries ignored).
-fn parse_tokens(text: &str) -> Result<Tokens, String> {
-    text.split(',')
-        .filter(|pair| !pair.trim().is_empty())
-        .map(|pair| match pair.split_once('=') {
-            Some((token, user)) if !token.trim().is_empty() && !user.trim().is_empty() => {
-                Ok((token.trim().to_owned(), user.trim().to_owned()))
-            }
-            _ => Err(format!("{pair:?} is not token=user")),
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! database), so replicas starting at once apply every file exactly once.
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::PgPool;
 use taskfence::PgStore;
 
 /// The app's migrations (`migrations/*.sql`), embedded at build time.
@@ -34,10 +34,10 @@ pub enum MigrateError {
 /// A pool on `url` (TLS as its `sslmode` says) of up to `max_connections`.
 ///
 /// With `app_schema`, that schema is created if missing and every connection's
-/// `search_path` is set to it at connect time, so the app's unqualified SQL —
-/// its queries and its migrations — always means that schema, on every
-/// connection, including ones opened after a failover. Without it the
-/// server's default `search_path` (normally `public`) applies.
+/// `search_path` is set to it at connect time ([`taskfence::postgres::app_schema`]),
+/// so the app's unqualified SQL — its queries and its migrations — always means
+/// that schema, on every connection, including ones opened after a failover.
+/// Without it the server's default `search_path` (normally `public`) applies.
 pub async fn connect(
     url: &str,
     app_schema: Option<&str>,
@@ -45,10 +45,7 @@ pub async fn connect(
 ) -> Result<PgPool, sqlx::Error> {
     let mut options: PgConnectOptions = url.parse()?;
     if let Some(schema) = app_schema {
-        create_schema(&options, schema).await?;
-        // A startup parameter, not a `SET`: it holds for the session's lifetime
-        // and costs no round trip. Quoted, so any identifier works.
-        options = options.options([("search_path", quote_ident(schema).as_str())]);
+        options = taskfence::postgres::app_schema(options, schema).await?;
     }
     PgPoolOptions::new()
         .max_connections(max_connections)
@@ -57,39 +54,6 @@ pub async fn connect(
         .test_before_acquire(false)
         .connect_with(options)
         .await
-}
-
-/// Creates `schema` unless it exists. Checked first: `CREATE SCHEMA IF NOT
-/// EXISTS` needs the CREATE privilege on the database even when the schema is
-/// there, which a least-privilege role (given a pre-created schema) lacks. The
-/// advisory lock serializes replicas starting at once: two concurrent
-/// `CREATE SCHEMA IF NOT EXISTS` can still collide on the catalog's unique index.
-async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<(), sqlx::Error> {
-    let mut conn = options.connect().await?;
-    let mut tx = conn.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-        .bind(format!("chat-api.schema.{schema}"))
-        .execute(&mut *tx)
-        .await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
-        .bind(schema)
-        .fetch_one(&mut *tx)
-        .await?;
-    if !exists {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "CREATE SCHEMA {}",
-            quote_ident(schema)
-        )))
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    conn.close().await
-}
-
-/// `"name"`, with embedded quotes doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Applies taskfence's migrations to `store`'s schema, then the app's

@@ -11,11 +11,11 @@
 //! | [`db`] | the pool (TLS, app schema) and both migrators at start-up |
 //! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
 //! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
-//! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction), [`replies::listen`] (LISTEN) |
+//! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction, taskfence's `CompleteWith`), [`SaveReply`] |
 //! | [`worker`] | the in-process worker: [`taskfence::runtime::Consumer`] on the store ([`taskfence::runtime::StoreQueue`]) → [`ReplyProvider`] |
-//! | [`notify`] | the "reply ready" webhook: a `chat.notify` task submitted with each saved reply, delivered through the effect journal by a consumer of its own |
+//! | [`notify`] | the "reply ready" webhook: a `chat.notify` task submitted with each saved reply ([`notify::follow_up`]), delivered through the effect journal by a consumer of its own (`taskfence_axum::webhook::Webhook`) |
 //! | [`service`] | [`Service`]: start and stop the API and/or the worker |
-//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries), [`sim::auth`] (bearer tokens standing in for authentication) |
+//! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries), [`sim::auth`] (bearer tokens standing in for authentication, and their `CHAT_API_TOKENS` parsing) |
 
 mod api;
 pub mod config;

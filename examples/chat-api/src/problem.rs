@@ -44,10 +44,5 @@ pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Problem
 /// assert!(!p.to_json().contains("connection reset"));
 /// ```
 pub fn internal(err: impl Display) -> Problem {
-    tracing::error!(error = %err, "request failed");
-    new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
-        "the request could not be completed; retry it with the same Idempotency-Key",
-    )
+    TYPES.internal(err)
 }

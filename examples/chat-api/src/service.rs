@@ -4,15 +4,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use taskfence::PgStore;
+use taskfence::postgres::listen_saved;
 use taskfence::runtime::{SavedEvents, Stop, Wake};
 use tokio::net::TcpListener;
+use taskfence_axum::webhook::Webhook;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
 use crate::db::{self, MigrateError};
-use crate::notify::{self, Notifier, ReadyNotices};
-use crate::replies::{self, reply_store};
+use crate::notify;
+use crate::replies::reply_store;
 use crate::worker::{self, ReplyProvider};
 
 /// Why the service did not start.
@@ -83,12 +85,12 @@ impl Service {
             (Some(webhook), true) => Some((
                 notify::consumer(store.clone(), &config.worker, webhook, stop.clone())
                     .map_err(taskfence::Error::from)?,
-                Notifier::new(webhook)?,
+                Webhook::new(webhook.url.clone(), webhook.timeout)?.reference("delivery_id"),
             )),
             _ => None,
         };
         let ready = notices.as_ref().map(|(consumer, _)| {
-            ReadyNotices::new(config.policy, config.key_retention, consumer.source().waker())
+            notify::follow_up(config.policy, config.key_retention, consumer.source().waker())
         });
         let worker = match config.mode.runs_worker() {
             true => {
@@ -103,7 +105,7 @@ impl Service {
         if config.mode.runs_api() {
             let listener = listener.ok_or(StartError::NoListener)?;
             addr = Some(listener.local_addr()?);
-            let (saved, listening) = replies::listen(&pool, &config.reply_channel(), stop.clone()).await?;
+            let (saved, listening) = listen_saved(&pool, &config.reply_channel(), stop.clone()).await?;
             tasks.push(listening);
             events = Some(saved.clone());
             let state = AppState {
@@ -125,8 +127,11 @@ impl Service {
                 }
             }));
         }
-        if let Some((consumer, notifier)) = notices {
-            let deliver = move |ctx| notifier.clone().deliver(ctx);
+        if let Some((consumer, webhook)) = notices {
+            let deliver = move |ctx| {
+                let webhook = webhook.clone();
+                async move { webhook.deliver(&ctx, notify::EFFECT).await }
+            };
             tasks.push(tokio::spawn(worker::run(
                 "notification worker",
                 consumer,

@@ -2,6 +2,8 @@
 //! (`CHAT_API_TOKENS`), standing in for your authentication. Whatever
 //! replaces it yields the user id that scopes every key and task.
 
+use std::collections::HashMap;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -44,4 +46,27 @@ pub fn unauthenticated() -> Problem {
         "send Authorization: Bearer <token> with a known token",
     )
     .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
+}
+
+/// Bearer token → user id, as parsed from `token=user,token=user`
+/// (`CHAT_API_TOKENS`).
+pub type Tokens = HashMap<String, String>;
+
+/// `token=user,token=user` (blank entries ignored).
+///
+/// ```
+/// let tokens = chat_api::sim::auth::parse_tokens("a-token=alice, b-token=bob,").unwrap();
+/// assert_eq!(tokens["b-token"], "bob");
+/// assert!(chat_api::sim::auth::parse_tokens("just-a-token").is_err());
+/// ```
+pub fn parse_tokens(text: &str) -> Result<Tokens, String> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((token, user)) if !token.trim().is_empty() && !user.trim().is_empty() => {
+                Ok((token.trim().to_owned(), user.trim().to_owned()))
+            }
+            _ => Err(format!("{pair:?} is not token=user")),
+        })
+        .collect()
 }
