@@ -462,11 +462,16 @@ impl ProblemTypes {
     /// assert_eq!(types.wait(Some("soon"), max).unwrap_err().status(), 400);
     /// ```
     pub fn wait(&self, text: Option<&str>, max: Duration) -> Result<Duration, Problem> {
-        let Some(text) = text else { return Ok(Duration::ZERO) };
+        let Some(text) = text else {
+            return Ok(Duration::ZERO);
+        };
         let bad = |detail: String| self.problem(StatusCode::BAD_REQUEST, "invalid-wait", detail);
         let wait = taskfence::config::parse_duration(text).map_err(|e| bad(format!("wait: {e}")))?;
         if wait > max {
-            return Err(bad(format!("wait={text} is longer than the limit of {}s", max.as_secs())));
+            return Err(bad(format!(
+                "wait={text} is longer than the limit of {}s",
+                max.as_secs()
+            )));
         }
         Ok(wait)
     }

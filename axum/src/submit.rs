@@ -293,7 +293,11 @@ pub fn health<T, E: std::fmt::Display>(check: Result<T, E>, types: &ProblemTypes
         Err(error) => {
             tracing::warn!(%error, "health check: a dependency does not answer");
             types
-                .problem(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "a dependency of the service does not answer")
+                .problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "a dependency of the service does not answer",
+                )
                 .into_response()
         }
     }

@@ -367,7 +367,12 @@ impl<W: CompletionWrites> CompleteWith<W> {
 
 #[async_trait]
 impl<W: CompletionWrites> Intercept for CompleteWith<W> {
-    async fn complete(&self, _inner: &dyn TaskStore, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+    async fn complete(
+        &self,
+        _inner: &dyn TaskStore,
+        lease: Lease,
+        response: Response,
+    ) -> Result<Fenced<Task>> {
         let attempt = lease.attempt();
         let mut tx = self.store.pool().begin().await.map_err(Error::storage)?;
         let outcome = self.store.on(&mut tx).complete(lease, response).await?;
@@ -462,7 +467,10 @@ pub async fn listen_saved(
 /// let pool = PgPoolOptions::new().connect_with(options).await?;
 /// # Ok(()) }
 /// ```
-pub async fn app_schema(options: PgConnectOptions, schema: &str) -> std::result::Result<PgConnectOptions, sqlx::Error> {
+pub async fn app_schema(
+    options: PgConnectOptions,
+    schema: &str,
+) -> std::result::Result<PgConnectOptions, sqlx::Error> {
     let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
     let mut conn = options.connect().await?;
     let mut tx = conn.begin().await?;

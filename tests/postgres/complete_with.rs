@@ -23,11 +23,21 @@ struct SaveResult {
 
 #[async_trait::async_trait]
 impl CompletionWrites for SaveResult {
-    async fn write(&self, _: &PgStore, tx: &mut PgConnection, task: &Task, attempt: u32) -> taskfence::Result<()> {
+    async fn write(
+        &self,
+        _: &PgStore,
+        tx: &mut PgConnection,
+        task: &Task,
+        attempt: u32,
+    ) -> taskfence::Result<()> {
         if self.refuse {
             return Err(Error::storage(std::io::Error::other("refused by the service")));
         }
-        let text = task.response.as_ref().and_then(|r| r.as_str()).unwrap_or_default();
+        let text = task
+            .response
+            .as_ref()
+            .and_then(|r| r.as_str())
+            .unwrap_or_default();
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "INSERT INTO {} (task_id, text, attempt) VALUES ($1, $2, $3)",
             self.table
@@ -75,7 +85,13 @@ async fn the_rows_the_follow_up_and_the_notification_commit_with_an_accepted_com
     let channel = format!("{}_saved", store.schema());
     let wrapped = CompleteWith::new(
         store.clone(),
-        (SaveResult { table: table.clone(), refuse: false }, Some(follow_up.clone())),
+        (
+            SaveResult {
+                table: table.clone(),
+                refuse: false,
+            },
+            Some(follow_up.clone()),
+        ),
     )
     .notify(channel.clone())
     .into_store();
@@ -91,8 +107,18 @@ async fn the_rows_the_follow_up_and_the_notification_commit_with_an_accepted_com
     let stale = lease.clone();
     wrapped.release(lease).await.unwrap();
     let lease = common::acquire(&wrapped, task.id, "w2").await;
-    assert!(!wrapped.complete(stale, Response::from("stale")).await.unwrap().is_accepted());
-    assert_eq!(rows(&store, &table).await, 0, "a refused completion writes no row");
+    assert!(
+        !wrapped
+            .complete(stale, Response::from("stale"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        rows(&store, &table).await,
+        0,
+        "a refused completion writes no row"
+    );
 
     let done = wrapped.complete(lease, Response::from("answer")).await.unwrap();
     assert!(done.is_accepted());
@@ -119,12 +145,23 @@ async fn a_failing_write_rolls_the_completion_back() {
     let f = common::fixture().await;
     let store = f.pg_store().clone();
     let table = results_table(&store).await;
-    let wrapped = CompleteWith::new(store.clone(), SaveResult { table: table.clone(), refuse: true }).into_store();
+    let wrapped = CompleteWith::new(
+        store.clone(),
+        SaveResult {
+            table: table.clone(),
+            refuse: true,
+        },
+    )
+    .into_store();
     let task = wrapped.submit(new_task("k1")).await.unwrap().into_task();
     let lease = common::acquire(&wrapped, task.id, "w").await;
     assert!(wrapped.complete(lease, Response::from("answer")).await.is_err());
     let after = store.get(task.id).await.unwrap().unwrap();
-    assert_ne!(after.status, taskfence::Status::Completed, "rolled back with the service's write");
+    assert_ne!(
+        after.status,
+        taskfence::Status::Completed,
+        "rolled back with the service's write"
+    );
     assert_eq!(rows(&store, &table).await, 0);
 }
 
@@ -132,16 +169,23 @@ async fn a_failing_write_rolls_the_completion_back() {
 async fn app_schema_creates_the_schema_once_and_sets_every_connections_search_path() {
     let f = common::fixture().await;
     let schema = format!("{}_app", f.schema());
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
     // Replicas starting at once: each call creates or finds it.
     let (a, b) = tokio::join!(
         taskfence::postgres::app_schema(options.clone(), &schema),
         taskfence::postgres::app_schema(options.clone(), &schema),
     );
-    let pool = sqlx::postgres::PgPoolOptions::new().connect_with(a.unwrap()).await.unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .connect_with(a.unwrap())
+        .await
+        .unwrap();
     drop(b.unwrap());
-    let first: String = sqlx::query_scalar("SELECT current_schema()").fetch_one(&pool).await.unwrap();
+    let first: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     assert_eq!(first, schema);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
         .execute(&pool)

@@ -61,7 +61,10 @@ pub(crate) fn router(state: AppState) -> Router {
 /// 200 when PostgreSQL answers, 503 otherwise. No authentication: it reveals
 /// nothing but that.
 async fn healthz(State(state): State<AppState>) -> Response {
-    taskfence_axum::health(sqlx::query("SELECT 1").execute(&state.pool).await, &problem::TYPES)
+    taskfence_axum::health(
+        sqlx::query("SELECT 1").execute(&state.pool).await,
+        &problem::TYPES,
+    )
 }
 
 /// `POST /conversations/{id}/messages` body.
@@ -247,7 +250,10 @@ async fn task(
     let wait = problem::TYPES.wait(query.wait.as_deref(), state.config.limits.max_wait)?;
     let read = || read_task(&state, &caller, task_id);
     let settled = |view: &TaskView| view.reply.is_some() || matches!(view.status, "failed" | "cancelled");
-    let view = state.events.wait_for(task_id, wait, &state.stop, read, settled).await?;
+    let view = state
+        .events
+        .wait_for(task_id, wait, &state.stop, read, settled)
+        .await?;
     Ok(Json(view).into_response())
 }
 

@@ -12,8 +12,8 @@
 //! Each takes its own lock (taskfence an advisory lock per schema, sqlx one per
 //! database), so replicas starting at once apply every file exactly once.
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use taskfence::PgStore;
 
 /// The app's migrations (`migrations/*.sql`), embedded at build time.

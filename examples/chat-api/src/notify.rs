@@ -89,7 +89,8 @@ pub struct ReplyReady {
 /// (the notification consumer's, `Consumer::source().waker()`) after the commit.
 pub fn follow_up(policy: RetryPolicy, retention: std::time::Duration, wake: Wake) -> FollowUp {
     FollowUp::new(NOTIFY_OPERATION, |reply: &Task| {
-        let message: ReplyPayload = serde_json::from_slice(&reply.payload).map_err(taskfence::Error::storage)?;
+        let message: ReplyPayload =
+            serde_json::from_slice(&reply.payload).map_err(taskfence::Error::storage)?;
         let payload = ReplyReady {
             kind: "reply.ready".to_owned(),
             task_id: reply.id.to_string(),

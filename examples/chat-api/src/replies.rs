@@ -31,7 +31,9 @@ pub type ReplyStore = Intercepted<PgStore, CompleteWith<(SaveReply, Option<Follo
 /// # }
 /// ```
 pub fn reply_store(store: PgStore, channel: impl Into<String>, ready: Option<FollowUp>) -> ReplyStore {
-    CompleteWith::new(store, (SaveReply, ready)).notify(channel).into_store()
+    CompleteWith::new(store, (SaveReply, ready))
+        .notify(channel)
+        .into_store()
 }
 
 /// What a reply's completion writes besides the task: the reply row.

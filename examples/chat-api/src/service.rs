@@ -6,8 +6,8 @@ use std::sync::Arc;
 use taskfence::PgStore;
 use taskfence::postgres::listen_saved;
 use taskfence::runtime::{SavedEvents, Stop, Wake};
-use tokio::net::TcpListener;
 use taskfence_axum::webhook::Webhook;
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
