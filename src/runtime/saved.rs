@@ -229,6 +229,40 @@ mod tests {
         assert!(wakes(&mut waiter, TaskId::new()).await);
     }
 
+    /// `wait_for` with a read that counts its calls and is never settled.
+    async fn reads_until_unsettled(events: &SavedEvents, wait: Duration, stop: &crate::runtime::Stop) -> u32 {
+        let reads = std::sync::atomic::AtomicU32::new(0);
+        let read = || async { Ok::<_, ()>(reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1) };
+        events.wait_for(TaskId::new(), wait, stop, read, |_| false).await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_poll_reads_once_without_a_wait_and_ends_at_its_deadline_or_the_stop() {
+        let (events, stop) = (SavedEvents::new(), crate::runtime::Stop::new());
+        assert_eq!(reads_until_unsettled(&events, Duration::ZERO, &stop).await, 1);
+        let started = tokio::time::Instant::now();
+        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 2);
+        assert_eq!(started.elapsed(), Duration::from_secs(30), "read again at the deadline");
+        assert_eq!(events.waiting(), 0, "the waiter is gone with the long-poll");
+        let stopping = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stopping.request();
+        });
+        let started = tokio::time::Instant::now();
+        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 2);
+        assert_eq!(started.elapsed(), Duration::from_secs(1), "a stop answers at once");
+        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 1, "stopped: no wait");
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_ends_the_long_poll() {
+        let (events, stop) = (SavedEvents::new(), crate::runtime::Stop::new());
+        let read = || async { Err::<u32, _>("store down") };
+        let answer = events.wait_for(TaskId::new(), Duration::from_secs(30), &stop, read, |_| false);
+        assert_eq!(answer.await, Err("store down"));
+    }
+
     #[tokio::test]
     async fn a_waiter_without_announcer_waits_forever() {
         let events = SavedEvents::new();

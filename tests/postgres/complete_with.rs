@@ -105,7 +105,7 @@ async fn the_rows_the_follow_up_and_the_notification_commit_with_an_accepted_com
     let lease = common::acquire(&wrapped, task.id, "w1").await;
     // A second worker takes the task over after the first one's lease is lost.
     let stale = lease.clone();
-    wrapped.release(lease).await.unwrap();
+    assert!(wrapped.release(lease).await.unwrap().is_accepted());
     let lease = common::acquire(&wrapped, task.id, "w2").await;
     assert!(
         !wrapped

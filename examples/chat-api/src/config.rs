@@ -269,13 +269,6 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The `TASKFENCE_*` variables of this process that no option reads
-    /// (log it at start-up): a misspelt one would otherwise be silently
-    /// ignored.
-    pub fn unknown_env() -> Option<taskfence::config::UnknownVars> {
-        taskfence::config::unknown_env_of(&<Self as clap::CommandFactory>::command())
-    }
-
     /// The service's [`Config`]: the flags' and the webhook's.
     pub fn config(&self) -> Config {
         let mut config = self.service.clone();

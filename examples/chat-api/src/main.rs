@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chat_api::{Service, Settings};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -27,8 +27,8 @@ async fn main() -> ExitCode {
         }
     };
     // A `TASKFENCE_*` variable no option reads is reported, not silently ignored.
-    if let Some(unknown) = Settings::unknown_env() {
-        tracing::warn!("{unknown}");
+    for warning in taskfence::config::startup_warnings(&Settings::command(), &[]) {
+        tracing::warn!("{warning}");
     }
     let code = match run(settings).await {
         Ok(()) => ExitCode::SUCCESS,
