@@ -35,7 +35,9 @@ async fn receive(State(seen): State<Seen>, headers: HeaderMap, body: String) -> 
 
 async fn receiver() -> (reqwest::Url, Seen) {
     let seen = Seen::default();
-    let app = Router::new().route("/hook", post(receive)).with_state(Arc::clone(&seen));
+    let app = Router::new()
+        .route("/hook", post(receive))
+        .with_state(Arc::clone(&seen));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -73,7 +75,10 @@ async fn each_answer_is_read_as_the_effect_journal_needs() {
 
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 5);
-    assert!(seen.iter().all(|(k, _)| k == key.as_str()), "the effect's key on every call");
+    assert!(
+        seen.iter().all(|(k, _)| k == key.as_str()),
+        "the effect's key on every call"
+    );
 }
 
 #[tokio::test]
@@ -82,7 +87,10 @@ async fn a_receiver_that_is_not_there_is_a_retryable_refusal() {
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     drop(listener);
     let hook = Webhook::new(url.parse().unwrap(), Duration::from_secs(5)).unwrap();
-    let EffectCall::Refused(failure) = hook.post(EffectKey::new(TaskId::new(), "ready"), Vec::new()).await else {
+    let EffectCall::Refused(failure) = hook
+        .post(EffectKey::new(TaskId::new(), "ready"), Vec::new())
+        .await
+    else {
         panic!("nothing was sent")
     };
     assert_eq!(failure.kind, FailureKind::Retryable);

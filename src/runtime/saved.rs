@@ -233,7 +233,10 @@ mod tests {
     async fn reads_until_unsettled(events: &SavedEvents, wait: Duration, stop: &crate::runtime::Stop) -> u32 {
         let reads = std::sync::atomic::AtomicU32::new(0);
         let read = || async { Ok::<_, ()>(reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1) };
-        events.wait_for(TaskId::new(), wait, stop, read, |_| false).await.unwrap()
+        events
+            .wait_for(TaskId::new(), wait, stop, read, |_| false)
+            .await
+            .unwrap()
     }
 
     #[tokio::test(start_paused = true)]
@@ -241,8 +244,15 @@ mod tests {
         let (events, stop) = (SavedEvents::new(), crate::runtime::Stop::new());
         assert_eq!(reads_until_unsettled(&events, Duration::ZERO, &stop).await, 1);
         let started = tokio::time::Instant::now();
-        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 2);
-        assert_eq!(started.elapsed(), Duration::from_secs(30), "read again at the deadline");
+        assert_eq!(
+            reads_until_unsettled(&events, Duration::from_secs(30), &stop).await,
+            2
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(30),
+            "read again at the deadline"
+        );
         assert_eq!(events.waiting(), 0, "the waiter is gone with the long-poll");
         let stopping = stop.clone();
         tokio::spawn(async move {
@@ -250,9 +260,20 @@ mod tests {
             stopping.request();
         });
         let started = tokio::time::Instant::now();
-        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 2);
-        assert_eq!(started.elapsed(), Duration::from_secs(1), "a stop answers at once");
-        assert_eq!(reads_until_unsettled(&events, Duration::from_secs(30), &stop).await, 1, "stopped: no wait");
+        assert_eq!(
+            reads_until_unsettled(&events, Duration::from_secs(30), &stop).await,
+            2
+        );
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(1),
+            "a stop answers at once"
+        );
+        assert_eq!(
+            reads_until_unsettled(&events, Duration::from_secs(30), &stop).await,
+            1,
+            "stopped: no wait"
+        );
     }
 
     #[tokio::test]
