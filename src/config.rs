@@ -453,6 +453,12 @@ fn edits(a: &str, b: &str) -> usize {
     d[a.len()][b.len()]
 }
 
+#[cfg(feature = "clap")]
+#[cfg_attr(docsrs, doc(cfg(feature = "clap")))]
+mod args;
+#[cfg(feature = "clap")]
+pub use args::{Mode, PurgeArgs, WorkerArgs, env_from_flags};
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

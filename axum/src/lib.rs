@@ -17,7 +17,13 @@ pub mod fingerprint;
 pub mod key;
 pub mod layer;
 pub mod problem;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+mod serve;
 pub mod submit;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod telemetry;
 pub mod trace;
 #[cfg(feature = "webhook")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhook")))]
@@ -27,4 +33,6 @@ pub use fingerprint::{canonical_json, fingerprint};
 pub use key::{IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED, IdempotencyKey, IdempotencyKeyRejection};
 pub use layer::{IdempotencyLayer, Idempotent, KeyScope};
 pub use problem::{PROBLEM_JSON, Problem, ProblemTypes};
+#[cfg(feature = "serve")]
+pub use serve::serve;
 pub use submit::{SubmitResponse, TaskBody, health, json_response};

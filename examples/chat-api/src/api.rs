@@ -51,7 +51,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/messages/{message_id}/regenerate", post(regenerate))
         .route("/tasks/{task_id}", get(task))
         .route("/healthz", get(healthz))
-        // The server span each reply task's trace starts from (see `telemetry`).
+        // The server span each reply task's trace starts from (see `taskfence_axum::telemetry`).
         .route_layer(axum::middleware::from_fn(taskfence_axum::trace::request_span))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)

@@ -13,34 +13,10 @@ use sqlx::PgPool;
 use taskfence::RetryPolicy;
 use taskfence::config::{defaults, parse_duration};
 
-/// Which halves of the service this process runs.
-///
-/// The API and the worker share nothing but PostgreSQL, so they can run in one
-/// process (the default) or separately (`--mode api` / `--mode worker`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    /// The HTTP API and the reply worker (default).
-    #[value(name = "both")]
-    Both,
-    /// Only the HTTP API: replies are written by worker processes.
-    #[value(name = "api")]
-    ApiOnly,
-    /// Only the reply worker: no HTTP listener.
-    #[value(name = "worker")]
-    WorkerOnly,
-}
-
-impl Mode {
-    /// `true` when this process serves HTTP.
-    pub fn runs_api(self) -> bool {
-        self != Mode::WorkerOnly
-    }
-
-    /// `true` when this process runs the reply worker.
-    pub fn runs_worker(self) -> bool {
-        self != Mode::ApiOnly
-    }
-}
+/// Which halves of the service this process runs (`--mode`): `both` (the
+/// default), `api` or `worker`. The API and the worker share nothing but
+/// PostgreSQL.
+pub use taskfence::config::Mode;
 
 /// Input limits. Each broken limit is a 4xx with a problem+json body, checked
 /// before anything is written.
@@ -67,58 +43,13 @@ impl Default for Limits {
     }
 }
 
-/// The in-process reply worker (a `taskfence::runtime::Consumer`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct WorkerSettings {
-    /// Replies generated at once by the in-process worker.
-    #[arg(
-        long = "worker-concurrency",
-        env = "CHAT_API_WORKER_CONCURRENCY",
-        default_value_t = 8
-    )]
-    pub concurrency: usize,
-    /// Lease per claim, renewed in the background while the provider runs
-    /// (`30s`, `500ms`, `5m`).
-    #[arg(long, env = "CHAT_API_LEASE", value_parser = parse_duration, default_value = "30s")]
-    pub lease: Duration,
-    /// The longest wait between two looks for work nothing woke the worker
-    /// for: a Send in another process, a retry past its backoff, an expired
-    /// lease. A Send in the same process wakes it at once.
-    #[arg(long, env = "CHAT_API_POLL_EVERY", value_parser = parse_duration, default_value = "200ms")]
-    pub poll_every: Duration,
-    /// On SIGTERM, how long the replies in flight may take to finish; the
-    /// rest are released for another process (a second SIGTERM releases at
-    /// once). The stop takes at most this plus 5 s: the default fits within
-    /// Kubernetes' default 30 s between SIGTERM and SIGKILL.
-    #[arg(long = "stop-grace", env = "CHAT_API_STOP_GRACE", value_parser = parse_duration, default_value = "20s")]
-    pub grace: Duration,
-}
+/// The in-process reply worker's flags (a `taskfence::runtime::Consumer`):
+/// `--worker-concurrency`, `--lease`, `--poll-every`, `--stop-grace`.
+pub type WorkerSettings = taskfence::config::WorkerArgs;
 
-impl Default for WorkerSettings {
-    fn default() -> Self {
-        defaults()
-    }
-}
-
-/// The retention sweep ([`taskfence::runtime::purge_every`]): how often,
-/// and how many tasks per statement.
-#[derive(Debug, Clone, clap::Args)]
-pub struct PurgeSettings {
-    /// How often the worker's process purges the tasks past their retention
-    /// (`0` turns it off, e.g. when a scheduled `taskfence purge` does it).
-    #[arg(long = "purge-interval", env = "CHAT_API_PURGE_INTERVAL", value_parser = parse_duration, default_value = "10m")]
-    pub every: Duration,
-    /// Tasks removed per purge statement (1 to
-    /// `taskfence::limits::MAX_SCAN_LIMIT`); a sweep repeats it until fewer are left.
-    #[arg(long = "purge-batch", env = "CHAT_API_PURGE_BATCH", default_value_t = 1000)]
-    pub batch: usize,
-}
-
-impl Default for PurgeSettings {
-    fn default() -> Self {
-        defaults()
-    }
-}
+/// The retention sweep's flags ([`taskfence::runtime::purge_every`]):
+/// `--purge-interval`, `--purge-batch`.
+pub type PurgeSettings = taskfence::config::PurgeArgs;
 
 /// The "reply ready" webhook ([`crate::notify`]): where the worker announces
 /// each saved reply, once.
@@ -204,7 +135,7 @@ impl Config {
 }
 
 /// The process's configuration: every option is a flag and an environment
-/// variable (the flag wins). `chat-api --help` lists them.
+/// variable (the flag wins), `CHAT_API_{FLAG}` unless it names another. `chat-api --help` lists them.
 ///
 /// ```
 /// use clap::Parser;
@@ -221,7 +152,9 @@ impl Config {
 #[command(
     name = "chat-api",
     version,
-    about = "A chat API whose replies go through taskfence."
+    about = "A chat API whose replies go through taskfence.",
+    // A flag without an `env` of its own is read from `CHAT_API_{FLAG}` too.
+    mut_args(taskfence::config::env_from_flags("CHAT_API_"))
 )]
 pub struct Settings {
     /// PostgreSQL URL. TLS: add `?sslmode=verify-full&sslrootcert=/path/ca.pem`

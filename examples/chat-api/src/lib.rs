@@ -25,7 +25,6 @@ pub mod problem;
 pub mod replies;
 pub mod service;
 pub mod sim;
-pub mod telemetry;
 pub mod worker;
 
 pub use api::{OPERATION, REPLAYED};

@@ -6,7 +6,7 @@
 //! `TASKFENCE_SCHEMA`, `CHAT_API_SCHEMA`, `CHAT_API_WEBHOOK_URL` (the "reply
 //! ready" notifications, off when unset), … Logs go to stderr, filtered by
 //! `RUST_LOG` (default `info`); traces go to `OTEL_EXPORTER_OTLP_ENDPOINT`
-//! when it is set (see `telemetry`). Stops gracefully on SIGTERM or Ctrl-C; a
+//! when it is set (`taskfence_axum::telemetry`). Stops gracefully on SIGTERM or Ctrl-C; a
 //! second one releases the replies still in flight at once.
 
 use std::process::ExitCode;
@@ -19,7 +19,7 @@ use clap::{CommandFactory, Parser};
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
-    let telemetry = match chat_api::telemetry::init(settings.otlp_endpoint.as_deref()) {
+    let telemetry = match taskfence_axum::telemetry::init("chat-api", settings.otlp_endpoint.as_deref()) {
         Ok(telemetry) => telemetry,
         Err(message) => {
             eprintln!("chat-api: {message}");

@@ -116,31 +116,18 @@ impl Service {
                 wake_worker: worker.as_ref().map_or_else(Wake::default, |c| c.source().waker()),
                 stop: stop.clone(),
             };
-            let stop_serving = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let shutdown = async move { stop_serving.requested().await };
-                if let Err(error) = axum::serve(listener, api::router(state))
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                {
-                    tracing::error!(%error, "HTTP server failed");
-                }
-            }));
+            tasks.push(taskfence_axum::serve(listener, api::router(state), stop.clone()));
         }
         if let Some((consumer, webhook)) = notices {
             let deliver = move |ctx| {
                 let webhook = webhook.clone();
                 async move { webhook.deliver(&ctx, notify::EFFECT).await }
             };
-            tasks.push(tokio::spawn(worker::run(
-                "notification worker",
-                consumer,
-                deliver,
-            )));
+            tasks.push(consumer.spawn("notification worker", deliver));
         }
         if let Some(consumer) = worker {
             let generate = move |ctx| worker::generate(Arc::clone(&provider), ctx);
-            tasks.push(tokio::spawn(worker::run("reply worker", consumer, generate)));
+            tasks.push(consumer.spawn("reply worker", generate));
             let stopping = stop.clone();
             tasks.push(tokio::spawn(async move {
                 let purge = &config.purge;

@@ -91,27 +91,11 @@ pub(crate) fn consumer(
 /// A consumer's settings from the worker's: `concurrency` at once, named
 /// `{name}-{pid}-{random}` (one name per process and start).
 pub(crate) fn consumer_config(name: &str, settings: &WorkerSettings, concurrency: usize) -> ConsumerConfig {
-    let suffix = uuid::Uuid::now_v7().simple().to_string();
-    let worker_id = format!("{name}-{}-{}", std::process::id(), &suffix[20..]);
-    let mut config = ConsumerConfig::new(worker_id, settings.lease)
+    ConsumerConfig::new(ConsumerConfig::unique_id(name), settings.lease)
         .concurrency(concurrency)
         // A provider call takes seconds: a waiting task stays in the store,
         // where any idle process can take it, not leased to a busy one.
-        .prefetch(0);
-    config.idle_min = config.idle_min.min(settings.poll_every);
-    config.idle_max = settings.poll_every;
-    config.grace = settings.grace;
-    config
-}
-
-/// Runs `consumer` on `work` until its stop switch is pulled and the stop is over.
-pub(crate) async fn run<F, Fut>(name: &'static str, consumer: Consumer<StoreQueue>, work: F)
-where
-    F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Response, Failure>> + Send + 'static,
-{
-    match consumer.run(work).await {
-        Ok(stopped) => tracing::info!(?stopped, "{name} stopped"),
-        Err(error) => tracing::error!(%error, "the {name} could not start"),
-    }
+        .prefetch(0)
+        .poll_every(settings.poll_every)
+        .grace(settings.grace)
 }

@@ -169,6 +169,53 @@ impl ConsumerConfig {
         self
     }
 
+    /// Sets `idle_max` to `every`, the longest wait between two looks for
+    /// work nothing woke the consumer for (a submission in another process,
+    /// a retry past its backoff, an expired lease), and lowers `idle_min` to
+    /// it if it was longer: what a service's `--poll-every` flag means.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use taskfence::runtime::ConsumerConfig;
+    /// let config = ConsumerConfig::new("w", Duration::from_secs(30)).poll_every(Duration::from_millis(1));
+    /// assert_eq!((config.idle_min, config.idle_max), (Duration::from_millis(1), Duration::from_millis(1)));
+    /// ```
+    pub fn poll_every(mut self, every: Duration) -> Self {
+        self.idle_min = self.idle_min.min(every);
+        self.idle_max = every;
+        self
+    }
+
+    /// Sets `grace`: at a drain, how long the work in flight may take to
+    /// finish before the rest is released (`release_deadline` unchanged).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use taskfence::runtime::ConsumerConfig;
+    /// let config = ConsumerConfig::new("w", Duration::from_secs(30)).grace(Duration::from_secs(3));
+    /// assert_eq!(config.grace, Duration::from_secs(3));
+    /// ```
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// A worker id unique to this process and start: `{name}-{pid}-{random}`
+    /// (12 hex digits), so two replicas, or a restarted one, never record
+    /// their attempts under the same name.
+    ///
+    /// ```
+    /// use taskfence::runtime::ConsumerConfig;
+    /// let id = ConsumerConfig::unique_id("chat-worker");
+    /// assert!(id.starts_with(&format!("chat-worker-{}-", std::process::id())));
+    /// assert_ne!(id, ConsumerConfig::unique_id("chat-worker"));
+    /// ```
+    pub fn unique_id(name: &str) -> String {
+        // A v7 id's last 12 hex digits are random.
+        let random = uuid::Uuid::now_v7().simple().to_string();
+        format!("{name}-{}-{}", std::process::id(), &random[20..])
+    }
+
     /// Sets `lost_grace`.
     pub fn lost_grace(mut self, grace: Duration) -> Self {
         self.lost_grace = grace;

@@ -221,6 +221,43 @@ impl<S: Source> Consumer<S> {
         &self.source
     }
 
+    /// [`run`](Self::run) in a task of its own, its end logged under `name`:
+    /// `INFO "{name} stopped"` with the [`Stopped`] summary, or `ERROR "the
+    /// {name} could not start"`. What a service does with each consumer it
+    /// runs beside its server, all of them stopped by one [`Stop`]; the handle
+    /// is awaited with theirs at the end.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), taskfence::error::InvalidInput> {
+    /// # use std::{sync::Arc, time::Duration};
+    /// use taskfence::runtime::{ConsumerConfig, StoreQueue};
+    /// use taskfence::{Response, TaskStore};
+    ///
+    /// let store: Arc<dyn TaskStore> = Arc::new(taskfence::MemoryStore::new());
+    /// let consumer = StoreQueue::new(store).consumer(ConsumerConfig::new("w", Duration::from_secs(30)))?;
+    /// let stop = consumer.stop().clone();
+    /// let running = consumer.spawn("reply worker", |_ctx| async { Ok(Response::from("done")) });
+    /// stop.drain();
+    /// running.await.expect("the consumer's task ends");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn spawn<F, Fut>(self, name: &'static str, work: F) -> tokio::task::JoinHandle<()>
+    where
+        S: Send + Sync + 'static,
+        S::Receipt: Clone + Send + Sync,
+        F: Fn(WorkContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Response, Failure>> + Send + 'static,
+    {
+        tokio::spawn(async move {
+            match self.run(work).await {
+                Ok(stopped) => tracing::info!(?stopped, "{name} stopped"),
+                Err(error) => tracing::error!(%error, "the {name} could not start"),
+            }
+        })
+    }
+
     /// Runs until stopped (see [`stop`](Self::stop)); returns what it did.
     /// `work` gets each task it acquired and returns the response to save or
     /// a [`Failure`]. An `Err` is only for a consumer that could not start.

@@ -32,7 +32,7 @@ struct Args {
 async fn main() -> ExitCode {
     let args = Args::parse();
     // Logs to stderr, filtered by RUST_LOG (default info); no traces.
-    let _telemetry = chat_api::telemetry::init(None);
+    let _telemetry = taskfence_axum::telemetry::init("webhook-receiver", None);
     // It reads no `TASKFENCE_*` variable: one set is a mistake, reported.
     if let Some(unknown) = taskfence::config::unknown_env(&[]) {
         tracing::warn!("{unknown}");
