@@ -35,4 +35,4 @@ pub use layer::{IdempotencyLayer, Idempotent, KeyScope};
 pub use problem::{PROBLEM_JSON, Problem, ProblemTypes};
 #[cfg(feature = "serve")]
 pub use serve::serve;
-pub use submit::{SubmitResponse, TaskBody, health, json_response};
+pub use submit::{SubmitResponse, TaskBody, TaskStatus, health, json_response};

@@ -1,6 +1,7 @@
 //! [`SubmitResponse`]: "submit, or return the task this key already names",
 //! as an HTTP response; [`TaskBody`]: its default JSON body; [`json_response`]:
-//! a body the service renders itself, first or replayed; [`health`]: a readiness probe's answer.
+//! a body the service renders itself, first or replayed; [`health`]: a readiness probe's answer;
+//! [`TaskStatus`]: the task's part of a `GET /tasks/{id}` view.
 
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
@@ -195,6 +196,84 @@ impl<B: Serialize> IntoResponse for SubmitResponse<B> {
             headers.insert(header::LOCATION, location);
         }
         response
+    }
+}
+
+/// The task's part of a service's `GET /tasks/{id}` view, for the people
+/// who operate it and the clients that poll it: the id, the status, the
+/// attempts used out of the budget and, unless the task completed, its last
+/// error. Every service on taskfence shows these the same way; it adds its
+/// own fields beside them (`#[serde(flatten)]`), such as the saved result as
+/// its own rows hold it.
+///
+/// Unlike [`TaskBody`] it shows the attempt count and the error text: it is
+/// a status view for the task's owner, not a replayed response.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+/// use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskStore};
+/// use taskfence_axum::TaskStatus;
+///
+/// #[derive(serde::Serialize)]
+/// struct View {
+///     #[serde(flatten)]
+///     task: TaskStatus,
+///     message_id: String,
+/// }
+/// let store = MemoryStore::new();
+/// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+/// let view = View { task: TaskStatus::from(&task), message_id: "m1".into() };
+/// let json = serde_json::to_value(&view).unwrap();
+/// assert_eq!(json["status"], "pending");
+/// assert_eq!((json["attempts"].as_u64(), json["max_attempts"].as_u64()), (Some(0), Some(u64::from(task.policy.max_attempts))));
+/// assert!(json["error"].is_null());
+/// assert_eq!(json["message_id"], "m1");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TaskStatus {
+    /// The task id.
+    pub id: String,
+    /// `pending`, `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// The task's budget of attempts.
+    pub max_attempts: u32,
+    /// The last attempt's error, unless the task completed (`null` then).
+    pub error: Option<String>,
+}
+
+impl TaskStatus {
+    /// `true` once the task is failed or cancelled for good: no attempt will
+    /// come. (A completed task is settled when the service's result is saved,
+    /// which the service knows.)
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use taskfence::{InputHash, MemoryStore, NewTask, RequestKey, TaskStore};
+    /// let store = MemoryStore::new();
+    /// let task = store.submit(NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))).await?.into_task();
+    /// assert!(!taskfence_axum::TaskStatus::from(&task).is_given_up());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_given_up(&self) -> bool {
+        matches!(self.status.as_str(), "failed" | "cancelled")
+    }
+}
+
+impl From<&Task> for TaskStatus {
+    fn from(task: &Task) -> Self {
+        Self {
+            id: task.id.to_string(),
+            status: task.status.as_str().to_owned(),
+            attempts: task.attempts(),
+            max_attempts: task.policy.max_attempts,
+            error: (task.status != taskfence::Status::Completed)
+                .then(|| task.last_error.clone())
+                .flatten(),
+        }
     }
 }
 

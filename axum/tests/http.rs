@@ -495,3 +495,71 @@ async fn json_reserialized_on_retry_is_the_same_request_and_a_changed_field_is_n
     let body = changed.assert_problem(422, "/problems/idempotency-key-reused");
     assert_eq!(body["existing_task_id"], first.json()["id"]);
 }
+
+/// `TaskStatus`: a failed task shows its error and is given up; a completed
+/// one shows no error, whatever its earlier attempts said.
+#[tokio::test]
+async fn task_status_shows_the_error_until_the_task_completes() {
+    use taskfence::{Failure, RetryPolicy};
+    use taskfence_axum::TaskStatus;
+
+    let store = MemoryStore::new();
+    let lease_for = Duration::from_secs(30);
+    let submit = |key: &str, attempts: u32| {
+        NewTask::new(RequestKey::new("u", "op", key), InputHash::of([key])).policy(
+            RetryPolicy::default()
+                .max_attempts(attempts)
+                .initial_backoff(Duration::from_millis(1))
+                .max_backoff(Duration::from_millis(1))
+                .jitter(0.0),
+        )
+    };
+    let failed = store.submit(submit("failed", 1)).await.unwrap().into_task();
+    let Claim::Acquired(lease) = store
+        .claim(failed.id, ClaimRequest::new("w", lease_for))
+        .await
+        .unwrap()
+    else {
+        panic!("claimable")
+    };
+    store
+        .fail(lease, Failure::permanent("400 bad prompt"))
+        .await
+        .unwrap();
+    let status = TaskStatus::from(&store.get(failed.id).await.unwrap().unwrap());
+    assert_eq!(
+        (status.status.as_str(), status.attempts, status.max_attempts),
+        ("failed", 1, 1)
+    );
+    assert!(
+        status
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("400 bad prompt")),
+        "{status:?}"
+    );
+    assert!(status.is_given_up());
+
+    let done = store.submit(submit("done", 2)).await.unwrap().into_task();
+    let Claim::Acquired(lease) = store
+        .claim(done.id, ClaimRequest::new("w", lease_for))
+        .await
+        .unwrap()
+    else {
+        panic!("claimable")
+    };
+    store.fail(lease, Failure::retryable("503")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let Claim::Acquired(lease) = store
+        .claim(done.id, ClaimRequest::new("w", lease_for))
+        .await
+        .unwrap()
+    else {
+        panic!("claimable again past its 1 ms backoff")
+    };
+    store.complete(lease, "reply".into()).await.unwrap();
+    let status = TaskStatus::from(&store.get(done.id).await.unwrap().unwrap());
+    assert_eq!((status.status.as_str(), status.attempts), ("completed", 2));
+    assert_eq!(status.error, None, "no error once completed");
+    assert!(!status.is_given_up());
+}

@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool, Row};
 use taskfence::runtime::{SavedEvents, Stop, Wake};
-use taskfence::{InputHash, NewTask, PgStore, RequestKey, Status, Submitted, Task, TaskId, TaskStore};
-use taskfence_axum::{IdempotencyKey, Problem, json_response};
+use taskfence::{InputHash, NewTask, PgStore, RequestKey, Submitted, Task, TaskId, TaskStore};
+use taskfence_axum::{IdempotencyKey, Problem, TaskStatus, json_response};
 use uuid::Uuid;
 
 use crate::config::{Config, Limits};
@@ -74,16 +74,14 @@ struct SendBody {
     content: String,
 }
 
-/// `GET /tasks/{id}`.
+/// `GET /tasks/{id}`: the task's status (id, status, attempts, error) and the
+/// message it answers, with its saved reply.
 #[derive(Debug, Serialize)]
 struct TaskView {
-    id: String,
-    status: &'static str,
-    attempts: u32,
-    max_attempts: u32,
+    #[serde(flatten)]
+    task: TaskStatus,
     message_id: String,
     reply: Option<ReplyView>,
-    error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -249,7 +247,7 @@ async fn task(
         query.map_err(|e| problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
     let wait = problem::TYPES.wait(query.wait.as_deref(), state.config.limits.max_wait)?;
     let read = || read_task(&state, &caller, task_id);
-    let settled = |view: &TaskView| view.reply.is_some() || matches!(view.status, "failed" | "cancelled");
+    let settled = |view: &TaskView| view.reply.is_some() || view.task.is_given_up();
     let view = state
         .events
         .wait_for(task_id, wait, &state.stop, read, settled)
@@ -261,11 +259,8 @@ async fn task(
 /// and the reply never disagree. Another user's task is "not found": its
 /// existence is not revealed.
 async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<TaskView, Problem> {
-    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await
-        .map_err(problem::internal)?;
+    let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+    let mut tx = state.pool.begin_with(snapshot).await.map_err(problem::internal)?;
     let task: Task = state
         .store
         .on(&mut tx)
@@ -292,15 +287,9 @@ async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result
         saved_at: row.get("saved_at"),
     });
     Ok(TaskView {
-        id: task.id.to_string(),
-        status: task.status.as_str(),
-        attempts: task.attempts(),
-        max_attempts: task.policy.max_attempts,
+        task: TaskStatus::from(&task),
         message_id: row.get::<Uuid, _>("message_id").to_string(),
         reply,
-        error: (task.status != Status::Completed)
-            .then_some(task.last_error)
-            .flatten(),
     })
 }
 
