@@ -255,16 +255,56 @@ pub async fn connect_postgres(
     max_connections: u32,
     application_name: &str,
 ) -> Result<crate::PgStore, ConnectError> {
+    let pool = connect_pool(url, None, max_connections, application_name).await?;
+    Ok(crate::PgStore::builder(pool).schema(schema).build()?)
+}
+
+/// The pool of a service that keeps tables of its own beside taskfence's:
+/// the pool [`connect_postgres`] opens, and, with `app_schema`, that schema
+/// created if missing and first in every connection's `search_path`
+/// ([`postgres::app_schema`](crate::postgres::app_schema)), so the
+/// service's unqualified SQL and migrations always mean it, on every
+/// connection (one opened after a failover included). Without it the
+/// server's default `search_path` (normally `public`) applies.
+///
+/// The same settings as [`connect_postgres`]: the URL's TLS parameters, up
+/// to `max_connections`, sessions named `application_name`, no ping before
+/// use (a dead connection fails one operation, which the client or worker
+/// retries with the same key), a 10 s wait for a free connection at most.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), taskfence::config::ConnectError> {
+/// let pool = taskfence::config::connect_pool("postgres://app@db/chat", Some("chat"), 32, "chat-api").await?;
+/// let store = taskfence::PgStore::builder(pool).build()?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// The URL does not parse ([`ConnectError::Url`]); the app schema cannot be
+/// created or no connection opens ([`ConnectError::Connect`]).
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub async fn connect_pool(
+    url: &str,
+    app_schema: Option<&str>,
+    max_connections: u32,
+    application_name: &str,
+) -> Result<sqlx::PgPool, ConnectError> {
     use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-    let options: PgConnectOptions = url.parse().map_err(ConnectError::Url)?;
-    let pool = PgPoolOptions::new()
+    let mut options: PgConnectOptions = url.parse().map_err(ConnectError::Url)?;
+    if let Some(schema) = app_schema {
+        options = crate::postgres::app_schema(options, schema)
+            .await
+            .map_err(ConnectError::Connect)?;
+    }
+    PgPoolOptions::new()
         .max_connections(max_connections)
         .test_before_acquire(false)
         .acquire_timeout(std::time::Duration::from_secs(10))
         .connect_with(options.application_name(application_name))
         .await
-        .map_err(ConnectError::Connect)?;
-    Ok(crate::PgStore::builder(pool).schema(schema).build()?)
+        .map_err(ConnectError::Connect)
 }
 
 /// One environment variable no part of the binary reads.

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use taskfence::effect::{EffectCall, EffectKey};
 use taskfence::runtime::WorkContext;
@@ -100,6 +101,26 @@ impl Webhook {
     pub async fn deliver(&self, ctx: &WorkContext, effect: &str) -> Result<Response, Failure> {
         let body = ctx.task().payload.clone();
         ctx.effect(effect, |key| self.post(key, body)).await
+    }
+
+    /// [`deliver`](Self::deliver) as a consumer's work function: each task's
+    /// payload `POST`ed as effect `effect`. What every service that delivers
+    /// webhooks from a consumer of their own passes to `Consumer::run` (or
+    /// `Consumer::spawn`).
+    ///
+    /// ```no_run
+    /// # fn f(hook: taskfence_axum::webhook::Webhook, consumer: taskfence::runtime::Consumer<taskfence::runtime::StoreQueue>) {
+    /// let delivering = consumer.spawn("notification worker", hook.work("reply-ready"));
+    /// # }
+    /// ```
+    pub fn work(
+        self,
+        effect: &'static str,
+    ) -> impl Fn(WorkContext) -> BoxFuture<'static, Result<Response, Failure>> + Send + Sync + 'static {
+        move |ctx| {
+            let hook = self.clone();
+            Box::pin(async move { hook.deliver(&ctx, effect).await })
+        }
     }
 
     /// One call with `key` as its `Idempotency-Key`, read as an [`EffectCall`]:

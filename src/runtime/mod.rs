@@ -100,7 +100,7 @@ pub use consumer::{Consumer, ConsumerConfig, Stopped};
 pub use context::WorkContext;
 pub use disposition::{AckReason, Disposition, LeaveReason, RetryReason};
 pub use hooks::LeaseHooks;
-pub use purge::{purge_every, purge_expired_all};
+pub use purge::{purge_every, purge_expired_all, spawn_purge};
 pub use saved::{SavedEvents, SavedWaiter};
 pub use source::{Delivery, Source, StoreQueue, Wake};
 pub use stop::Stop;

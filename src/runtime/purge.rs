@@ -48,6 +48,28 @@ pub async fn purge_every<S: TaskStore + ?Sized>(store: &S, every: Duration, batc
     }
 }
 
+/// [`purge_every`] in a task of its own, owning `store`: the sweep as one
+/// more task a service runs beside its consumers and stops with the same
+/// [`Stop`]; await the handle with theirs.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let stop = taskfence::runtime::Stop::new();
+/// let sweep = taskfence::runtime::spawn_purge(taskfence::MemoryStore::new(), Duration::from_secs(600), 1000, stop.clone());
+/// stop.drain();
+/// sweep.await.expect("the sweep ends at the stop");
+/// # }
+/// ```
+pub fn spawn_purge<S: TaskStore + 'static>(
+    store: S,
+    every: Duration,
+    batch: usize,
+    stop: Stop,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move { purge_every(&store, every, batch, stop).await })
+}
+
 /// One sweep: [`TaskStore::purge_expired`]`(batch)` statement after
 /// statement until one removes fewer than `batch` (nothing more has expired)
 /// or `stop` is requested. The tasks removed.

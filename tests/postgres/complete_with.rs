@@ -192,3 +192,34 @@ async fn app_schema_creates_the_schema_once_and_sets_every_connections_search_pa
         .await
         .unwrap();
 }
+
+/// `config::connect_pool`: the app schema first in every connection's
+/// `search_path`, the session named, a bad URL refused as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_pool_puts_the_app_schema_first_and_names_the_session() {
+    let f = common::fixture().await;
+    let schema = format!("{}_pool", f.schema());
+    let url =
+        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let pool = taskfence::config::connect_pool(&url, Some(&schema), 2, "chat-api")
+        .await
+        .unwrap();
+    let (current, name): (String, String) =
+        sqlx::query_as("SELECT current_schema(), current_setting('application_name')")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!((current.as_str(), name.as_str()), (schema.as_str(), "chat-api"));
+    let plain = taskfence::config::connect_pool(&url, None, 1, "w").await.unwrap();
+    let current: String = sqlx::query_scalar("SELECT current_schema()")
+        .fetch_one(&plain)
+        .await
+        .unwrap();
+    assert_ne!(current, schema, "no app schema: the server's search_path");
+    let bad = taskfence::config::connect_pool("not a url", None, 1, "w").await;
+    assert!(matches!(bad, Err(taskfence::config::ConnectError::Url(_))));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+        .execute(&pool)
+        .await
+        .unwrap();
+}

@@ -239,7 +239,7 @@ impl Settings {
 
     /// The pool, with the app schema (if any) created and first in every
     /// connection's `search_path`. See [`crate::db::connect`].
-    pub async fn connect(&self) -> Result<PgPool, sqlx::Error> {
+    pub async fn connect(&self) -> Result<PgPool, taskfence::config::ConnectError> {
         let schema = self.app_schema.as_deref();
         crate::db::connect(&self.database_url, schema, self.max_connections).await
     }

@@ -13,8 +13,8 @@
 //! database), so replicas starting at once apply every file exactly once.
 
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use taskfence::PgStore;
+use taskfence::config::ConnectError;
 
 /// The app's migrations (`migrations/*.sql`), embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
@@ -31,10 +31,11 @@ pub enum MigrateError {
     App(#[from] sqlx::migrate::MigrateError),
 }
 
-/// A pool on `url` (TLS as its `sslmode` says) of up to `max_connections`.
+/// A pool on `url` (TLS as its `sslmode` says) of up to `max_connections`,
+/// its sessions named `chat-api`.
 ///
 /// With `app_schema`, that schema is created if missing and every connection's
-/// `search_path` is set to it at connect time ([`taskfence::postgres::app_schema`]),
+/// `search_path` is set to it at connect time ([`taskfence::config::connect_pool`]),
 /// so the app's unqualified SQL — its queries and its migrations — always means
 /// that schema, on every connection, including ones opened after a failover.
 /// Without it the server's default `search_path` (normally `public`) applies.
@@ -42,18 +43,8 @@ pub async fn connect(
     url: &str,
     app_schema: Option<&str>,
     max_connections: u32,
-) -> Result<PgPool, sqlx::Error> {
-    let mut options: PgConnectOptions = url.parse()?;
-    if let Some(schema) = app_schema {
-        options = taskfence::postgres::app_schema(options, schema).await?;
-    }
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        // Every operation is exactly its own statements; a dead connection
-        // fails that operation, which the client retries with the same key.
-        .test_before_acquire(false)
-        .connect_with(options)
-        .await
+) -> Result<PgPool, ConnectError> {
+    taskfence::config::connect_pool(url, app_schema, max_connections, "chat-api").await
 }
 
 /// Applies taskfence's migrations to `store`'s schema, then the app's

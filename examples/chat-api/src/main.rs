@@ -47,10 +47,8 @@ async fn main() -> ExitCode {
 async fn run(settings: Settings) -> Result<(), String> {
     settings.validate()?;
     let config = settings.config();
-    let pool = settings
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+    // "DATABASE_URL: …" or "connecting to PostgreSQL: …".
+    let pool = settings.connect().await.map_err(|e| e.to_string())?;
     let listener = match config.mode.runs_api() {
         true => Some(
             tokio::net::TcpListener::bind(settings.listen)

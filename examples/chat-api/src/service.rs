@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use taskfence::PgStore;
 use taskfence::postgres::listen_saved;
-use taskfence::runtime::{SavedEvents, Stop, Wake};
+use taskfence::runtime::{SavedEvents, Stop, Wake, spawn_purge};
 use taskfence_axum::webhook::Webhook;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -119,20 +119,13 @@ impl Service {
             tasks.push(taskfence_axum::serve(listener, api::router(state), stop.clone()));
         }
         if let Some((consumer, webhook)) = notices {
-            let deliver = move |ctx| {
-                let webhook = webhook.clone();
-                async move { webhook.deliver(&ctx, notify::EFFECT).await }
-            };
-            tasks.push(consumer.spawn("notification worker", deliver));
+            tasks.push(consumer.spawn("notification worker", webhook.work(notify::EFFECT)));
         }
         if let Some(consumer) = worker {
             let generate = move |ctx| worker::generate(Arc::clone(&provider), ctx);
             tasks.push(consumer.spawn("reply worker", generate));
-            let stopping = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let purge = &config.purge;
-                taskfence::runtime::purge_every(&store, purge.every, purge.batch, stopping).await;
-            }));
+            let purge = &config.purge;
+            tasks.push(spawn_purge(store, purge.every, purge.batch, stop.clone()));
         }
         Ok(Self {
             addr,
