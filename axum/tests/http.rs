@@ -522,10 +522,11 @@ async fn task_status_shows_the_error_until_the_task_completes() {
     else {
         panic!("claimable")
     };
-    store
+    let failing = store
         .fail(lease, Failure::permanent("400 bad prompt"))
         .await
         .unwrap();
+    assert!(failing.is_accepted());
     let status = TaskStatus::from(&store.get(failed.id).await.unwrap().unwrap());
     assert_eq!(
         (status.status.as_str(), status.attempts, status.max_attempts),
@@ -548,7 +549,13 @@ async fn task_status_shows_the_error_until_the_task_completes() {
     else {
         panic!("claimable")
     };
-    store.fail(lease, Failure::retryable("503")).await.unwrap();
+    assert!(
+        store
+            .fail(lease, Failure::retryable("503"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
     tokio::time::sleep(Duration::from_millis(20)).await;
     let Claim::Acquired(lease) = store
         .claim(done.id, ClaimRequest::new("w", lease_for))
@@ -557,7 +564,7 @@ async fn task_status_shows_the_error_until_the_task_completes() {
     else {
         panic!("claimable again past its 1 ms backoff")
     };
-    store.complete(lease, "reply".into()).await.unwrap();
+    assert!(store.complete(lease, "reply".into()).await.unwrap().is_accepted());
     let status = TaskStatus::from(&store.get(done.id).await.unwrap().unwrap());
     assert_eq!((status.status.as_str(), status.attempts), ("completed", 2));
     assert_eq!(status.error, None, "no error once completed");
