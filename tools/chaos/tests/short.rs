@@ -45,7 +45,13 @@ fn counts(output: &str, prefix: &str) -> HashMap<String, i64> {
 
 #[test]
 fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
+    // Every worker's store calls, recorded there and replayed at the end.
+    let traces = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).expect("the trace directory");
     let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
+        .arg("--trace-dir")
+        .arg(&traces)
         .args(["--worker-bin", env!("CARGO_BIN_EXE_chaos-worker")])
         .args(["--tasks", "200", "--workers", "3", "--concurrency", "4"])
         .args([
@@ -100,4 +106,18 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
     );
     assert!(output.contains("RESULT clean"));
     assert!(status.success(), "orchestrator exited with {status}");
+
+    // The workers' histories, merged into the order the store saw, replay
+    // against the model step by step.
+    let merged = chaos::trace::merge(&traces).expect("the workers' traces merge");
+    let cut = merged.steps.iter().filter(|s| s.outcome == "unknown").count();
+    let replayed = model_check::replay::replay(&merged.steps)
+        .unwrap_or_else(|why| panic!("the chaos run's history ({}): {why}", traces.display()));
+    println!(
+        "trace: {} worker files, {replayed} steps replayed ({} cut short by a kill, {cut} unknown in all)",
+        merged.files, merged.cut_short
+    );
+    assert!(merged.files >= 3, "every worker wrote its trace");
+    let tasks: std::collections::HashSet<_> = merged.steps.iter().filter_map(|s| s.task_id).collect();
+    assert_eq!(tasks.len(), 200, "every task's claims are in the history");
 }
