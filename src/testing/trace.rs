@@ -3,7 +3,8 @@
 //!
 //! [`Recorder`] is an [`Intercept`]: wrap any store with it and every
 //! operation that may write is logged as a [`Step`], with its inputs, the
-//! store's answer and the tasks it touched read back before and after.
+//! store's answer and the tasks it touched read back before and after (an
+//! effect step also reads back the effect journal's record: [`SeenEffect`]).
 //! Operations pass through it one at a time, so each step's "before" is the
 //! state the operation found: the recorded history is a sequence, whatever
 //! the callers' concurrency. [`Recording`] wraps a conformance [`Fixture`]
@@ -12,6 +13,10 @@
 //! A call cut short (its future dropped, say by an aborted worker) is
 //! logged with the outcome `unknown`: the write may or may not have
 //! happened, and the next read of the task tells which.
+//!
+//! A history can also be passed on as it happens
+//! ([`Recorder::with_sink`]): several processes' recorders, each writing
+//! its own file, are how a multi-process run (`tools/chaos`) is recorded.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
