@@ -137,7 +137,7 @@ pub fn recorder(dir: &Path, worker: &str) -> std::io::Result<Recorder> {
         .with_read_patience(READ_PATIENCE)
         .with_sink(move |step: &Step| {
             // The recorder passes each operation's step twice, start then end.
-            let phase = if passes.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+            let phase = if passes.fetch_add(1, Ordering::SeqCst).is_multiple_of(2) {
                 "start"
             } else {
                 "end"
