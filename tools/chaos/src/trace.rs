@@ -237,3 +237,61 @@ pub fn merge(dir: &Path) -> Result<Merged, String> {
     merged.steps = placed.into_iter().map(|(_, step)| step).collect();
     Ok(merged)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(seq: u64, worker: &str, phase: &str, op: &str, outcome: &str) -> String {
+        let mut step = Step::new(op);
+        step.outcome = outcome.to_owned();
+        let line = serde_json::json!({ "seq": seq, "worker": worker, "phase": phase, "step": step });
+        format!("{line}\n")
+    }
+
+    #[test]
+    fn merge_orders_steps_by_their_start_and_keeps_a_killed_one_as_unknown() {
+        let dir = std::env::temp_dir().join(format!("chaos-merge-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // w1 claims (0–2), then is killed during a renewal (5), mid-line.
+        let w1 = line(0, "w1", "start", "claim", "unknown")
+            + &line(2, "w1", "end", "claim", "acquired")
+            + &line(5, "w1", "start", "renew", "unknown")
+            + "{\"seq\": 6, \"work";
+        // w2's completion ran between them (3–4); its end drew 4.
+        let w2 =
+            line(3, "w2", "start", "complete", "unknown") + &line(4, "w2", "end", "complete", "accepted");
+        std::fs::write(dir.join("w1.jsonl"), w1).unwrap();
+        std::fs::write(dir.join("w2.jsonl"), w2).unwrap();
+        std::fs::write(dir.join("seq"), "7").unwrap();
+        let merged = merge(&dir).unwrap();
+        let got: Vec<(&str, &str)> = merged
+            .steps
+            .iter()
+            .map(|s| (s.op.as_str(), s.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("claim", "acquired"),
+                ("complete", "accepted"),
+                ("renew", "unknown")
+            ]
+        );
+        assert_eq!((merged.files, merged.cut_short), (2, 1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn merge_refuses_an_end_with_no_start() {
+        let dir = std::env::temp_dir().join(format!("chaos-merge-end-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let w1 = line(0, "w1", "end", "claim", "acquired") + &line(1, "w1", "start", "renew", "unknown");
+        std::fs::write(dir.join("w1.jsonl"), w1).unwrap();
+        let why = merge(&dir).unwrap_err();
+        assert!(why.contains("an end with no start"), "{why}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
