@@ -120,4 +120,23 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
     assert!(merged.files >= 3, "every worker wrote its trace");
     let tasks: std::collections::HashSet<_> = merged.steps.iter().filter_map(|s| s.task_id).collect();
     assert_eq!(tasks.len(), 200, "every task's claims are in the history");
+
+    // The replay bites on the merged history too: a delivery that found its
+    // task completed (every task is delivered twice) shown as a new lease.
+    let mut tampered = merged.steps.clone();
+    let i = tampered
+        .iter()
+        .position(|s| s.op == "claim" && s.outcome == "completed")
+        .expect("a claim that found its task completed");
+    let step = &mut tampered[i];
+    step.outcome = "acquired".to_owned();
+    let lease = step.duration.unwrap_or_default();
+    let seen = &mut step.tasks[0];
+    let mut taken = seen.before.clone().expect("the task");
+    taskfence::backend::rules::taken(&mut taken, time::OffsetDateTime::now_utc() + lease);
+    seen.after = Some(taken);
+    let why = model_check::replay::replay(&tampered).expect_err("a tampered history must not replay");
+    println!("tampered: {why}");
+    assert!(why.contains(&format!("step {i} (claim")), "{why}");
+    assert!(why.contains("the store granted assignment"), "{why}");
 }
