@@ -43,15 +43,20 @@ fn counts(output: &str, prefix: &str) -> HashMap<String, i64> {
         .collect()
 }
 
-#[test]
-fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
-    // Every worker's store calls, recorded there and replayed at the end.
-    let traces = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-traces");
-    let _ = std::fs::remove_dir_all(&traces);
-    std::fs::create_dir_all(&traces).expect("the trace directory");
-    let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
-        .arg("--trace-dir")
-        .arg(&traces)
+/// The two runs each start a PostgreSQL cluster and workers of their own:
+/// one at a time.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One short chaos run (its workers' store calls recorded in `traces` when
+/// given), checked: every fault injected, every must-be-zero count zero, all
+/// 200 tasks submitted, a clean result.
+fn short_run(traces: Option<&std::path::Path>) {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_chaos"));
+    if let Some(traces) = traces {
+        command.arg("--trace-dir").arg(traces);
+    }
+    let child = command
         .args(["--worker-bin", env!("CARGO_BIN_EXE_chaos-worker")])
         .args(["--tasks", "200", "--workers", "3", "--concurrency", "4"])
         .args([
@@ -106,6 +111,22 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
     );
     assert!(output.contains("RESULT clean"));
     assert!(status.success(), "orchestrator exited with {status}");
+}
+
+#[test]
+fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
+    // Workers racing each other at the store, unrecorded.
+    short_run(None);
+}
+
+#[test]
+fn short_chaos_runs_history_replays_against_the_model() {
+    // Every worker's store calls, recorded there (one call at a time across
+    // the processes, so the merged order is the store's) and replayed.
+    let traces = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).expect("the trace directory");
+    short_run(Some(&traces));
 
     // The workers' histories, merged into the order the store saw, replay
     // against the model step by step.
