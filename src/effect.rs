@@ -375,6 +375,11 @@ impl EffectCall {
 /// # let _ = (sent, refused, EffectOutcome::done_without_reference());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum EffectOutcome {
     /// It happened.

@@ -3,7 +3,8 @@
 //!
 //! [`Recorder`] is an [`Intercept`]: wrap any store with it and every
 //! operation that may write is logged as a [`Step`], with its inputs, the
-//! store's answer and the tasks it touched read back before and after.
+//! store's answer and the tasks it touched read back before and after (an
+//! effect step also reads back the effect journal's record: [`SeenEffect`]).
 //! Operations pass through it one at a time, so each step's "before" is the
 //! state the operation found: the recorded history is a sequence, whatever
 //! the callers' concurrency. [`Recording`] wraps a conformance [`Fixture`]
@@ -12,6 +13,10 @@
 //! A call cut short (its future dropped, say by an aborted worker) is
 //! logged with the outcome `unknown`: the write may or may not have
 //! happened, and the next read of the task tells which.
+//!
+//! A history can also be passed on as it happens
+//! ([`Recorder::with_sink`]): several processes' recorders, each writing
+//! its own file, are how a multi-process run (`tools/chaos`) is recorded.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -38,7 +43,7 @@ use crate::policy::Failure;
 use crate::store::{
     Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
-use crate::task::{AttemptId, InputHash, NewTask, Response, Task, TaskId};
+use crate::task::{AttemptId, InputHash, NewTask, RequestKey, Response, Task, TaskId};
 use crate::testing::Fixture;
 
 /// One task as a step found it and left it (`None`: not in the store).
@@ -51,6 +56,62 @@ pub struct Seen {
     pub before: Option<Task>,
     /// The task read just after it (`None` also when the call was cut short).
     pub after: Option<Task>,
+}
+
+/// The effect journal's record a `begin_effect` or `finish_effect` step
+/// named, read back just before and just after the operation (`None`: no
+/// record), and what the step asked for.
+///
+/// ```
+/// use taskfence::effect::EffectOutcome;
+/// use taskfence::testing::trace::SeenEffect;
+/// let seen = SeenEffect::new("notify-user").with_outcome(EffectOutcome::done("m-1"));
+/// assert_eq!(seen.name, "notify-user");
+/// assert!(seen.before.is_none() && seen.after.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct SeenEffect {
+    /// The effect's name.
+    pub name: String,
+    /// The outcome a `finish_effect` reported (`None` for a `begin_effect`).
+    pub outcome: Option<EffectOutcome>,
+    /// The record read just before the operation.
+    pub before: Option<Effect>,
+    /// The record read just after it (`None` also when the call was cut short).
+    pub after: Option<Effect>,
+}
+
+impl SeenEffect {
+    /// The effect `name`, nothing read yet.
+    ///
+    /// ```
+    /// let seen = taskfence::testing::trace::SeenEffect::new("charge-card");
+    /// assert!(seen.outcome.is_none());
+    /// ```
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            outcome: None,
+            before: None,
+            after: None,
+        }
+    }
+
+    /// The same, with the outcome a `finish_effect` reported.
+    ///
+    /// ```
+    /// use taskfence::effect::EffectOutcome;
+    /// let seen = taskfence::testing::trace::SeenEffect::new("charge-card")
+    ///     .with_outcome(EffectOutcome::failed("402: declined"));
+    /// assert!(seen.outcome.is_some());
+    /// ```
+    #[must_use]
+    pub fn with_outcome(mut self, outcome: EffectOutcome) -> Self {
+        self.outcome = Some(outcome);
+        self
+    }
 }
 
 /// One operation of a recorded history: what was asked, what the store
@@ -87,6 +148,11 @@ pub struct Step {
     pub leased: Vec<TaskId>,
     /// The tasks the step touched.
     pub tasks: Vec<Seen>,
+    /// The effect record a `begin_effect` or `finish_effect` wrote or read
+    /// (`None` for every other operation, and in traces recorded before
+    /// effects were).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub effect: Option<SeenEffect>,
 }
 
 impl Step {
@@ -104,6 +170,7 @@ impl Step {
             reason: None,
             leased: Vec::new(),
             tasks: Vec::new(),
+            effect: None,
         }
     }
 
@@ -133,11 +200,26 @@ enum Touches {
 /// let store = Intercepted::new(Arc::new(taskfence::MemoryStore::new()), recorder.clone());
 /// assert!(recorder.steps().is_empty());
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Recorder {
     log: Arc<Mutex<Vec<Step>>>,
     known: Arc<Mutex<BTreeSet<TaskId>>>,
     turn: Arc<tokio::sync::Mutex<()>>,
+    sink: Option<Sink>,
+    patience: Duration,
+}
+
+/// Where a [`Recorder`] also passes its steps ([`Recorder::with_sink`]).
+type Sink = Arc<dyn Fn(&Step) + Send + Sync>;
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("steps", &self.log.lock().map_or(0, |log| log.len()))
+            .field("sink", &self.sink.is_some())
+            .field("patience", &self.patience)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Pushes its step when dropped: with the answer when the call finished,
@@ -145,11 +227,15 @@ pub struct Recorder {
 struct Entry {
     step: Option<Step>,
     log: Arc<Mutex<Vec<Step>>>,
+    sink: Option<Sink>,
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
         if let Some(step) = self.step.take() {
+            if let Some(sink) = &self.sink {
+                sink(&step);
+            }
             self.log.lock().expect("trace log").push(step);
         }
     }
@@ -173,19 +259,101 @@ impl Recorder {
     /// assert_eq!(recorder.steps().len(), 1);
     /// ```
     pub fn note(&self, step: Step) {
+        if let Some(sink) = &self.sink {
+            sink(&step);
+        }
         self.log.lock().expect("trace log").push(step);
+    }
+
+    /// Passes every step to `sink` as well, in the order they are logged:
+    /// a history too long to keep, or one that must survive its process
+    /// being killed, is written out as it happens. An operation's step is
+    /// passed twice: when it starts, with the outcome `unknown` and the tasks
+    /// read before it (if the process dies during the call, that is what is
+    /// left: the write may or may not have happened), and once it is logged.
+    /// The two passes of one operation are never separated by another step
+    /// of this recorder.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::sync::{Arc, Mutex};
+    /// use taskfence::TaskStore;
+    /// use taskfence::intercept::Intercepted;
+    /// use taskfence::testing::new_task;
+    /// use taskfence::testing::trace::Recorder;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let lines = seen.clone();
+    /// let recorder = Recorder::default().with_sink(move |step| lines.lock().unwrap().push(step.outcome.clone()));
+    /// let store = Intercepted::new(Arc::new(taskfence::MemoryStore::new()), recorder);
+    /// store.submit(new_task("a")).await.unwrap();
+    /// assert_eq!(*seen.lock().unwrap(), ["unknown", "created"]);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn with_sink(mut self, sink: impl Fn(&Step) + Send + Sync + 'static) -> Self {
+        self.sink = Some(Arc::new(sink));
+        self
+    }
+
+    /// Reads a task or an effect record again, for up to `patience`, when
+    /// the store fails to answer (a connection killed, a server restarting):
+    /// a read that still fails is logged as "not in the store". Without it
+    /// (the default) a failed read is logged that way at once.
+    ///
+    /// ```
+    /// let recorder = taskfence::testing::trace::Recorder::default()
+    ///     .with_read_patience(std::time::Duration::from_secs(30));
+    /// assert!(recorder.steps().is_empty());
+    /// ```
+    #[must_use]
+    pub fn with_read_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// `read` until it answers or the patience runs out.
+    async fn patiently<T, F, Fut>(&self, read: F) -> Option<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let give_up = tokio::time::Instant::now() + self.patience;
+        loop {
+            match read().await {
+                Ok(found) => return Some(found),
+                Err(_) if tokio::time::Instant::now() < give_up => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn started(&self, step: &Step) {
+        if let Some(sink) = &self.sink {
+            sink(step);
+        }
     }
 
     fn learn(&self, id: TaskId) {
         self.known.lock().expect("known tasks").insert(id);
     }
 
-    async fn read(inner: &dyn TaskStore, ids: &[TaskId]) -> Vec<Option<Task>> {
+    async fn read(&self, inner: &dyn TaskStore, ids: &[TaskId]) -> Vec<Option<Task>> {
         let mut tasks = Vec::with_capacity(ids.len());
         for id in ids {
-            tasks.push(inner.get(*id).await.ok().flatten());
+            tasks.push(self.patiently(|| inner.get(*id)).await.flatten());
         }
         tasks
+    }
+
+    async fn read_effect(&self, inner: &dyn TaskStore, id: TaskId, name: &str) -> Option<Effect> {
+        let effects = self.patiently(|| inner.effects(id)).await?;
+        effects.into_iter().find(|e| e.name == name)
+    }
+
+    async fn find(&self, inner: &dyn TaskStore, key: &RequestKey) -> Option<Task> {
+        self.patiently(|| inner.find(key)).await.flatten()
     }
 
     async fn record<T, F>(&self, inner: &dyn TaskStore, step: Step, touches: Touches, run: F) -> Result<T>
@@ -214,8 +382,11 @@ impl Recorder {
             Touches::One(id) => vec![id],
             Touches::All => self.known.lock().expect("known tasks").iter().copied().collect(),
         };
-        let before = Self::read(inner, &ids).await;
+        let before = self.read(inner, &ids).await;
         let mut step = step;
+        if let (Some(seen), Some(id)) = (step.effect.as_mut(), ids.first()) {
+            seen.before = self.read_effect(inner, *id, &seen.name).await;
+        }
         step.tasks = ids
             .iter()
             .zip(before)
@@ -225,15 +396,20 @@ impl Recorder {
                 after: None,
             })
             .collect();
+        self.started(&step);
         let mut entry = Entry {
             step: Some(step),
             log: Arc::clone(&self.log),
+            sink: self.sink.clone(),
         };
         let answer = run.await;
-        let after = Self::read(inner, &ids).await;
+        let after = self.read(inner, &ids).await;
         let step = entry.step.as_mut().expect("not yet logged");
         for (seen, after) in step.tasks.iter_mut().zip(after) {
             seen.after = after;
+        }
+        if let (Some(seen), Some(id)) = (step.effect.as_mut(), ids.first()) {
+            seen.after = self.read_effect(inner, *id, &seen.name).await;
         }
         let (outcome, reason) = match &answer {
             Ok(answer) => {
@@ -256,13 +432,15 @@ impl Intercept for Recorder {
         let mut step = Step::new("submit");
         step.input_hash = Some(task.input_hash);
         let key = task.key.clone();
-        let before = inner.find(&key).await.ok().flatten();
+        let before = self.find(inner, &key).await;
+        self.started(&step);
         let mut entry = Entry {
             step: Some(step),
             log: Arc::clone(&self.log),
+            sink: self.sink.clone(),
         };
         let answer = inner.submit(task).await;
-        let after = inner.find(&key).await.ok().flatten();
+        let after = self.find(inner, &key).await;
         let step = entry.step.as_mut().expect("not yet logged");
         let id = match (&answer, &after, &before) {
             (Ok(submitted), _, _) => Some(submitted.task().id),
@@ -388,7 +566,8 @@ impl Intercept for Recorder {
         lease: &Lease,
         name: &str,
     ) -> Result<Fenced<EffectStart>> {
-        let step = Step::new("begin_effect").lease(lease);
+        let mut step = Step::new("begin_effect").lease(lease);
+        step.effect = Some(SeenEffect::new(name));
         let id = lease.task_id();
         self.record(inner, step, Touches::One(id), inner.begin_effect(lease, name))
             .await
@@ -401,7 +580,8 @@ impl Intercept for Recorder {
         name: &str,
         outcome: EffectOutcome,
     ) -> Result<Fenced<Effect>> {
-        let step = Step::new("finish_effect").lease(lease);
+        let mut step = Step::new("finish_effect").lease(lease);
+        step.effect = Some(SeenEffect::new(name).with_outcome(outcome.clone()));
         let id = lease.task_id();
         self.record(
             inner,

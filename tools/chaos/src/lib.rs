@@ -5,13 +5,15 @@
 //! database and counts what must be zero.
 //!
 //! Modules: [`queue`] (the harness's own tables: the at-least-once queue and
-//! the simulated provider's log), [`checker`] (the final counts), [`args`]
+//! the simulated provider's log), [`checker`] (the final counts), [`trace`]
+//! (the workers' histories, recorded and merged for the trace replay), [`args`]
 //! (flag parsing). The private PostgreSQL cluster the harness may restart is
 //! `taskfence_test_support::PrivateServer`, shared with the benchmark.
 
 pub mod args;
 pub mod checker;
 pub mod queue;
+pub mod trace;
 
 /// Every request key of a chaos run lives in this scope.
 pub const SCOPE: &str = "chaos";

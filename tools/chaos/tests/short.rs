@@ -43,9 +43,20 @@ fn counts(output: &str, prefix: &str) -> HashMap<String, i64> {
         .collect()
 }
 
-#[test]
-fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
-    let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
+/// The two runs each start a PostgreSQL cluster and workers of their own:
+/// one at a time.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One short chaos run (its workers' store calls recorded in `traces` when
+/// given), checked: every fault injected, every must-be-zero count zero, all
+/// 200 tasks submitted, a clean result.
+fn short_run(traces: Option<&std::path::Path>) {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_chaos"));
+    if let Some(traces) = traces {
+        command.arg("--trace-dir").arg(traces);
+    }
+    let child = command
         .args(["--worker-bin", env!("CARGO_BIN_EXE_chaos-worker")])
         .args(["--tasks", "200", "--workers", "3", "--concurrency", "4"])
         .args([
@@ -100,4 +111,53 @@ fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
     );
     assert!(output.contains("RESULT clean"));
     assert!(status.success(), "orchestrator exited with {status}");
+}
+
+#[test]
+fn short_chaos_run_loses_nothing_and_saves_one_response_per_task() {
+    // Workers racing each other at the store, unrecorded.
+    short_run(None);
+}
+
+#[test]
+fn short_chaos_runs_history_replays_against_the_model() {
+    // Every worker's store calls, recorded there (one call at a time across
+    // the processes, so the merged order is the store's) and replayed.
+    let traces = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos-traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).expect("the trace directory");
+    short_run(Some(&traces));
+
+    // The workers' histories, merged into the order the store saw, replay
+    // against the model step by step.
+    let merged = chaos::trace::merge(&traces).expect("the workers' traces merge");
+    let cut = merged.steps.iter().filter(|s| s.outcome == "unknown").count();
+    let replayed = model_check::replay::replay(&merged.steps)
+        .unwrap_or_else(|why| panic!("the chaos run's history ({}): {why}", traces.display()));
+    println!(
+        "trace: {} worker files, {replayed} steps replayed ({} cut short by a kill, {cut} unknown in all)",
+        merged.files, merged.cut_short
+    );
+    assert!(merged.files >= 3, "every worker wrote its trace");
+    let tasks: std::collections::HashSet<_> = merged.steps.iter().filter_map(|s| s.task_id).collect();
+    assert_eq!(tasks.len(), 200, "every task's claims are in the history");
+
+    // The replay bites on the merged history too: a delivery that found its
+    // task completed (every task is delivered twice) shown as a new lease.
+    let mut tampered = merged.steps.clone();
+    let i = tampered
+        .iter()
+        .position(|s| s.op == "claim" && s.outcome == "completed")
+        .expect("a claim that found its task completed");
+    let step = &mut tampered[i];
+    step.outcome = "acquired".to_owned();
+    let lease = step.duration.unwrap_or_default();
+    let seen = &mut step.tasks[0];
+    let mut taken = seen.before.clone().expect("the task");
+    taskfence::backend::rules::taken(&mut taken, time::OffsetDateTime::now_utc() + lease);
+    seen.after = Some(taken);
+    let why = model_check::replay::replay(&tampered).expect_err("a tampered history must not replay");
+    println!("tampered: {why}");
+    assert!(why.contains(&format!("step {i} (claim")), "{why}");
+    assert!(why.contains("the store granted assignment"), "{why}");
 }

@@ -9,17 +9,28 @@
 //! `TASKFENCE_CHECK_DEEP=1 cargo test -p model-check deep`
 //! runs the deep configuration.
 //!
-//! Everything here is test code: the crate builds empty outside `cargo test`.
-#![cfg(test)]
+//! Everything here is test code except [`replay`], the trace replay, which
+//! the chaos run's test uses too: outside `cargo test` the crate holds only it.
 
+pub mod replay;
+
+#[cfg(test)]
 mod checker;
+#[cfg(test)]
 mod configs;
+#[cfg(test)]
 mod consumer;
+#[cfg(test)]
 mod planted;
+#[cfg(test)]
 mod props;
-mod replay;
+#[cfg(test)]
 mod runs;
+#[cfg(test)]
 mod seam;
+#[cfg(test)]
 mod step;
+#[cfg(test)]
 mod traces;
+#[cfg(test)]
 mod world;

@@ -14,10 +14,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use taskfence::backend::Plan;
-use taskfence::backend::rules::{self, CancelRule, ClaimRule, ReopenRule};
+use taskfence::backend::rules::{self, BeginEffectRule, CancelRule, ClaimRule, FinishEffectRule, ReopenRule};
+use taskfence::backend::{Plan, new_lease};
+use taskfence::effect::{Effect, EffectStart};
 use taskfence::store::Fenced;
-use taskfence::testing::trace::{Seen, Step};
+use taskfence::testing::trace::{Seen, SeenEffect, Step};
 use taskfence::{Rejection, Status, Task, TaskId};
 use time::OffsetDateTime;
 
@@ -27,7 +28,21 @@ const ROUNDING: Duration = Duration::from_millis(1);
 
 /// Checks `steps`, in order; the number of steps on success, else the
 /// first disallowed step and why.
-pub(crate) fn replay(steps: &[Step]) -> Result<usize, String> {
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use taskfence::testing::trace::Recording;
+/// use taskfence::testing::{Fixture, MemoryFixture, new_task};
+/// let fixture = Recording::new(MemoryFixture::new());
+/// fixture.store().submit(new_task("a")).await.unwrap();
+/// assert_eq!(model_check::replay::replay(&fixture.steps()), Ok(1));
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// The first step that is not a step of the model, with its number and why.
+pub fn replay(steps: &[Step]) -> Result<usize, String> {
     let mut replay = Replay::default();
     for (i, step) in steps.iter().enumerate() {
         replay
@@ -38,7 +53,15 @@ pub(crate) fn replay(steps: &[Step]) -> Result<usize, String> {
 }
 
 /// Parses a trace written as JSON lines, one step a line.
-pub(crate) fn parse(jsonl: &str) -> Result<Vec<Step>, String> {
+///
+/// ```
+/// assert_eq!(model_check::replay::parse("\n").map(|steps| steps.len()), Ok(0));
+/// ```
+///
+/// # Errors
+///
+/// The first line that is not a step.
+pub fn parse(jsonl: &str) -> Result<Vec<Step>, String> {
     jsonl
         .lines()
         .filter(|line| !line.trim().is_empty())
@@ -48,7 +71,17 @@ pub(crate) fn parse(jsonl: &str) -> Result<Vec<Step>, String> {
 }
 
 /// Writes `steps` as JSON lines.
-pub(crate) fn to_jsonl(steps: &[Step]) -> String {
+///
+/// ```
+/// let step = taskfence::testing::trace::Step::new("advance");
+/// let text = model_check::replay::to_jsonl(&[step.clone()]);
+/// assert_eq!(model_check::replay::parse(&text), Ok(vec![step]));
+/// ```
+///
+/// # Panics
+///
+/// Never for a step the recorder made (every field serializes).
+pub fn to_jsonl(steps: &[Step]) -> String {
     let mut out = String::new();
     for step in steps {
         out += &serde_json::to_string(step).expect("a step serializes");
@@ -79,8 +112,13 @@ struct Replay {
     known: HashMap<TaskId, Option<Task>>,
     /// The store's clock is at least this.
     clock: Option<OffsetDateTime>,
-    /// Steps cut short, by task: their write may have happened.
-    unsure: HashMap<TaskId, Step>,
+    /// Steps cut short, by task, with the clock's bound when they were:
+    /// their write may have happened, then or later (a statement still
+    /// running on the server after its caller gave up on it), so the
+    /// instant it shows may fall below steps that came after.
+    unsure: HashMap<TaskId, (Step, Option<OffsetDateTime>)>,
+    /// Each effect record as the last effect step left it.
+    effects: HashMap<(TaskId, String), Option<Effect>>,
 }
 
 /// The fields a rule decides or reads.
@@ -160,18 +198,34 @@ impl Replay {
         for seen in &step.tasks {
             self.observe(seen)?;
         }
-        if step.outcome == "unknown" {
+        let effect = step.task_id.zip(step.effect.as_ref());
+        if let Some((id, seen)) = effect {
+            self.observe_effect(id, seen)?;
+        }
+        if cut_short(step) {
             for seen in &step.tasks {
-                self.unsure.insert(seen.id, step.clone());
+                self.unsure.insert(seen.id, (step.clone(), self.clock));
+            }
+            if let Some((id, seen)) = effect {
+                // Its write may have happened: the next step finds out.
+                self.effects.remove(&(id, seen.name.clone()));
             }
             return Ok(());
         }
         match step.op.as_str() {
             "submit" => self.submit(step)?,
             "claim_next" | "purge_expired" => {
+                // One statement writes every row, each at its own reading of
+                // the clock, in no order the trace shows: each row's instant
+                // is bounded by the steps before, not by the other rows.
+                let start = self.clock;
+                let mut latest = start;
                 for seen in &step.tasks {
+                    self.clock = start;
                     self.judge_many(step, seen)?;
+                    latest = latest.max(self.clock);
                 }
+                self.clock = latest;
             }
             _ => {
                 for seen in &step.tasks {
@@ -182,7 +236,24 @@ impl Replay {
         for seen in &step.tasks {
             self.known.insert(seen.id, seen.after.clone());
         }
+        if let Some((id, seen)) = effect {
+            self.effects.insert((id, seen.name.clone()), seen.after.clone());
+        }
         Ok(())
+    }
+
+    /// The effect record as a step found it must be as the last effect step
+    /// on it left it (a record no step wrote is not one of the model's).
+    fn observe_effect(&self, id: TaskId, seen: &SeenEffect) -> Result<(), String> {
+        match self.effects.get(&(id, seen.name.clone())) {
+            Some(known) if known != &seen.before => Err(format!(
+                "effect {} of task {id} changed with no step recorded: was {}, found {}",
+                seen.name,
+                show_effect(known.as_ref()),
+                show_effect(seen.before.as_ref())
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The task as a step found it must be as the last step left it (or as
@@ -191,19 +262,26 @@ impl Replay {
         let Some(known) = self.known.get(&seen.id).cloned() else {
             return Ok(());
         };
-        let unsure = self.unsure.remove(&seen.id);
         if same(known.as_ref(), seen.before.as_ref()) {
+            // A step cut short stays unsure: its write may still land.
             return Ok(());
         }
-        if let Some(cut) = unsure {
-            // The cut-short step's write happened: it must be one the model allows.
+        if let Some((cut, floor)) = self.unsure.get(&seen.id).cloned() {
+            // The cut-short step's write happened: it must be one the model
+            // allows, at an instant from the bound it was cut at; that
+            // instant does not bound the steps after it (they may have
+            // started before its write did).
+            let clock = self.clock;
             for outcome in ["accepted", "acquired", "failed"] {
                 let mut answered = cut.clone();
                 answered.outcome = outcome.to_owned();
-                if self
+                self.clock = floor;
+                let fits = self
                     .judge(&answered, known.as_ref(), seen.before.as_ref())
-                    .is_ok()
-                {
+                    .is_ok();
+                self.clock = clock;
+                if fits {
+                    self.unsure.remove(&seen.id);
                     return Ok(());
                 }
             }
@@ -236,7 +314,7 @@ impl Replay {
             .clock
             .or(before.map(|t| t.created_at))
             .or(after.map(|t| t.created_at));
-        if let Some(pinned) = pinned(step, before, after) {
+        if let Some(pinned) = pinned(step, before, after).or_else(|| effect_pinned(step)) {
             if let Some(floor) = floor
                 && pinned + ROUNDING < floor
             {
@@ -426,6 +504,9 @@ fn decide(
 ) -> Result<(), String> {
     if step.outcome == "error" {
         // Refused input, an unknown id, a lost connection: nothing written.
+        if let Some(seen) = &step.effect {
+            effect_unchanged(seen)?;
+        }
         return unchanged(before, after);
     }
     let Some(b) = before else {
@@ -566,11 +647,21 @@ fn decide(
                 }
             }
         }
-        "record_operation" | "begin_effect" | "finish_effect" => match rules::fence(b, version, now) {
+        "record_operation" => match rules::fence(b, version, now) {
             Err(r) => rejected(step, &r, b, after),
             Ok(()) => {
                 expect_outcome(step, "accepted", None)?;
                 unchanged(before, after)
+            }
+        },
+        "begin_effect" | "finish_effect" => match rules::fence(b, version, now) {
+            Err(r) => {
+                rejected(step, &r, b, after)?;
+                step.effect.as_ref().map_or(Ok(()), effect_unchanged)
+            }
+            Ok(()) => {
+                unchanged(before, after)?;
+                decide_effect(step, b, now)
             }
         },
         "cancel" => match rules::cancel(b) {
@@ -611,5 +702,162 @@ fn decide(
             ReopenRule::Answer(r) => rejected(step, &r, b, after),
         },
         other => Err(format!("an operation the model does not know: {other}")),
+    }
+}
+
+/// A step whose write may or may not have happened: cut short, or answered
+/// with an error that says the store's answer was lost (a connection
+/// killed, a server restarting), not that it refused. The next read of
+/// its task settles which.
+fn cut_short(step: &Step) -> bool {
+    step.outcome == "unknown"
+        || (step.outcome == "error"
+            && matches!(step.reason.as_deref(), Some("storage" | "read_timeout" | "busy")))
+}
+
+/// The instant an effect step's write shows it happened at: a new intent's
+/// `intended_at`, a settled record's `settled_at`.
+fn effect_pinned(step: &Step) -> Option<OffsetDateTime> {
+    let seen = step.effect.as_ref()?;
+    let after = seen.after.as_ref()?;
+    if seen.before.as_ref() == Some(after) {
+        return None;
+    }
+    match step.op.as_str() {
+        "begin_effect" => Some(after.intended_at),
+        "finish_effect" => after.settled_at,
+        _ => None,
+    }
+}
+
+/// The label the store's answer to a `begin_effect` carries.
+fn start_label(start: &EffectStart) -> &'static str {
+    match start {
+        EffectStart::Call { ambiguous: None, .. } => "call",
+        EffectStart::Call {
+            ambiguous: Some(_), ..
+        } => "call_ambiguous",
+        EffectStart::Done(_) => "done",
+        EffectStart::Stop(_) => "stop",
+        _ => "unknown",
+    }
+}
+
+fn show_effect(e: Option<&Effect>) -> String {
+    e.map_or("absent".to_owned(), |e| {
+        format!(
+            "{} v{} attempt{} ambiguous={} reference={:?} error={:?}",
+            e.state, e.version, e.attempt, e.ambiguous, e.reference, e.error
+        )
+    })
+}
+
+fn effect_unchanged(seen: &SeenEffect) -> Result<(), String> {
+    if seen.before == seen.after {
+        Ok(())
+    } else {
+        Err(format!(
+            "the model writes no effect record here, but effect {} went from {} to {}",
+            seen.name,
+            show_effect(seen.before.as_ref()),
+            show_effect(seen.after.as_ref())
+        ))
+    }
+}
+
+fn close(a: OffsetDateTime, b: OffsetDateTime) -> bool {
+    (a - b).unsigned_abs() <= ROUNDING
+}
+
+/// The record the store left must be the one the rules made: every field,
+/// its instants up to the database's rounding.
+fn same_effect(model: &Effect, store: Option<&Effect>) -> Result<(), String> {
+    let fits = store.is_some_and(|e| {
+        e.task_id == model.task_id
+            && e.name == model.name
+            && e.key == model.key
+            && e.state == model.state
+            && e.version == model.version
+            && e.attempt == model.attempt
+            && e.reference == model.reference
+            && e.error == model.error
+            && e.ambiguous == model.ambiguous
+            && close(e.created_at, model.created_at)
+            && close(e.intended_at, model.intended_at)
+            && match (e.settled_at, model.settled_at) {
+                (Some(a), Some(b)) => close(a, b),
+                (a, b) => a == b,
+            }
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "the model records effect {} as {}, the store left {}",
+            model.name,
+            show_effect(Some(model)),
+            show_effect(store)
+        ))
+    }
+}
+
+/// An effect step whose fence passed at `now` on `task`: the record it
+/// left and its answer must be the ones `rules::begin_effect` /
+/// `rules::finish_effect` make of the record it found.
+fn decide_effect(step: &Step, task: &Task, now: OffsetDateTime) -> Result<(), String> {
+    let Some(seen) = &step.effect else {
+        // A trace recorded before effect records were: the fence and the
+        // unchanged task are all it shows.
+        return expect_outcome(step, "accepted", None);
+    };
+    let Some(attempt_id) = step.attempt_id else {
+        return Err("an effect step without its attempt".into());
+    };
+    // The lease as the store sees it: the fence passed, so it is the
+    // task's current assignment.
+    let lease = new_lease(
+        task.clone(),
+        attempt_id,
+        String::new(),
+        task.lease_until.unwrap_or(now),
+    );
+    if step.op == "begin_effect" {
+        match rules::begin_effect(seen.before.as_ref(), &lease, &seen.name, now) {
+            BeginEffectRule::Write { effect, start } => {
+                expect_outcome(step, "accepted", Some(start_label(&start)))?;
+                same_effect(&effect, seen.after.as_ref())
+            }
+            BeginEffectRule::Answer(start) => {
+                expect_outcome(step, "accepted", Some(start_label(&start)))?;
+                effect_unchanged(seen)
+            }
+        }
+    } else {
+        let Some(outcome) = &seen.outcome else {
+            return Err("a finish_effect step without its outcome".into());
+        };
+        match rules::finish_effect(seen.before.as_ref(), &lease, &seen.name, outcome, now) {
+            Ok(FinishEffectRule::Write(settled)) => {
+                if step.outcome == "accepted" {
+                    same_effect(&settled, seen.after.as_ref())
+                } else {
+                    expect_outcome(step, "accepted", None)
+                }
+            }
+            Ok(FinishEffectRule::Answer(_)) => {
+                expect_outcome(step, "accepted", None)?;
+                effect_unchanged(seen)
+            }
+            Err(refused) => {
+                if step.outcome == "accepted" {
+                    return Err(format!(
+                        "the store accepted it, but the model refuses it ({refused}; the record was {})",
+                        show_effect(seen.before.as_ref())
+                    ));
+                }
+                expect_outcome(step, "error", Some("invalid_input"))?;
+                effect_unchanged(seen)
+            }
+        }
     }
 }

@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Instant;
 
+use futures_util::{StreamExt, stream};
+
 use taskfence::testing::trace::{Recording, Step};
 use taskfence::testing::{Fixture, MemoryFixture, PgFixture};
 
@@ -42,43 +44,78 @@ fn trace_dir(backend: &str) -> PathBuf {
     dir
 }
 
-/// Runs every `every`-th scenario (1: all of them) on a fresh recording
-/// fixture from `fixture`, writes each history, reads it back and replays it.
+/// Runs every `every`-th scenario (1: all of them), `side_by_side` at a
+/// time, each on a fresh recording fixture from `fixture`; writes each
+/// history, reads it back and replays it. A scenario's fixture is its own
+/// store (its own schema on PostgreSQL), so scenarios side by side share
+/// nothing but the server.
 async fn record_and_replay<F: Fixture + 'static, Fut: Future<Output = F>>(
     backend: &str,
     every: usize,
+    side_by_side: usize,
     fixture: impl Fn() -> Fut,
 ) {
     let started = Instant::now();
     let dir = trace_dir(backend);
-    let (mut total, mut ran) = (0, 0);
-    for (name, scenario) in scenarios().into_iter().step_by(every) {
-        ran += 1;
-        let recording = Recording::new(fixture().await);
-        scenario(&recording).await;
-        let path = dir.join(format!("{name}.jsonl"));
-        std::fs::write(&path, to_jsonl(&recording.steps())).expect("write the trace");
-        let steps = parse(&std::fs::read_to_string(&path).expect("read the trace")).expect("parse the trace");
-        match replay(&steps) {
-            Ok(n) => total += n,
-            Err(why) => panic!("{backend}, {name} ({}): {why}", path.display()),
-        }
-    }
+    let fixture = &fixture;
+    let dir = &dir;
+    let replayed: Vec<usize> = stream::iter(scenarios().into_iter().step_by(every))
+        .map(|(name, scenario)| async move {
+            let recording = Recording::new(fixture().await);
+            scenario(&recording).await;
+            let steps = recording.steps();
+            // A fixture's drop may block (a schema to drop): off the runtime's threads.
+            let _ = tokio::task::spawn_blocking(move || drop(recording)).await;
+            let path = dir.join(format!("{name}.jsonl"));
+            std::fs::write(&path, to_jsonl(&steps)).expect("write the trace");
+            let steps =
+                parse(&std::fs::read_to_string(&path).expect("read the trace")).expect("parse the trace");
+            match replay(&steps) {
+                Ok(n) => n,
+                Err(why) => panic!("{backend}, {name} ({}): {why}", path.display()),
+            }
+        })
+        .buffer_unordered(side_by_side)
+        .collect()
+        .await;
     println!(
-        "{backend}: {ran} scenarios, {total} steps replayed, in {:.1?}",
+        "{backend}: {} scenarios ({side_by_side} side by side), {} steps replayed, in {:.1?}",
+        replayed.len(),
+        replayed.iter().sum::<usize>(),
         started.elapsed()
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_histories_on_memory_replay() {
-    record_and_replay("memory", 1, || async { MemoryFixture::new() }).await;
+    record_and_replay("memory", 1, 1, || async { MemoryFixture::new() }).await;
 }
 
+/// The scenarios side by side, each in a schema of its own, on one pool:
+/// a scenario's time is mostly round trips and its schema's migration,
+/// which overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_histories_on_postgres_replay() {
-    record_and_replay("postgres", 1, PgFixture::new).await;
+    let url = std::env::var("DATABASE_URL")
+        .expect("DATABASE_URL must name a PostgreSQL server, e.g. postgres://postgres@127.0.0.1:5432/test");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(PG_SIDE_BY_SIDE as u32 * 3)
+        .test_before_acquire(false)
+        .connect_with(sqlx::ConnectOptions::disable_statement_logging(
+            url.parse::<sqlx::postgres::PgConnectOptions>()
+                .expect("a valid PostgreSQL URL"),
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {url}: {e}"));
+    let (url, pool) = (&url, &pool);
+    record_and_replay("postgres", 1, PG_SIDE_BY_SIDE, || {
+        PgFixture::on_pool(url, pool.clone())
+    })
+    .await;
 }
+
+/// How many PostgreSQL scenarios run at once.
+const PG_SIDE_BY_SIDE: usize = 8;
 
 /// Every eighth scenario on moto in the test command; all of them (about 4.5
 /// minutes: moto serves one request at a time, and every step is read back
@@ -90,7 +127,7 @@ async fn conformance_histories_on_dynamodb_replay() {
     } else {
         8
     };
-    record_and_replay("dynamodb", every, taskfence_test_support::dynamo::fixture).await;
+    record_and_replay("dynamodb", every, 1, taskfence_test_support::dynamo::fixture).await;
 }
 
 /// The history of one scenario on `MemoryStore`.
@@ -177,4 +214,86 @@ async fn a_change_with_no_step_is_rejected() {
     let i = steps.iter().position(|s| s.op == "release").expect("a release");
     steps.remove(i);
     rejected(&steps, &["changed with no step recorded"]);
+}
+
+/// An instant just before the current lease of the step's task ends: a
+/// tampered write is shown there, where the current assignment's fence passes.
+fn live_until(step: &Step) -> time::OffsetDateTime {
+    let task = step.tasks[0].before.as_ref().expect("the task");
+    task.lease_until.expect("a running task") - std::time::Duration::from_millis(1)
+}
+
+#[tokio::test]
+async fn an_effect_finished_by_a_superseded_assignment_shown_accepted_is_rejected() {
+    let mut steps = history("only_a_current_lease_records_an_effect").await;
+    let i = steps
+        .iter()
+        .position(|s| s.op == "finish_effect" && s.reason.as_deref() == Some("superseded"))
+        .expect("a superseded assignment's refused outcome");
+    // The store's answer and the record it left, as if it had settled the
+    // effect for the superseded assignment.
+    let step = &mut steps[i];
+    step.outcome = "accepted".to_owned();
+    step.reason = None;
+    let now = live_until(step);
+    let seen = step.effect.as_mut().expect("the effect record, read back");
+    let mut settled = seen.before.clone().expect("the paused assignment's intent");
+    taskfence::effect::EffectOutcome::done("late").apply(&mut settled, now);
+    seen.after = Some(settled);
+    rejected(
+        &steps,
+        &[
+            &format!("step {i} (finish_effect"),
+            "the store accepted it, but the model refuses it",
+            "superseded",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_done_effect_called_again_is_rejected() {
+    let mut steps = history("a_done_effect_is_skipped_by_later_attempts").await;
+    let i = steps
+        .iter()
+        .rposition(|s| s.op == "begin_effect")
+        .expect("the second attempt's begin");
+    assert_eq!(steps[i].reason.as_deref(), Some("done"), "skipped, untampered");
+    // The second attempt told to call again, its intent written over the
+    // done record: the fence passes and the task is unchanged, so only the
+    // effect record shows it.
+    let step = &mut steps[i];
+    step.reason = Some("call".to_owned());
+    let now = live_until(step);
+    let seen = step.effect.as_mut().expect("the effect record, read back");
+    let done = seen.before.clone().expect("the first attempt's record");
+    let mut again = taskfence::effect::Effect::intended(done.task_id, &done.name, 2, 2, now);
+    again.created_at = done.created_at;
+    seen.after = Some(again);
+    rejected(
+        &steps,
+        &[
+            &format!("step {i} (begin_effect"),
+            "the store answered accepted (call), the model answers accepted (done)",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn an_effect_record_changed_with_no_step_is_rejected() {
+    let mut steps = history("an_intent_without_outcome_is_retried_under_the_retry_policy").await;
+    let i = steps
+        .iter()
+        .rposition(|s| s.op == "finish_effect")
+        .expect("the second attempt's outcome");
+    // The record the outcome found is not the one the last begin left.
+    let seen = steps[i].effect.as_mut().expect("the effect record, read back");
+    let before = seen.before.as_mut().expect("the intent");
+    before.ambiguous = 0;
+    rejected(
+        &steps,
+        &[
+            &format!("step {i} (finish_effect"),
+            "changed with no step recorded",
+        ],
+    );
 }

@@ -9,6 +9,8 @@
 //! ```text
 //! chaos-worker --url postgres://… --schema taskfence_chaos_… --worker w1 --lease-ms 2000 --concurrency 4
 //! ```
+//!
+//! With `--trace-dir DIR` it records its store calls there (`chaos::trace`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +21,11 @@ use chaos::args::Args;
 use chaos::queue::{Message, Queue};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use taskfence::intercept::Intercepted;
 use taskfence::runtime::{
     AckReason, Disposition, LeaseHooks, LeaveReason, RetryReason, Worker, WorkerConfig,
 };
-use taskfence::{Failure, Lease, PgStore, Rejection, Response, TaskId};
+use taskfence::{Failure, Lease, PgStore, Rejection, Response, TaskId, TaskStore};
 
 /// How the simulated provider behaves.
 #[derive(Debug, Clone, Copy)]
@@ -84,8 +87,21 @@ async fn main() {
         .build()
         .expect("a valid schema name");
     let queue = Queue::new(pool, &schema);
+    // With --trace-dir, every store call is recorded (and takes the run's turn).
+    let store: Arc<dyn TaskStore> = match args.string("trace-dir") {
+        Some(dir) => {
+            let dir = std::path::PathBuf::from(dir);
+            let recorder = chaos::trace::recorder(&dir, &worker_id).expect("the worker's trace file");
+            let recorded = Intercepted::new(Arc::new(store), recorder);
+            Arc::new(Intercepted::new(
+                Arc::new(recorded),
+                chaos::trace::Turn::new(&dir),
+            ))
+        }
+        None => Arc::new(store),
+    };
     let worker = Worker::new(
-        Arc::new(store),
+        store,
         WorkerConfig::new(worker_id.clone(), lease)
             .stop_grace(Duration::from_millis(500))
             .min_retry_delay(Duration::from_millis(200)),

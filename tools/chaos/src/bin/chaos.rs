@@ -17,6 +17,9 @@
 //! ```text
 //! cargo run -p chaos --release --bin chaos -- --tasks 10000 --workers 8 --submit-secs 300
 //! ```
+//!
+//! `--trace-dir DIR` (an empty directory) makes every worker record its store
+//! calls there, for the trace replay (`chaos::trace`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -60,6 +63,7 @@ struct Config {
     worker_bin: PathBuf,
     worker_args: Vec<String>,
     log_dir: Option<PathBuf>,
+    trace_dir: Option<PathBuf>,
     keep: bool,
 }
 
@@ -98,6 +102,7 @@ impl Config {
             worker_bin,
             worker_args,
             log_dir: args.string("log-dir").map(PathBuf::from),
+            trace_dir: args.string("trace-dir").map(PathBuf::from),
             keep: args.flag("keep"),
         }
     }
@@ -145,6 +150,12 @@ impl Workers {
             .args(["--lease-ms", &self.config.lease.as_millis().to_string()])
             .args(["--concurrency", &self.config.concurrency.to_string()])
             .args(&self.config.worker_args)
+            .args(
+                self.config
+                    .trace_dir
+                    .iter()
+                    .flat_map(|dir| ["--trace-dir".into(), dir.clone().into_os_string()]),
+            )
             .stdout(Stdio::null())
             .stderr(stderr)
             .kill_on_drop(true)
