@@ -3,6 +3,7 @@
 //! and an [`Inspect`](crate::inspect::Inspect) like the store itself.
 
 use std::fmt;
+use std::sync::Arc;
 
 use sqlx::SqliteConnection;
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
@@ -14,6 +15,7 @@ use crate::limits;
 use crate::store::{Fenced, Lease};
 use crate::task::TaskId;
 
+use super::group::Group;
 use super::site::{Site, run};
 use super::{SqliteStore, ops};
 
@@ -165,7 +167,7 @@ impl Site for SqliteConnStore<'_> {
         Ok(conn)
     }
 
-    fn writers(&self) -> Option<&Mutex<()>> {
+    fn group(&self) -> Option<&Arc<Group>> {
         None
     }
 }

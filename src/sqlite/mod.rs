@@ -18,8 +18,14 @@
 //!   each decision is the one a locking transaction makes. (A plain `BEGIN`
 //!   that reads and then writes can fail at once with `SQLITE_BUSY` when
 //!   another connection wrote meanwhile, without waiting: `BEGIN IMMEDIATE`
-//!   never does.) Inside one process the store's writers also queue on an
-//!   in-process lock, so they wait in order instead of polling the file lock.
+//!   never does.)
+//! - **Group commit.** Writes that this process makes through one store at
+//!   the same moment share that transaction and its one commit: each runs
+//!   alone, in turn, as a savepoint of it (so each decision is the one it
+//!   would make in a transaction of its own), a failed one is rolled back
+//!   alone, and every one answers only once the commit is done. Writers
+//!   that arrive one at a time each commit alone, as before; under
+//!   concurrency one disk flush serves many writes.
 //! - **Busy, handled.** A write that finds the file locked by another
 //!   process waits (SQLite's `busy_timeout`), and is tried again from the
 //!   start while its busy budget lasts ([`SqliteStoreBuilder::busy_budget`]).
@@ -57,6 +63,7 @@
 //! | `store` | [`SqliteStore`], [`SqliteStoreBuilder`] |
 //! | `conn` | [`SqliteConnStore`]: the store on the caller's connection or transaction |
 //! | `site` | where the statements run, the write transaction and its busy retries |
+//! | `group` | group commit: this process's concurrent writes in one transaction and one commit |
 //! | `backend` | the one [`Backend`](crate::backend::Backend) / [`InspectBackend`](crate::backend::InspectBackend) implementation, for either site |
 //! | `ops` | the operations themselves, on one connection, input already checked, one job per file |
 //! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps |
@@ -69,6 +76,7 @@ use crate::error::Error;
 mod backend;
 mod conn;
 mod dispatch;
+mod group;
 mod migrate;
 mod ops;
 mod row;

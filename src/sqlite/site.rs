@@ -9,15 +9,16 @@
 
 use std::future::Future;
 use std::ops::DerefMut;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sqlx::SqliteConnection;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::Sqlite;
-use tokio::sync::{Mutex, MutexGuard};
 
 use crate::error::Result;
 
+use super::group::Group;
 use super::{SqliteStore, db};
 
 /// Where the statements of one operation run.
@@ -34,9 +35,10 @@ pub(crate) trait Site: Send + Sync {
     /// are current ([`Error::NotMigrated`](crate::Error::NotMigrated) otherwise).
     fn conn(&self) -> impl Future<Output = Result<Self::Conn<'_>>> + Send;
 
-    /// The lock this process's writers queue on, when the site has one (the
-    /// pool's); the caller's transaction holds SQLite's own lock instead.
-    fn writers(&self) -> Option<&Mutex<()>>;
+    /// The batch this process's writes share ([`Group`]), when the site has
+    /// one (the pool's); the caller's transaction holds SQLite's own lock
+    /// instead, and each operation is a savepoint of it.
+    fn group(&self) -> Option<&Arc<Group>>;
 }
 
 /// The pool path: each operation on a connection of its own, in a
@@ -54,8 +56,8 @@ impl Site for SqliteStore {
         Ok(conn)
     }
 
-    fn writers(&self) -> Option<&Mutex<()>> {
-        Some(&self.writers)
+    fn group(&self) -> Option<&Arc<Group>> {
+        Some(&self.group)
     }
 }
 
@@ -69,11 +71,24 @@ pub(crate) enum Mode {
     Read,
 }
 
-/// The in-process writers' turn, for a write on a site that has one.
-pub(crate) async fn turn(writers: Option<&Mutex<()>>, mode: Mode) -> Option<MutexGuard<'_, ()>> {
-    match (writers, mode) {
-        (Some(lock), Mode::Write) => Some(lock.lock().await),
-        _ => None,
+/// The operation's group, for a write on a site that has one.
+pub(crate) fn grouped<S: Site + ?Sized>(site: &S, mode: Mode) -> Option<&Arc<Group>> {
+    site.group().filter(|_| mode == Mode::Write)
+}
+
+/// Ends an operation's transaction (or savepoint) as its answer says:
+/// committed when it succeeded, rolled back whole when it failed. The flag
+/// is false when a failed operation could not be rolled back.
+pub(crate) async fn settle<T>(tx: sqlx::Transaction<'_, Sqlite>, answer: Result<T>) -> (Result<T>, bool) {
+    match answer {
+        Ok(value) => match tx.commit().await {
+            Ok(()) => (Ok(value), true),
+            Err(e) => (Err(db(e)), false),
+        },
+        Err(e) => {
+            let clean = tx.rollback().await.is_ok();
+            (Err(e), clean)
+        }
     }
 }
 
@@ -134,39 +149,53 @@ impl Busy {
 
 /// Runs one operation on a site: `run!(site, Write, |conn, now| op(conn, now, …))`.
 /// The operation's future is made again for each try, so it must not
-/// consume what it is given (clone it in the expression).
+/// consume what it is given (clone it in the expression). A write on the
+/// pool runs as a savepoint of this process's shared batch ([`Group`]) and
+/// answers once the batch committed; any other operation runs in a
+/// transaction of its own (a savepoint of the caller's, on its connection).
 macro_rules! run {
     ($site:expr, $mode:ident, |$conn:ident, $now:ident| $op:expr) => {{
         let site = $site;
+        let mode = $crate::sqlite::site::Mode::$mode;
         let mut busy = $crate::sqlite::site::Busy::new(site.store().busy_budget());
         loop {
             let mut owned = false;
-            let outcome = async {
-                let _turn =
-                    $crate::sqlite::site::turn(site.writers(), $crate::sqlite::site::Mode::$mode).await;
-                let mut held = site.conn().await?;
-                owned = !::sqlx::Connection::is_in_transaction(&*held);
-                let mut tx =
-                    $crate::sqlite::site::begin(&mut held, $crate::sqlite::site::Mode::$mode).await?;
-                // The store's instant, read once the write lock is held.
-                let $now = site.store().now();
-                let answer = {
-                    let $conn: &mut ::sqlx::SqliteConnection = &mut tx;
-                    $op.await
-                };
-                match answer {
-                    Ok(value) => {
-                        tx.commit().await.map_err($crate::sqlite::db)?;
-                        Ok(value)
+            let outcome = match $crate::sqlite::site::grouped(site, mode) {
+                Some(group) => {
+                    owned = true;
+                    async {
+                        let mut write = group.join(site.store()).await?;
+                        // The store's instant, read once the write lock is held.
+                        let $now = site.store().now();
+                        let (answer, clean) = {
+                            let mut tx = write.savepoint().await?;
+                            let answer = {
+                                let $conn: &mut ::sqlx::SqliteConnection = &mut tx;
+                                $op.await
+                            };
+                            $crate::sqlite::site::settle(tx, answer).await
+                        };
+                        write.finish(answer, clean).await
                     }
-                    Err(e) => {
-                        // Rolled back whole (or to the savepoint): nothing of it stays.
-                        let _ = tx.rollback().await;
-                        Err(e)
-                    }
+                    .await
                 }
-            }
-            .await;
+                None => {
+                    async {
+                        let mut held = site.conn().await?;
+                        owned = !::sqlx::Connection::is_in_transaction(&*held);
+                        let mut tx = $crate::sqlite::site::begin(&mut held, mode).await?;
+                        // The store's instant, read once the write lock is held.
+                        let $now = site.store().now();
+                        let answer = {
+                            let $conn: &mut ::sqlx::SqliteConnection = &mut tx;
+                            $op.await
+                        };
+                        // Rolled back whole (or to the savepoint) on failure: nothing of it stays.
+                        $crate::sqlite::site::settle(tx, answer).await.0
+                    }
+                    .await
+                }
+            };
             match outcome {
                 Err($crate::Error::Busy { .. }) if owned && busy.again().await => continue,
                 Err($crate::Error::Busy { .. }) => {

@@ -5,6 +5,10 @@
 /// Every column of a task row, as `row::task` decodes them.
 pub(crate) const TASK: &str = "SELECT * FROM tasks WHERE id = ?1";
 
+/// Every column of the tasks whose ids are bound, as many as `{ids}`'s
+/// placeholders (`?, ?, …`).
+pub(crate) const TASKS: &str = "SELECT * FROM tasks WHERE id IN ({ids})";
+
 /// ?1 scope, ?2 operation, ?3 request key.
 pub(crate) const TASK_BY_KEY: &str =
     "SELECT * FROM tasks WHERE scope = ?1 AND operation = ?2 AND request_key = ?3";
@@ -30,24 +34,55 @@ pub(crate) const SAVE_TASK: &str = "UPDATE tasks SET
         finished_at = ?16, expires_at = ?17, response = coalesce(?18, response)
     WHERE id = ?1";
 
-/// ?1 task id, ?2 number, ?3 attempt id, ?4 worker, ?5 started at.
-pub(crate) const INSERT_ATTEMPT: &str =
+/// Rows of (task id, number, attempt id, worker, started at), `{rows}`
+/// replaced by their placeholders: the attempts started, running.
+pub(crate) const INSERT_ATTEMPTS: &str =
     "INSERT INTO attempts (task_id, number, id, worker, started_at, outcome)
-    VALUES (?1, ?2, ?3, ?4, ?5, 'running')";
+    SELECT column1, column2, column3, column4, column5, 'running' FROM (VALUES {rows})";
 
-/// ?1 task id, ?2 number: the id of the attempt that holds (or held) that
-/// version, which a lease's attempt id must match ([`rules::granted`](crate::backend::rules::granted)).
-pub(crate) const ATTEMPT_ID: &str = "SELECT id FROM attempts WHERE task_id = ?1 AND number = ?2";
+/// Rows of (task id, number, finished at, outcome, error): [`FINISH_ATTEMPT`] for many.
+pub(crate) const FINISH_ATTEMPTS: &str = "UPDATE attempts
+    SET finished_at = v.column3, outcome = v.column4, error = v.column5
+    FROM (VALUES {rows}) AS v
+    WHERE attempts.task_id = v.column1 AND attempts.number = v.column2 AND attempts.finished_at IS NULL";
+
+/// Rows of (task id, number, finished at): the attempts whose answers were
+/// saved, also when a takeover had closed them as expired.
+pub(crate) const COMPLETE_ATTEMPTS: &str = "UPDATE attempts
+    SET finished_at = v.column3, outcome = 'completed'
+    FROM (VALUES {rows}) AS v
+    WHERE attempts.task_id = v.column1 AND attempts.number = v.column2";
+
+/// Rows of [`SAVE_TASK`]'s 18 parameters, in its order: [`SAVE_TASK`] for many.
+pub(crate) const SAVE_TASKS: &str = "UPDATE tasks SET
+        status = v.column2, version = v.column3, max_attempts = v.column4,
+        initial_backoff_ns = v.column5, max_backoff_ns = v.column6, multiplier = v.column7,
+        jitter = v.column8, deadline_ns = v.column9, on_ambiguous = v.column10,
+        budget_base = v.column11, budget_started_at = v.column12, lease_until = v.column13,
+        not_before = v.column14, last_error = v.column15, finished_at = v.column16,
+        expires_at = v.column17, response = coalesce(v.column18, tasks.response)
+    FROM (VALUES {rows}) AS v
+    WHERE tasks.id = v.column1";
+
+/// ?1… pairs of (task id, number), `{rows}` replaced by their
+/// placeholders: each task's row with `lease_attempt` as in
+/// [`TASK_WITH_ATTEMPT`], and the number asked for as `lease_version`.
+pub(crate) const TASKS_WITH_ATTEMPTS: &str = "SELECT tasks.*, v.column2 AS lease_version,
+        (SELECT a.id FROM attempts a WHERE a.task_id = tasks.id AND a.number = v.column2) AS lease_attempt
+    FROM (VALUES {rows}) AS v JOIN tasks ON tasks.id = v.column1";
+
+/// ?1 task id, ?2 number: every column of the task row, and as
+/// `lease_attempt` the id of the attempt that holds (or held) that version
+/// (which a lease's attempt id must match:
+/// [`rules::granted`](crate::backend::rules::granted)): a fenced write's one read.
+pub(crate) const TASK_WITH_ATTEMPT: &str = "SELECT tasks.*,
+        (SELECT a.id FROM attempts a WHERE a.task_id = tasks.id AND a.number = ?2) AS lease_attempt
+    FROM tasks WHERE id = ?1";
 
 /// ?1 task id, ?2 number, ?3 finished at, ?4 outcome, ?5 error: ends the
 /// attempt if it is still open.
 pub(crate) const FINISH_ATTEMPT: &str = "UPDATE attempts SET finished_at = ?3, outcome = ?4, error = ?5
     WHERE task_id = ?1 AND number = ?2 AND finished_at IS NULL";
-
-/// ?1 task id, ?2 number, ?3 finished at: the attempt whose answer was saved,
-/// also when a takeover had closed it as expired.
-pub(crate) const COMPLETE_ATTEMPT: &str =
-    "UPDATE attempts SET finished_at = ?3, outcome = 'completed' WHERE task_id = ?1 AND number = ?2";
 
 /// ?1 task id, ?2 attempt id, ?3 the provider's operation id.
 pub(crate) const RECORD_OPERATION: &str =

@@ -12,12 +12,12 @@ use sqlx::sqlite::{
 };
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use time::OffsetDateTime;
-use tokio::sync::Mutex;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 
 use super::conn::SqliteConnStore;
+use super::group::Group;
 use super::site::Busy;
 use super::{db, migrate, sql};
 
@@ -55,9 +55,10 @@ pub struct SqliteStore {
     busy_budget: Duration,
     /// Whether submissions write handoffs ([`SqliteStoreBuilder::without_handoffs`]).
     pub(super) handoffs: bool,
-    /// This process's writers queue here, so they take SQLite's write lock
-    /// one after another instead of polling it.
-    pub(super) writers: Arc<Mutex<()>>,
+    /// This process's writes: they share one transaction and one commit
+    /// while they arrive together (group commit), instead of taking SQLite's
+    /// write lock one after another.
+    pub(super) group: Arc<Group>,
     /// Set once the file's history was found current (or this store
     /// migrated it): until then each operation checks it first.
     migrated: Arc<AtomicBool>,
@@ -239,7 +240,7 @@ impl SqliteStore {
             clock,
             busy_budget,
             handoffs: true,
-            writers: Arc::default(),
+            group: Arc::default(),
             migrated: Arc::default(),
         }
     }
@@ -270,7 +271,7 @@ impl SqliteStore {
     /// # Ok(()) }
     /// ```
     pub async fn migrate(&self) -> Result<()> {
-        let _turn = self.writers.lock().await;
+        let _turn = self.group.exclusive().await?;
         migrate::run(&self.pool, self.busy_budget).await?;
         self.migrated.store(true, Ordering::Relaxed);
         Ok(())
@@ -322,6 +323,16 @@ impl SqliteStore {
     /// on [`SqliteConnStore`].
     pub fn on<'c>(&self, conn: &'c mut SqliteConnection) -> SqliteConnStore<'c> {
         SqliteConnStore::new(self.clone(), conn)
+    }
+
+    /// [`check_schema`](Self::check_schema) on a pooled connection, taken
+    /// only until the check passes once.
+    pub(crate) async fn ensure_schema(&self) -> Result<()> {
+        if self.migrated.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.check_schema(&mut *self.pool.acquire().await.map_err(db)?)
+            .await
     }
 
     /// [`Error::NotMigrated`] unless the file's history reaches this

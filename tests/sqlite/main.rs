@@ -7,6 +7,7 @@ mod crash;
 mod dispatch;
 mod effects;
 mod faults;
+mod group;
 mod inspection;
 mod invariants;
 mod model;

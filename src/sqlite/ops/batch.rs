@@ -1,6 +1,7 @@
 //! Batches: each item decided on its own exactly as the single operation
 //! decides it, the whole batch in one transaction (one commit).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::{Row, SqliteConnection};
@@ -9,9 +10,10 @@ use time::OffsetDateTime;
 use crate::backend::submission_answer;
 use crate::error::{Error, Result};
 use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Submitted};
-use crate::task::{NewTask, Response, Task, TaskId};
+use crate::task::{AttemptId, NewTask, Response, Task, TaskId};
 
 use super::super::{db, row, sql};
+use super::row_io::{Writes, with_attempt};
 
 /// Each task submitted as `submit` would, in order; each one's refusal
 /// (a key conflict) is its own item.
@@ -42,20 +44,54 @@ pub(crate) async fn claim_many(
 }
 
 /// Each lease completed as `complete` would; a task that is gone is that
-/// item's [`Error::NotFound`].
+/// item's [`Error::NotFound`]. A batch names each task once (checked at
+/// entry), so the items are independent: their rows are read at once,
+/// each decided alone, and written at once ([`Writes`]).
 pub(crate) async fn complete_many(
     conn: &mut SqliteConnection,
     now: OffsetDateTime,
     completions: Vec<(Lease, Response)>,
 ) -> Result<Vec<Result<Fenced<Task>>>> {
-    let mut out = Vec::with_capacity(completions.len());
-    for (lease, response) in completions {
-        match super::complete(conn, now, &lease, response).await {
-            Err(Error::NotFound(id)) => out.push(Err(Error::NotFound(id))),
-            Err(e) => return Err(e),
-            Ok(fenced) => out.push(Ok(fenced)),
+    let asked: Vec<(TaskId, u64)> = completions
+        .iter()
+        .map(|(lease, _)| (lease.task_id(), lease.version()))
+        .collect();
+    let mut tasks: HashMap<TaskId, Task> = HashMap::new();
+    let mut recorded: HashMap<(TaskId, u64), Option<AttemptId>> = HashMap::new();
+    for chunk in asked.chunks(64) {
+        let marks = vec!["(?, ?)"; chunk.len()].join(", ");
+        let mut read = sqlx::query(sqlx::AssertSqlSafe(
+            sql::TASKS_WITH_ATTEMPTS.replace("{rows}", &marks),
+        ));
+        for (id, version) in chunk {
+            read = read.bind(id.as_uuid()).bind(row::int(*version));
+        }
+        for r in read.fetch_all(&mut *conn).await.map_err(db)? {
+            let (task, attempt) = with_attempt(&r).map_err(db)?;
+            let version: i64 = r.try_get("lease_version").map_err(db)?;
+            recorded.insert((task.id, u64::try_from(version).unwrap_or_default()), attempt);
+            tasks.insert(task.id, task);
         }
     }
+    let mut writes = Writes::default();
+    let mut out = Vec::with_capacity(completions.len());
+    for (lease, response) in completions {
+        let id = lease.task_id();
+        let Some(task) = tasks.remove(&id) else {
+            out.push(Err(Error::NotFound(id)));
+            continue;
+        };
+        let attempt = recorded.get(&(id, lease.version())).copied().flatten();
+        out.push(Ok(super::decide_complete(
+            now,
+            task,
+            attempt,
+            &lease,
+            response,
+            &mut writes,
+        )));
+    }
+    writes.flush(conn, now).await?;
     Ok(out)
 }
 
@@ -128,12 +164,34 @@ pub(crate) async fn claim_next(
         .map(|r| r.try_get(0).map(TaskId::from_uuid))
         .collect::<Result<_, _>>()
         .map_err(db)?;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Their rows in one read, then each claimed in the order found.
+    let marks = vec!["?"; ids.len()].join(", ");
+    let mut read = sqlx::query(sqlx::AssertSqlSafe(sql::TASKS.replace("{ids}", &marks)));
+    for id in &ids {
+        read = read.bind(id.as_uuid());
+    }
+    let mut tasks: HashMap<TaskId, Task> = read
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?
+        .iter()
+        .map(|r| row::task(r).map(|t| (t.id, t)))
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
     let claim = request.request();
+    let mut writes = Writes::default();
     let mut leases = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Claim::Acquired(lease) = super::claim(conn, now, id, &claim).await? {
+        let Some(task) = tasks.remove(&id) else {
+            continue;
+        };
+        if let Claim::Acquired(lease) = super::decide_claim(now, task, &claim, &mut writes) {
             leases.push(lease);
         }
     }
+    writes.flush(conn, now).await?;
     Ok(leases)
 }

@@ -35,5 +35,6 @@ pub(crate) use inspect::{counts, counts_up_to, list, story, stranded};
 pub(crate) use maintenance::{due, mark_published, purge_expired, redispatch, take_handoffs};
 pub(crate) use read::{attempts, find, get};
 pub(crate) use single::{
-    cancel, claim, complete, fail, fence, record_operation, release, renew, reopen, submit,
+    cancel, claim, complete, decide_claim, decide_complete, fail, fence, record_operation, release, renew,
+    reopen, submit,
 };

@@ -14,7 +14,7 @@ use crate::store::{AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, ReopenReq
 use crate::task::{AttemptId, NewTask, Response, Status, Task, TaskId};
 
 use super::super::{db, row, sql};
-use super::row_io::{checked, complete_attempt, finish_attempt, insert, load, save, start_attempt};
+use super::row_io::{Writes, check, checked, finish_attempt, insert, lease_row, load, save};
 
 /// Submit: the existing task for the key (or a conflict), else the new task
 /// and, unless it goes without one, its handoff: in one transaction.
@@ -47,42 +47,53 @@ pub(crate) async fn submit(
     Ok(Submitted::Created(task))
 }
 
-/// [`rules::claim`] of task `id` at `now`, applied: the claim of `claim`,
-/// `claim_many` and `claim_next`.
+/// [`rules::claim`] of task `id` at `now`, applied: the claim of `claim`
+/// and `claim_many`.
 pub(crate) async fn claim(
     conn: &mut SqliteConnection,
     now: OffsetDateTime,
     id: TaskId,
     request: &ClaimRequest,
 ) -> Result<Claim> {
-    let Some(mut task) = load(conn, id).await? else {
+    let Some(task) = load(conn, id).await? else {
         return Ok(Claim::NotFound);
     };
+    let mut writes = Writes::default();
+    let claim = decide_claim(now, task, request, &mut writes);
+    writes.flush(conn, now).await?;
+    Ok(claim)
+}
+
+/// [`rules::claim`] of `task` (read in this transaction) at `now`: the
+/// answer, and what it writes added to `writes`. `claim` and `claim_next`
+/// decide with it.
+pub(crate) fn decide_claim(
+    now: OffsetDateTime,
+    mut task: Task,
+    request: &ClaimRequest,
+    writes: &mut Writes,
+) -> Claim {
+    let id = task.id;
     let previous = task.version;
     match rules::claim(&task, now) {
-        ClaimRule::Answer(claim) => Ok(claim),
+        ClaimRule::Answer(claim) => claim,
         ClaimRule::Exhaust(reason) => {
-            finish_attempt(conn, id, previous, AttemptOutcome::Expired, now, None).await?;
+            writes.finish_attempt(id, previous, AttemptOutcome::Expired, None);
             rules::terminal(&mut task, Status::Failed, now, Some(reason.as_str().to_owned()));
-            save(conn, &task, None).await?;
-            Ok(Claim::Failed(task))
+            writes.save(&task, None);
+            Claim::Failed(task)
         }
         ClaimRule::Take => {
-            finish_attempt(conn, id, previous, AttemptOutcome::Expired, now, None).await?;
+            writes.finish_attempt(id, previous, AttemptOutcome::Expired, None);
             let expires_at = now + request.lease_duration;
             rules::taken(&mut task, expires_at);
-            save(conn, &task, None).await?;
+            writes.save(&task, None);
             let attempt_id = AttemptId::new();
-            start_attempt(conn, id, task.attempts(), attempt_id, &request.worker, now).await?;
+            writes.start_attempt(id, task.attempts(), attempt_id, &request.worker);
             let span = tracing::Span::current();
             span.record("version", task.version);
             span.record("attempt_id", tracing::field::display(attempt_id));
-            Ok(Claim::Acquired(new_lease(
-                task,
-                attempt_id,
-                request.worker.clone(),
-                expires_at,
-            )))
+            Claim::Acquired(new_lease(task, attempt_id, request.worker.clone(), expires_at))
         }
     }
 }
@@ -112,20 +123,39 @@ pub(crate) async fn complete(
     lease: &Lease,
     response: Response,
 ) -> Result<Fenced<Task>> {
-    let mut task = match checked(conn, rules::accept, lease, now).await? {
+    let (task, recorded) = lease_row(conn, lease).await?;
+    let mut writes = Writes::default();
+    let fenced = decide_complete(now, task, recorded, lease, response, &mut writes);
+    writes.flush(conn, now).await?;
+    Ok(fenced)
+}
+
+/// The completion by `lease` of `task` (read in this transaction, with the
+/// attempt id `recorded` at the lease's version) at `now`: the answer, and
+/// what it writes added to `writes`. `complete` and `complete_many` decide
+/// with it.
+pub(crate) fn decide_complete(
+    now: OffsetDateTime,
+    task: Task,
+    recorded: Option<AttemptId>,
+    lease: &Lease,
+    response: Response,
+    writes: &mut Writes,
+) -> Fenced<Task> {
+    let mut task = match check(rules::accept, task, lease, recorded, now) {
         Ok(task) => task,
-        Err(rejection) => return Ok(Fenced::Rejected(rejection)),
+        Err(rejection) => return Fenced::Rejected(rejection),
     };
     let id = lease.task_id();
     if task.version != lease.version() {
         // First valid answer from an earlier attempt: the current one is overtaken.
-        finish_attempt(conn, id, task.version, AttemptOutcome::Overtaken, now, None).await?;
+        writes.finish_attempt(id, task.version, AttemptOutcome::Overtaken, None);
     }
-    complete_attempt(conn, id, lease.version(), now).await?;
+    writes.complete_attempt(id, lease.version());
     rules::terminal(&mut task, Status::Completed, now, None);
-    save(conn, &task, Some(&response)).await?;
+    writes.save(&task, Some(&response));
     task.response = Some(response);
-    Ok(Fenced::Accepted(task))
+    Fenced::Accepted(task)
 }
 
 /// Fail under the fence: a retry after the backoff, or the task failed for good.
