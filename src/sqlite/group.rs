@@ -20,17 +20,26 @@
 //!   before the write is on disk. A failed commit fails every write in the
 //!   batch (none of it was written); a busy file is tried again like any
 //!   busy write.
-//! - A writer cancelled mid-operation leaves nothing (its savepoint rolls
-//!   back); a batch whose committing writer was cancelled is committed by
-//!   the next writer to arrive or by a waiting one after [`STALE_AFTER`],
-//!   so the write lock is never left held by a batch nobody finishes.
+//! - A writer dropped mid-operation (its future cancelled) ends its batch
+//!   unwritten: what it wrote so far cannot be told apart from the others'
+//!   writes, so the batch's transaction is rolled back whole, and each
+//!   writer waiting for that batch tries its whole operation again (within
+//!   its busy budget). A batch whose committing writer was cancelled between
+//!   operations is committed by the next writer to arrive or by a waiting
+//!   one after [`STALE_AFTER`], so the write lock is never left held by a
+//!   batch nobody finishes.
+//! - Each operation's savepoint is a plain `SAVEPOINT` statement, not a
+//!   nested sqlx transaction: one of those dropped while its `SAVEPOINT` is
+//!   on its way to the connection is rolled back twice, the second time
+//!   taking the batch's transaction with it, and the batch's commit would
+//!   then commit nothing while answering success.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use tokio::sync::{Mutex, MutexGuard, watch};
 
 use crate::error::{Error, Result};
@@ -73,6 +82,8 @@ struct Batch {
     number: u64,
     tx: Transaction<'static, Sqlite>,
     writes: usize,
+    /// An operation's savepoint may be open (not yet released or rolled back).
+    in_operation: bool,
     /// `Some(outcome)` once committed (or failed): what each writer answers.
     done: watch::Sender<Option<Outcome>>,
 }
@@ -107,6 +118,7 @@ impl Group {
                 number,
                 tx,
                 writes: 0,
+                in_operation: false,
                 done: watch::channel(None).0,
             });
         }
@@ -156,11 +168,12 @@ impl Group {
     async fn commit_if_left(&self, number: u64) {
         let mut slot = self.slot.lock().await;
         let left = slot.open.as_ref().is_some_and(|b| b.number == number);
-        if left && self.queued.load(Ordering::SeqCst) == 0 {
-            if let Some(batch) = slot.open.take() {
-                // Its writers hear the outcome through the batch's channel.
-                let _ = batch.commit().await;
-            }
+        if left
+            && self.queued.load(Ordering::SeqCst) == 0
+            && let Some(batch) = slot.open.take()
+        {
+            // Its writers hear the outcome through the batch's channel.
+            let _ = batch.commit().await;
         }
     }
 }
@@ -208,23 +221,59 @@ pub(crate) struct Write<'g> {
     finished: bool,
 }
 
+/// The savepoint each operation runs in. Plain statements, not a nested
+/// sqlx transaction: a nested one dropped while its `SAVEPOINT` is on its
+/// way is rolled back twice, the second time taking the batch's own
+/// transaction with it. A writer dropped mid-operation ends the batch
+/// instead (see [`Write`]'s `Drop`).
+const SAVEPOINT: &str = "SAVEPOINT taskfence_write";
+const RELEASE: &str = "RELEASE taskfence_write";
+const ROLLBACK_TO: &str = "ROLLBACK TO taskfence_write; RELEASE taskfence_write";
+
 impl Write<'_> {
-    /// The operation's savepoint in the batch.
-    pub(crate) async fn savepoint(&mut self) -> Result<Transaction<'_, Sqlite>> {
+    /// Opens the operation's savepoint in the batch; its connection.
+    pub(crate) async fn savepoint(&mut self) -> Result<&mut SqliteConnection> {
         let batch = self.slot.open.as_mut().expect("a write's batch is open");
-        sqlx::Connection::begin(&mut *batch.tx).await.map_err(db)
+        // From here until it is settled, a drop of this writer ends the batch.
+        batch.in_operation = true;
+        sqlx::raw_sql(SAVEPOINT)
+            .execute(&mut *batch.tx)
+            .await
+            .map_err(db)?;
+        Ok(&mut *batch.tx)
+    }
+
+    /// Ends the operation's savepoint as its answer says: released when it
+    /// succeeded, rolled back when it failed. The flag is false when that
+    /// could not be done (the batch is then ended unwritten).
+    pub(crate) async fn settle<T>(&mut self, answer: Result<T>) -> (Result<T>, bool) {
+        let batch = self.slot.open.as_mut().expect("a write's batch is open");
+        let (answer, end) = match answer {
+            Ok(value) => match sqlx::raw_sql(RELEASE).execute(&mut *batch.tx).await {
+                Ok(_) => (Ok(value), true),
+                Err(e) => (Err(db(e)), false),
+            },
+            Err(e) => (
+                Err(e),
+                sqlx::raw_sql(ROLLBACK_TO).execute(&mut *batch.tx).await.is_ok(),
+            ),
+        };
+        if end {
+            batch.in_operation = false;
+        }
+        (answer, end)
     }
 
     /// The operation's answer once it stands: a failure at once (its
     /// savepoint was rolled back), a success once the batch committed.
-    /// `clean` is false when the failed operation's savepoint could not be
-    /// rolled back: the batch is then ended unwritten.
+    /// `clean` is false when the operation's savepoint could not be ended:
+    /// the batch is then ended unwritten.
     pub(crate) async fn finish<T>(mut self, answer: Result<T>, clean: bool) -> Result<T> {
         self.finished = true;
         let mut batch = self.slot.open.take().expect("a write's batch is open");
-        if !clean {
+        if !clean || batch.in_operation {
             batch.abort(abandoned()).await;
-            return answer;
+            return answer.and(Err(abandoned()));
         }
         if answer.is_ok() {
             batch.writes += 1;
@@ -247,11 +296,23 @@ impl Write<'_> {
 }
 
 impl Drop for Write<'_> {
-    /// A writer cancelled before it finished: its savepoint rolled back; a
-    /// batch with no write in it is ended here (nobody waits for it).
+    /// A writer dropped before it finished. Mid-operation, what it wrote
+    /// cannot be told apart from the batch's other writes: the batch is
+    /// ended unwritten (its transaction rolled back as it is dropped), and
+    /// its waiting writers hear so and try again. Between operations, a
+    /// batch with no write in it is ended the same way (nobody waits for it).
     fn drop(&mut self) {
-        if !self.finished && self.slot.open.as_ref().is_some_and(|b| b.writes == 0) {
-            // Dropping the transaction rolls it back and frees the lock.
+        if self.finished {
+            return;
+        }
+        let end = self
+            .slot
+            .open
+            .as_ref()
+            .is_some_and(|b| b.in_operation || b.writes == 0);
+        if end {
+            // Dropping the transaction rolls it back and frees the lock;
+            // dropping its channel tells its writers.
             self.slot.open = None;
         }
     }
@@ -299,13 +360,23 @@ impl Drop for Watching<'_> {
 }
 
 /// A batch ended before it committed (a writer's savepoint could not be
-/// rolled back, or the batch was dropped): none of its writes were made.
+/// ended, or a writer was dropped mid-operation): none of its writes were
+/// made, and each of its writers tries its whole operation again.
 fn abandoned() -> Error {
     Error::storage(BatchError::Abandoned)
 }
 
+/// Whether `e` says the write's batch was ended unwritten: its operation
+/// may be tried again from the start.
+pub(crate) fn is_abandoned(e: &Error) -> bool {
+    matches!(e, Error::Storage(source) if matches!(source.downcast_ref::<BatchError>(), Some(BatchError::Abandoned)))
+}
+
 /// One writer's copy of the batch's failure.
 fn echo(e: &Arc<Error>) -> Error {
+    if is_abandoned(e) {
+        return abandoned();
+    }
     match &**e {
         Error::Busy { waited } => Error::Busy { waited: *waited },
         Error::Unwritable { detail } => Error::Unwritable {

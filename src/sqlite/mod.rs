@@ -76,7 +76,7 @@ use crate::error::Error;
 mod backend;
 mod conn;
 mod dispatch;
-mod group;
+pub(crate) mod group;
 mod migrate;
 mod ops;
 mod row;

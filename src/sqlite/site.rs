@@ -77,17 +77,16 @@ pub(crate) fn grouped<S: Site + ?Sized>(site: &S, mode: Mode) -> Option<&Arc<Gro
 }
 
 /// Ends an operation's transaction (or savepoint) as its answer says:
-/// committed when it succeeded, rolled back whole when it failed. The flag
-/// is false when a failed operation could not be rolled back.
-pub(crate) async fn settle<T>(tx: sqlx::Transaction<'_, Sqlite>, answer: Result<T>) -> (Result<T>, bool) {
+/// committed when it succeeded, rolled back whole when it failed.
+pub(crate) async fn settle<T>(tx: sqlx::Transaction<'_, Sqlite>, answer: Result<T>) -> Result<T> {
     match answer {
-        Ok(value) => match tx.commit().await {
-            Ok(()) => (Ok(value), true),
-            Err(e) => (Err(db(e)), false),
-        },
+        Ok(value) => {
+            tx.commit().await.map_err(db)?;
+            Ok(value)
+        }
         Err(e) => {
-            let clean = tx.rollback().await.is_ok();
-            (Err(e), clean)
+            let _ = tx.rollback().await;
+            Err(e)
         }
     }
 }
@@ -167,14 +166,11 @@ macro_rules! run {
                         let mut write = group.join(site.store()).await?;
                         // The store's instant, read once the write lock is held.
                         let $now = site.store().now();
-                        let (answer, clean) = {
-                            let mut tx = write.savepoint().await?;
-                            let answer = {
-                                let $conn: &mut ::sqlx::SqliteConnection = &mut tx;
-                                $op.await
-                            };
-                            $crate::sqlite::site::settle(tx, answer).await
+                        let answer = {
+                            let $conn: &mut ::sqlx::SqliteConnection = write.savepoint().await?;
+                            $op.await
                         };
+                        let (answer, clean) = write.settle(answer).await;
                         write.finish(answer, clean).await
                     }
                     .await
@@ -191,13 +187,15 @@ macro_rules! run {
                             $op.await
                         };
                         // Rolled back whole (or to the savepoint) on failure: nothing of it stays.
-                        $crate::sqlite::site::settle(tx, answer).await.0
+                        $crate::sqlite::site::settle(tx, answer).await
                     }
                     .await
                 }
             };
             match outcome {
                 Err($crate::Error::Busy { .. }) if owned && busy.again().await => continue,
+                // Its batch was ended unwritten (a writer dropped mid-way): again, whole.
+                Err(e) if $crate::sqlite::group::is_abandoned(&e) && busy.again().await => continue,
                 Err($crate::Error::Busy { .. }) => {
                     break Err($crate::Error::Busy {
                         waited: busy.waited(),

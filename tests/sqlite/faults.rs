@@ -50,21 +50,25 @@ async fn a_read_only_file_is_a_typed_error_and_nothing_is_written() {
     );
 }
 
+/// A store on `f`'s file that may not grow past its size now: a full disk.
+pub(crate) async fn full_disk(f: &SqliteFixture) -> SqliteStore {
+    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+        .fetch_one(f.sqlite_store().pool())
+        .await
+        .unwrap();
+    SqliteStore::builder(f.path())
+        .options(SqliteStore::connect_options(f.path()).pragma("max_page_count", pages.to_string()))
+        .open()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_is_a_typed_error_and_nothing_is_half_written() {
     let f = SqliteFixture::new().await;
     let store = f.sqlite_store();
     store.submit(task("first")).await.unwrap();
-    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-    // A store whose file may not grow: the disk is "full".
-    let full = SqliteStore::builder(f.path())
-        .options(SqliteStore::connect_options(f.path()).pragma("max_page_count", pages.to_string()))
-        .open()
-        .await
-        .unwrap();
+    let full = full_disk(&f).await;
     let before = f.record_count().await;
     let big = task("big").payload(vec![7u8; 256 * 1024]);
     let r = full.submit(big.clone()).await;

@@ -88,16 +88,8 @@ async fn concurrent_writes_share_commits_and_each_is_decided_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_commit_fails_every_write_of_its_batch_and_writes_none() {
     let f = SqliteFixture::new().await;
-    let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-        .fetch_one(f.sqlite_store().pool())
-        .await
-        .unwrap();
     // The file may not grow: every big write fails, at its statement or at the commit.
-    let full = SqliteStore::builder(f.path())
-        .options(SqliteStore::connect_options(f.path()).pragma("max_page_count", pages.to_string()))
-        .open()
-        .await
-        .unwrap();
+    let full = super::faults::full_disk(&f).await;
     let before = f.count("tasks").await;
     let handles: Vec<_> = (0..8)
         .map(|i| {

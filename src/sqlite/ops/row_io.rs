@@ -68,9 +68,22 @@ pub(crate) async fn save(
     task: &Task,
     response: Option<&Response>,
 ) -> Result<()> {
+    bind_saved(sqlx::query(sql::SAVE_TASK), task, response)
+        .execute(conn)
+        .await
+        .map_err(db)?;
+    Ok(())
+}
+
+/// Binds the 18 values [`sql::SAVE_TASK`] writes (and each row of
+/// [`sql::SAVE_TASKS`]), in their order.
+fn bind_saved<'q>(
+    q: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    task: &'q Task,
+    response: Option<&'q Response>,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
     let p = &task.policy;
-    sqlx::query(sql::SAVE_TASK)
-        .bind(task.id.as_uuid())
+    q.bind(task.id.as_uuid())
         .bind(task.status.as_str())
         .bind(row::int(task.version))
         .bind(i64::from(p.max_attempts))
@@ -88,10 +101,6 @@ pub(crate) async fn save(
         .bind(row::at_opt(task.finished_at))
         .bind(row::at(task.expires_at))
         .bind(response.map(Response::as_bytes))
-        .execute(conn)
-        .await
-        .map_err(db)?;
-    Ok(())
 }
 
 /// Ends the attempt that holds (or held) `version` of the task, if it is
@@ -266,26 +275,7 @@ impl Writes {
         for chunk in self.rows.chunks(ROWS_PER_STATEMENT) {
             let mut q = sqlx::query(sqlx::AssertSqlSafe(many(sql::SAVE_TASKS, 18, chunk.len())));
             for (task, response) in chunk {
-                let p = &task.policy;
-                q = q
-                    .bind(task.id.as_uuid())
-                    .bind(task.status.as_str())
-                    .bind(row::int(task.version))
-                    .bind(i64::from(p.max_attempts))
-                    .bind(row::nanos(p.initial_backoff))
-                    .bind(row::nanos(p.max_backoff))
-                    .bind(p.multiplier)
-                    .bind(p.jitter)
-                    .bind(p.deadline.map(row::nanos))
-                    .bind(row::on_ambiguous_name(p.on_ambiguous))
-                    .bind(row::int(task.budget_base))
-                    .bind(row::at(task.budget_started_at))
-                    .bind(row::at_opt(task.lease_until))
-                    .bind(row::at_opt(task.not_before))
-                    .bind(task.last_error.as_deref())
-                    .bind(row::at_opt(task.finished_at))
-                    .bind(row::at(task.expires_at))
-                    .bind(response.as_ref().map(Response::as_bytes));
+                q = bind_saved(q, task, response.as_ref());
             }
             q.execute(&mut *conn).await.map_err(db)?;
         }
