@@ -53,6 +53,14 @@ use super::{SqliteStore, ops};
 ///   names an assignment that no longer exists, and writes under it are
 ///   refused), completions, failures, reopenings, effect records.
 ///
+/// - **A cancelled operation spoils the transaction: roll it back.** An
+///   operation whose future is dropped before it finishes (a timeout around
+///   it) leaves the transaction in a state the store cannot vouch for: the
+///   savepoint it was opening may have been rolled back twice by sqlx, taking
+///   the whole transaction with it, after which a commit commits nothing and
+///   still reports success. After a cancelled operation, roll back and start
+///   again; never commit.
+///
 /// The handle borrows the connection: drop it before committing.
 ///
 /// ```
