@@ -280,7 +280,11 @@ impl Write<'_> {
         }
         let last = self.group.queued.load(Ordering::SeqCst) == 0 || batch.writes >= MAX_WRITES;
         if last {
-            let committed = batch.commit().await;
+            // In a task of its own: a writer cancelled now must not leave its
+            // batch-mates an unknown outcome for a commit that may have happened.
+            let committed = tokio::spawn(batch.commit())
+                .await
+                .unwrap_or_else(|_| Err(abandoned()));
             return match (answer, committed) {
                 (Ok(_), Err(e)) => Err(e),
                 (answer, _) => answer,
