@@ -13,7 +13,7 @@ use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Submitted};
 use crate::task::{AttemptId, NewTask, Response, Task, TaskId};
 
 use super::super::{db, row, sql};
-use super::row_io::{Writes, with_attempt};
+use super::row_io::{ROWS_PER_STATEMENT, Writes, with_attempt};
 
 /// Each task submitted as `submit` would, in order; each one's refusal
 /// (a key conflict) is its own item.
@@ -58,7 +58,7 @@ pub(crate) async fn complete_many(
         .collect();
     let mut tasks: HashMap<TaskId, Task> = HashMap::new();
     let mut recorded: HashMap<(TaskId, u64), Option<AttemptId>> = HashMap::new();
-    for chunk in asked.chunks(64) {
+    for chunk in asked.chunks(ROWS_PER_STATEMENT) {
         let marks = vec!["(?, ?)"; chunk.len()].join(", ");
         let mut read = sqlx::query(sqlx::AssertSqlSafe(
             sql::TASKS_WITH_ATTEMPTS.replace("{rows}", &marks),

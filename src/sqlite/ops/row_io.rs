@@ -199,7 +199,7 @@ pub(crate) struct Writes {
 
 /// Rows per statement: well under SQLite's 32,766 bound parameters with
 /// the widest row (18 columns).
-const ROWS_PER_STATEMENT: usize = 64;
+pub(crate) const ROWS_PER_STATEMENT: usize = 64;
 
 impl Writes {
     /// The task's row to write as `task` is now (`response` by a completion).
