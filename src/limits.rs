@@ -110,16 +110,33 @@ pub fn check_operation_id(id: &str) -> Result<(), InvalidInput> {
 /// assert!(check_effect_name("notify user").is_err());
 /// ```
 pub fn check_effect_name(name: &str) -> Result<(), InvalidInput> {
+    check_name("effect", name, MAX_EFFECT_NAME_LEN)
+}
+
+/// Checks a name that will travel in keys, headers and URL paths (an
+/// effect's, a service's conversation or tenant ids): not blank, at most
+/// `max` bytes, only ASCII letters, digits, `-`, `_` and `.`, so it needs no
+/// escaping anywhere.
+///
+/// ```
+/// use taskfence::error::InvalidInput;
+/// use taskfence::limits::check_name;
+/// assert!(check_name("conversation_id", "conv-7.b_2", 128).is_ok());
+/// assert!(matches!(check_name("conversation_id", "", 128), Err(InvalidInput::Blank { .. })));
+/// assert!(matches!(check_name("conversation_id", "conv 7", 128), Err(InvalidInput::NotAllowed { .. })));
+/// assert!(matches!(check_name("conversation_id", "c".repeat(129).as_str(), 128), Err(InvalidInput::TooLong { .. })));
+/// ```
+pub fn check_name(field: &'static str, name: &str, max: usize) -> Result<(), InvalidInput> {
     if name.is_empty() {
-        return Err(InvalidInput::Blank { field: "effect" });
+        return Err(InvalidInput::Blank { field });
     }
-    check_len("effect", name.len(), MAX_EFFECT_NAME_LEN)?;
+    check_len(field, name.len(), max)?;
     if !name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
         return Err(InvalidInput::NotAllowed {
-            field: "effect",
+            field,
             allowed: "ASCII letters, digits, '-', '_' and '.'",
         });
     }

@@ -11,7 +11,9 @@
 //! taskfence's store calls at `DEBUG`, never the HTTP client's the exporter
 //! itself runs on.
 
+use std::fmt::Display;
 use std::io::IsTerminal;
+use std::process::ExitCode;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
@@ -117,9 +119,75 @@ impl Telemetry {
     }
 }
 
+/// A service's `main` in one call: [`init`], each of `warnings` logged
+/// (`taskfence::config::startup_warnings`), `service` run and its error
+/// logged, then the last spans exported off the runtime's threads (as
+/// [`Telemetry::shutdown`] needs). Why: every service's binary ends this
+/// way, and an exporter shut down on a runtime thread, or not at all, loses
+/// the spans of the very failure that stopped the service.
+///
+/// `ExitCode::FAILURE` when the exporter cannot be built (said on stderr,
+/// nothing run) or `service` fails (logged at error level), `SUCCESS` when
+/// it returns `Ok`.
+///
+/// ```no_run
+/// #[tokio::main]
+/// async fn main() -> std::process::ExitCode {
+///     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
+///     taskfence_axum::telemetry::run("my-service", endpoint.as_deref(), Vec::new(), async {
+///         // … connect, start, wait for a signal, drain …
+///         Ok::<(), String>(())
+///     })
+///     .await
+/// }
+/// ```
+///
+/// # Panics
+///
+/// When a global subscriber is installed already.
+pub async fn run<E: Display>(
+    service_name: &'static str,
+    otlp_endpoint: Option<&str>,
+    warnings: Vec<String>,
+    service: impl Future<Output = Result<(), E>>,
+) -> ExitCode {
+    let telemetry = match init(service_name, otlp_endpoint) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("{service_name}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    let code = match service.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            ExitCode::FAILURE
+        }
+    };
+    // The exporter's client blocks: off the runtime's threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn run_with_an_unusable_endpoint_fails_before_running_the_service() {
+        let ran = std::sync::atomic::AtomicBool::new(false);
+        let service = async {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok::<(), String>(())
+        };
+        let code = run("test", Some("not a url"), Vec::new(), service).await;
+        assert_eq!(code, ExitCode::FAILURE);
+        assert!(!ran.into_inner(), "nothing runs without its telemetry");
+    }
 
     #[test]
     fn an_unusable_endpoint_is_refused_with_its_name() {

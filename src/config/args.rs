@@ -97,6 +97,32 @@ pub struct WorkerArgs {
     pub grace: Duration,
 }
 
+impl WorkerArgs {
+    /// The consumer these flags describe: named
+    /// [`ConsumerConfig::unique_id`]`(name)` (one id per process and start),
+    /// with their lease, concurrency, poll interval and stop grace, the
+    /// consumer's defaults otherwise (prefetch among them: set it after).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let worker = taskfence::config::WorkerArgs { lease: Duration::from_secs(60), ..Default::default() };
+    /// let config = worker.consumer_config("chat-worker").prefetch(0);
+    /// assert_eq!((config.lease_duration, config.concurrency, config.prefetch), (Duration::from_secs(60), 8, 0));
+    /// assert!(config.worker_id.starts_with("chat-worker-"));
+    /// ```
+    ///
+    /// [`ConsumerConfig::unique_id`]: crate::runtime::ConsumerConfig::unique_id
+    #[cfg(feature = "runtime")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "runtime")))]
+    pub fn consumer_config(&self, name: &str) -> crate::runtime::ConsumerConfig {
+        use crate::runtime::ConsumerConfig;
+        ConsumerConfig::new(ConsumerConfig::unique_id(name), self.lease)
+            .concurrency(self.concurrency)
+            .poll_every(self.poll_every)
+            .grace(self.grace)
+    }
+}
+
 impl Default for WorkerArgs {
     /// The flags' defaults.
     ///

@@ -9,15 +9,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgExecutor, PgPool};
+use taskfence::limits::{check_name, check_text};
 use taskfence::runtime::{SavedEvents, Stop, Wake};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, Submitted, Task, TaskId, TaskStore};
-use taskfence_axum::{IdempotencyKey, Problem, TaskStatus, json_response};
+use taskfence_axum::{IdempotencyKey, Problem, ProblemTypes, TaskStatus, json_response};
 use uuid::Uuid;
 
-use crate::config::{Config, Limits};
+use crate::config::Config;
 // A stand-in for authentication: replace it with yours (see `sim::auth`).
-use crate::problem;
 use crate::sim::auth::Caller;
 use crate::worker::ReplyPayload;
 
@@ -30,6 +30,26 @@ pub const OPERATION: &str = "chat.reply";
 /// `taskfence-axum`'s header, so this API replays as its `SubmitResponse` and
 /// `IdempotencyLayer` do — the first status (`201`) and `Idempotent-Replayed: true`.
 pub const REPLAYED: HeaderName = HeaderName::from_static(taskfence_axum::IDEMPOTENT_REPLAYED);
+
+/// The API's problem types, `/problems/{slug}`, where their documentation
+/// would be. Every error response is a [`Problem`] (RFC 9457
+/// `application/problem+json`); `taskfence-axum`'s own (`idempotency-key-missing`,
+/// `idempotency-key-malformed`, `idempotency-key-reused`, `invalid-request`,
+/// `unavailable`) use the same base. Clients branch on the type, never on the detail.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// let p = chat_api::PROBLEMS.problem(StatusCode::NOT_FOUND, "not-found", "no such task");
+/// assert_eq!((p.problem_type(), p.title()), ("/problems/not-found", "Not Found"));
+/// ```
+pub const PROBLEMS: ProblemTypes = ProblemTypes::new("/problems/");
+
+/// 500 for a failure of the app's own queries. The detail stays generic (the
+/// cause is logged): nothing may be assumed written, and the client retries
+/// with the same Idempotency-Key.
+fn internal(err: impl std::fmt::Display) -> Problem {
+    PROBLEMS.internal(err)
+}
 
 /// Shared by every handler.
 #[derive(Clone)]
@@ -61,10 +81,7 @@ pub(crate) fn router(state: AppState) -> Router {
 /// 200 when PostgreSQL answers, 503 otherwise. No authentication: it reveals
 /// nothing but that.
 async fn healthz(State(state): State<AppState>) -> Response {
-    taskfence_axum::health(
-        sqlx::query("SELECT 1").execute(&state.pool).await,
-        &problem::TYPES,
-    )
+    taskfence_axum::health(sqlx::query("SELECT 1").execute(&state.pool).await, &PROBLEMS)
 }
 
 /// `POST /conversations/{id}/messages` body.
@@ -80,11 +97,11 @@ struct SendBody {
 struct TaskView {
     #[serde(flatten)]
     task: TaskStatus,
-    message_id: String,
+    message_id: Uuid,
     reply: Option<ReplyView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct ReplyView {
     content: String,
     attempt: i32,
@@ -100,27 +117,32 @@ async fn send(
     State(state): State<AppState>,
     caller: Caller,
     key: IdempotencyKey,
-    Path(conversation_id): Path<String>,
+    Path(conversation): Path<String>,
     body: Result<Json<SendBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    check_conversation_id(&conversation_id, &state.config.limits)?;
-    let Json(SendBody { content }) =
-        body.map_err(|e| problem::TYPES.rejected_body(e.status(), e.body_text()))?;
-    check_content(&content, &state.config.limits)?;
+    let max = &state.config.limits;
+    // 1 to `max_conversation_id_bytes` of ASCII letters, digits, `-`, `_` or `.`.
+    check_name("conversation_id", &conversation, max.max_conversation_id_bytes)
+        .map_err(|e| PROBLEMS.problem(StatusCode::BAD_REQUEST, "invalid-conversation-id", e.to_string()))?;
+    let Json(SendBody { content: prompt }) =
+        body.map_err(|e| PROBLEMS.rejected_body(e.status(), e.body_text()))?;
+    check_text("content", &prompt, max.max_content_bytes)
+        .map_err(|e| PROBLEMS.problem(StatusCode::UNPROCESSABLE_ENTITY, "invalid-content", e.to_string()))?;
     let message_id = Uuid::now_v7();
-    let input = InputHash::of(["send", &conversation_id, &content]);
-    let new = new_task(&state, &caller, &key, input, message_id, &content)?;
-    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
-    // Rolled back with the transaction when the key turns out to be a repeat.
+    let input = InputHash::of(["send", &conversation, &prompt]);
+    let mut tx = state.pool.begin().await.map_err(internal)?;
+    // Rolled back with the transaction when the key turns out to be a repeat
+    // or the task invalid.
     sqlx::query("INSERT INTO messages (id, user_id, conversation_id, content) VALUES ($1, $2, $3, $4)")
         .bind(message_id)
         .bind(&caller.0)
-        .bind(&conversation_id)
-        .bind(&content)
+        .bind(&conversation)
+        .bind(&prompt)
         .execute(&mut *tx)
         .await
-        .map_err(problem::internal)?;
-    accept(state, tx, &caller, new, message_id).await
+        .map_err(internal)?;
+    let payload = ReplyPayload { message_id, prompt };
+    accept(state, tx, &caller, &key, input, payload).await
 }
 
 /// A new reply task for a message the caller owns.
@@ -130,67 +152,48 @@ async fn regenerate(
     key: IdempotencyKey,
     Path(message_id): Path<String>,
 ) -> Result<Response, Problem> {
-    let not_found = || problem::new(StatusCode::NOT_FOUND, "not-found", "no such message");
+    let not_found = || PROBLEMS.problem(StatusCode::NOT_FOUND, "not-found", "no such message");
     let message_id: Uuid = message_id.parse().map_err(|_| not_found())?;
-    let mut tx = state.pool.begin().await.map_err(problem::internal)?;
+    let mut tx = state.pool.begin().await.map_err(internal)?;
     let prompt: String = sqlx::query_scalar("SELECT content FROM messages WHERE id = $1 AND user_id = $2")
         .bind(message_id)
         .bind(&caller.0)
         .fetch_optional(&mut *tx)
         .await
-        .map_err(problem::internal)?
+        .map_err(internal)?
         .ok_or_else(not_found)?;
     let input = InputHash::of(["regenerate".as_bytes(), message_id.as_bytes()]);
-    let new = new_task(&state, &caller, &key, input, message_id, &prompt)?;
-    accept(state, tx, &caller, new, message_id).await
-}
-
-fn new_task(
-    state: &AppState,
-    caller: &Caller,
-    key: &IdempotencyKey,
-    input: InputHash,
-    message_id: Uuid,
-    prompt: &str,
-) -> Result<NewTask, Problem> {
-    let payload = ReplyPayload {
-        message_id,
-        prompt: prompt.to_owned(),
-    };
-    let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
-        .payload(serde_json::to_vec(&payload).map_err(problem::internal)?)
-        .policy(state.config.policy)
-        .retention(state.config.key_retention)
-        // The worker claims from the store itself: no outbox row to publish.
-        .without_handoff();
-    new.validate().map_err(|e| problem::TYPES.error(&e.into()))?;
-    Ok(new)
+    let payload = ReplyPayload { message_id, prompt };
+    accept(state, tx, &caller, &key, input, payload).await
 }
 
 /// Submits the reply task in `tx`. A new task is linked to its message and
 /// committed, and the worker woken; a repeat is rolled back and answered with
-/// the first response, rebuilt from the committed rows.
+/// the first response, rebuilt from the committed rows; an invalid one is
+/// rolled back and refused.
 async fn accept(
     state: AppState,
     mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
     caller: &Caller,
-    new: NewTask,
-    message_id: Uuid,
+    key: &IdempotencyKey,
+    input: InputHash,
+    payload: ReplyPayload,
 ) -> Result<Response, Problem> {
+    let message_id = payload.message_id;
+    let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
+        .payload(serde_json::to_vec(&payload).map_err(internal)?)
+        .policy(state.config.policy)
+        .retention(state.config.key_retention)
+        // The worker claims from the store itself: no outbox row to publish.
+        .without_handoff();
     // Concurrent repeats of this key wait here, on the request key's unique
     // index, until the first commits; then they see Existing.
-    let task_id = match state
-        .store
-        .on(&mut tx)
-        .submit(new)
-        .await
-        .map_err(|e| problem::TYPES.error(&e))?
-    {
+    let submitted = state.store.on(&mut tx).submit(new).await;
+    let task_id = match submitted.map_err(|e| PROBLEMS.error(&e))? {
         Submitted::Created(task) => task.id,
         Submitted::Existing(task) => {
-            tx.rollback().await.map_err(problem::internal)?;
-            let mut conn = state.pool.acquire().await.map_err(problem::internal)?;
-            let body = accepted(&mut conn, caller, task.id).await?;
+            tx.rollback().await.map_err(internal)?;
+            let body = accepted(&state.pool, caller, task.id).await?;
             return Ok(json_response(StatusCode::CREATED, body, true));
         }
     };
@@ -199,9 +202,9 @@ async fn accept(
         .bind(message_id)
         .execute(&mut *tx)
         .await
-        .map_err(problem::internal)?;
-    let body = accepted(&mut tx, caller, task_id).await?;
-    tx.commit().await.map_err(problem::internal)?;
+        .map_err(internal)?;
+    let body = accepted(&mut *tx, caller, task_id).await?;
+    tx.commit().await.map_err(internal)?;
     // After the commit: woken earlier, the worker would not see the task yet.
     state.wake_worker.wake();
     Ok(json_response(StatusCode::CREATED, body, false))
@@ -209,7 +212,7 @@ async fn accept(
 
 /// What Send and Regenerate answer, rendered by the database from the
 /// committed rows, so the first response and every replay are the same bytes.
-async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> Result<Vec<u8>, Problem> {
+async fn accepted(db: impl PgExecutor<'_>, caller: &Caller, task_id: TaskId) -> Result<Vec<u8>, Problem> {
     let body: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT jsonb_build_object(
              'message', jsonb_build_object('id', m.id, 'conversation_id', m.conversation_id, 'content', m.content,
@@ -220,11 +223,11 @@ async fn accepted(conn: &mut PgConnection, caller: &Caller, task_id: TaskId) -> 
     )))
     .bind(task_id.as_uuid())
     .bind(&caller.0)
-    .fetch_optional(conn)
+    .fetch_optional(db)
     .await
-    .map_err(problem::internal)?;
+    .map_err(internal)?;
     body.map(String::into_bytes)
-        .ok_or_else(|| problem::internal(format!("reply task {task_id} has no message row")))
+        .ok_or_else(|| internal(format!("reply task {task_id} has no message row")))
 }
 
 /// `?wait=` of `GET /tasks/{id}`.
@@ -244,15 +247,12 @@ async fn task(
 ) -> Result<Response, Problem> {
     let task_id: TaskId = task_id.parse().map_err(|_| task_not_found())?;
     let Query(query) =
-        query.map_err(|e| problem::new(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
-    let wait = problem::TYPES.wait(query.wait.as_deref(), state.config.limits.max_wait)?;
+        query.map_err(|e| PROBLEMS.problem(StatusCode::BAD_REQUEST, "invalid-query", e.body_text()))?;
+    let wait = PROBLEMS.wait(query.wait.as_deref(), state.config.limits.max_wait)?;
     let read = || read_task(&state, &caller, task_id);
     let settled = |view: &TaskView| view.reply.is_some() || view.task.is_given_up();
-    let view = state
-        .events
-        .wait_for(task_id, wait, &state.stop, read, settled)
-        .await?;
-    Ok(Json(view).into_response())
+    let (events, stop) = (&state.events, &state.stop);
+    Ok(Json(events.wait_for(task_id, wait, stop, read, settled).await?).into_response())
 }
 
 /// The task and its reply from one snapshot (REPEATABLE READ), so the status
@@ -260,59 +260,36 @@ async fn task(
 /// existence is not revealed.
 async fn read_task(state: &AppState, caller: &Caller, task_id: TaskId) -> Result<TaskView, Problem> {
     let snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
-    let mut tx = state.pool.begin_with(snapshot).await.map_err(problem::internal)?;
+    let mut tx = state.pool.begin_with(snapshot).await.map_err(internal)?;
     let task: Task = state
         .store
         .on(&mut tx)
         .get(task_id)
         .await
-        .map_err(problem::internal)?
+        .map_err(internal)?
         .filter(|t| t.key.scope == caller.0 && t.key.operation == OPERATION)
         .ok_or_else(task_not_found)?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT rt.message_id, r.content, r.attempt,
-                to_char(r.saved_at AT TIME ZONE 'UTC', {TS}) AS saved_at
-         FROM reply_tasks AS rt LEFT JOIN replies AS r ON r.task_id = rt.task_id
-         WHERE rt.task_id = $1"
-    )))
-    .bind(task_id.as_uuid())
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(problem::internal)?
-    .ok_or_else(task_not_found)?;
-    tx.commit().await.map_err(problem::internal)?;
-    let reply = row.get::<Option<String>, _>("content").map(|content| ReplyView {
-        content,
-        attempt: row.get("attempt"),
-        saved_at: row.get("saved_at"),
-    });
+    let (message_id, reply): (Uuid, Option<sqlx::types::Json<ReplyView>>) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT rt.message_id, (SELECT jsonb_build_object('content', r.content, 'attempt', r.attempt,
+                                        'saved_at', to_char(r.saved_at AT TIME ZONE 'UTC', {TS}))
+                                    FROM replies AS r WHERE r.task_id = rt.task_id)
+             FROM reply_tasks AS rt WHERE rt.task_id = $1"
+        )))
+        .bind(task_id.as_uuid())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(internal)?
+        .ok_or_else(task_not_found)?;
+    tx.commit().await.map_err(internal)?;
+    let task = TaskStatus::from(&task);
     Ok(TaskView {
-        task: TaskStatus::from(&task),
-        message_id: row.get::<Uuid, _>("message_id").to_string(),
-        reply,
+        task,
+        message_id,
+        reply: reply.map(|r| r.0),
     })
 }
 
 fn task_not_found() -> Problem {
-    problem::new(StatusCode::NOT_FOUND, "not-found", "no such task")
-}
-
-/// 1 to `max_conversation_id_bytes` of ASCII letters, digits, `-`, `_` or `.`.
-fn check_conversation_id(id: &str, limits: &Limits) -> Result<(), Problem> {
-    let max = limits.max_conversation_id_bytes;
-    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
-    if !id.is_empty() && id.len() <= max && id.bytes().all(allowed) {
-        return Ok(());
-    }
-    let detail = format!("a conversation id is 1 to {max} bytes of ASCII letters, digits, '-', '_' or '.'");
-    Err(problem::new(
-        StatusCode::BAD_REQUEST,
-        "invalid-conversation-id",
-        detail,
-    ))
-}
-
-fn check_content(content: &str, limits: &Limits) -> Result<(), Problem> {
-    taskfence::limits::check_text("content", content, limits.max_content_bytes)
-        .map_err(|e| problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-content", e.to_string()))
+    PROBLEMS.problem(StatusCode::NOT_FOUND, "not-found", "no such task")
 }

@@ -4,12 +4,11 @@
 //! environment variable (the usual way to configure a container). Most of
 //! them are [`Config`]'s (what the service needs besides the pool, and what
 //! tests build in-process with [`Config::new`]); the rest make the pool
-//! ([`Settings::connect`]). Each default is written once, on its flag.
+//! (`main.rs`) and the traces. Each default is written once, on its flag.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use sqlx::PgPool;
 use taskfence::RetryPolicy;
 use taskfence::config::{defaults, parse_duration};
 
@@ -18,29 +17,28 @@ use taskfence::config::{defaults, parse_duration};
 /// PostgreSQL.
 pub use taskfence::config::Mode;
 
-/// Input limits. Each broken limit is a 4xx with a problem+json body, checked
-/// before anything is written.
-#[derive(Debug, Clone)]
+/// Input limits (`--max-body-bytes`, `--max-content-bytes`,
+/// `--max-conversation-id-bytes`, `--max-wait`). Each broken limit is a 4xx
+/// with a problem+json body, checked before anything is written.
+///
+/// ```
+/// let limits: chat_api::Limits = taskfence::config::defaults();
+/// assert_eq!(limits.max_body_bytes, 64 * 1024);
+/// ```
+#[derive(Debug, Clone, clap::Args)]
 pub struct Limits {
     /// Largest request body, in bytes (413 beyond it).
+    #[arg(long, default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
     /// Longest message content, in bytes (422 beyond it).
+    #[arg(long, default_value_t = 16 * 1024)]
     pub max_content_bytes: usize,
     /// Longest conversation id, in bytes (400 beyond it).
+    #[arg(long, default_value_t = 128)]
     pub max_conversation_id_bytes: usize,
     /// Longest `?wait=` of a long-poll (400 beyond it).
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub max_wait: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 64 * 1024,
-            max_content_bytes: 16 * 1024,
-            max_conversation_id_bytes: 128,
-            max_wait: Duration::from_secs(60),
-        }
-    }
 }
 
 /// The in-process reply worker's flags (a `taskfence::runtime::Consumer`):
@@ -51,37 +49,6 @@ pub type WorkerSettings = taskfence::config::WorkerArgs;
 /// `--purge-interval`, `--purge-batch`.
 pub type PurgeSettings = taskfence::config::PurgeArgs;
 
-/// The "reply ready" webhook ([`crate::notify`]): where the worker announces
-/// each saved reply, once.
-///
-/// ```
-/// let webhook = chat_api::WebhookSettings::new("http://127.0.0.1:3001/reply-ready".parse().unwrap());
-/// assert_eq!(webhook.timeout, std::time::Duration::from_secs(10));
-/// ```
-#[derive(Debug, Clone)]
-pub struct WebhookSettings {
-    /// The receiver's URL; each notification is a `POST` of JSON to it.
-    pub url: reqwest::Url,
-    /// The longest a delivery may take, connecting included. A call that
-    /// times out has an unknown outcome: it is retried with the same
-    /// `Idempotency-Key`.
-    pub timeout: Duration,
-    /// Notifications delivered at once (a consumer of their own, so a slow
-    /// receiver never holds up reply generation).
-    pub concurrency: usize,
-}
-
-impl WebhookSettings {
-    /// `url` with the defaults: a 10 s timeout, 4 deliveries at once.
-    pub fn new(url: reqwest::Url) -> Self {
-        Self {
-            url,
-            timeout: Duration::from_secs(10),
-            concurrency: 4,
-        }
-    }
-}
-
 /// Everything [`Service::start`](crate::Service::start) needs besides the
 /// pool and the provider.
 #[derive(Debug, Clone, clap::Args)]
@@ -89,6 +56,10 @@ pub struct Config {
     /// Which halves run in this process: `both`, `api` or `worker`.
     #[arg(long, env = "CHAT_API_MODE", value_enum, default_value = "both")]
     pub mode: Mode,
+    /// Where the HTTP API listens (port 0: any free port, see
+    /// [`Service::local_addr`](crate::Service::local_addr)).
+    #[arg(long, env = "TASKFENCE_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
     /// The schema of taskfence's tables (its own migration history is kept there).
     #[arg(long, env = "TASKFENCE_SCHEMA", default_value = taskfence::postgres::DEFAULT_SCHEMA)]
     pub taskfence_schema: String,
@@ -97,15 +68,17 @@ pub struct Config {
     /// of every idempotency key and task.
     #[arg(long, env = "CHAT_API_TOKENS", hide_env_values = true, value_parser = crate::sim::auth::parse_tokens, default_value = "")]
     pub tokens: crate::sim::auth::Tokens,
-    /// The reply task's retry budget, stored with each task (`--max-attempts`).
-    #[arg(skip)]
+    /// Attempts per reply task before it fails for good: the reply task's
+    /// retry budget, stored with each task (taskfence's `RetryPolicy::default`
+    /// with this many attempts).
+    #[arg(long = "max-attempts", value_parser = max_attempts, default_value = "5")]
     pub policy: RetryPolicy,
     /// How long an Idempotency-Key is remembered (the IETF draft asks servers
     /// to publish it). After it, the key is new work.
     #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
     pub key_retention: Duration,
     /// Input limits.
-    #[arg(skip)]
+    #[command(flatten)]
     pub limits: Limits,
     /// The in-process worker.
     #[command(flatten)]
@@ -113,11 +86,21 @@ pub struct Config {
     /// The retention sweep, run beside the worker.
     #[command(flatten)]
     pub purge: PurgeSettings,
-    /// The "reply ready" webhook; `None` (the default): no notifications.
-    /// Read by the worker's process only: its completions submit the
-    /// notification tasks and its second consumer delivers them.
-    #[arg(skip)]
-    pub webhook: Option<WebhookSettings>,
+    /// Where the worker POSTs a "reply ready" notification for each saved
+    /// reply (`http://hooks.internal:8080/reply-ready`, see [`crate::notify`]),
+    /// with an `Idempotency-Key` header. Unset: no notifications. Read by the
+    /// worker's process only: its completions submit the notification tasks
+    /// and its second consumer delivers them.
+    #[arg(long, value_parser = http_url)]
+    pub webhook_url: Option<reqwest::Url>,
+    /// The longest a webhook delivery may take, connecting included; past it
+    /// the outcome is unknown and the delivery is retried with the same key.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub webhook_timeout: Duration,
+    /// Notifications delivered at once (a consumer of their own, so a slow
+    /// receiver never holds up reply generation).
+    #[arg(long, default_value_t = 4)]
+    pub webhook_concurrency: usize,
 }
 
 impl Config {
@@ -146,7 +129,7 @@ impl Config {
 ///     "--mode", "api",
 /// ])
 /// .unwrap();
-/// assert_eq!(settings.config().tokens["alice-token"], "alice");
+/// assert_eq!(settings.service.tokens["alice-token"], "alice");
 /// ```
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -162,10 +145,6 @@ pub struct Settings {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
 
-    /// Where the HTTP API listens.
-    #[arg(long, env = "TASKFENCE_LISTEN", default_value = "127.0.0.1:3000")]
-    pub listen: SocketAddr,
-
     /// The schema of the app's tables and its `_sqlx_migrations` (created if
     /// missing). Unset: the connection's default `search_path` (`public`).
     #[arg(long, env = "CHAT_API_SCHEMA")]
@@ -175,26 +154,11 @@ pub struct Settings {
     #[arg(long, env = "CHAT_API_MAX_CONNECTIONS", default_value_t = 32)]
     pub max_connections: u32,
 
-    /// Attempts per reply task before it fails for good (unset: taskfence's default).
-    #[arg(long, env = "CHAT_API_MAX_ATTEMPTS")]
-    pub max_attempts: Option<u32>,
-
     /// An OTLP/HTTP collector (`http://127.0.0.1:4318`): the traces go there,
     /// one per request, from the handler through the reply task's worker.
     /// Unset: no traces are exported (logs only).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
-
-    /// Where the worker POSTs a "reply ready" notification for each saved
-    /// reply (`http://hooks.internal:8080/reply-ready`), with an
-    /// `Idempotency-Key` header. Unset: no notifications.
-    #[arg(long, env = "CHAT_API_WEBHOOK_URL")]
-    pub webhook_url: Option<reqwest::Url>,
-
-    /// The longest a webhook delivery may take; past it the outcome is
-    /// unknown and the delivery is retried with the same key.
-    #[arg(long, env = "CHAT_API_WEBHOOK_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
-    pub webhook_timeout: Duration,
 
     /// What the service runs with.
     #[command(flatten)]
@@ -202,46 +166,37 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The service's [`Config`]: the flags' and the webhook's.
-    pub fn config(&self) -> Config {
-        let mut config = self.service.clone();
-        if let Some(n) = self.max_attempts {
-            config.policy = config.policy.max_attempts(n);
-        }
-        config.webhook = self.webhook_url.clone().map(|url| WebhookSettings {
-            timeout: self.webhook_timeout,
-            ..WebhookSettings::new(url)
-        });
-        config
-    }
-
-    /// Checks what clap cannot: the API needs at least one token.
+    /// Checks what clap cannot: the API needs at least one token, the purge
+    /// a batch, the webhook a timeout.
     pub fn validate(&self) -> Result<(), String> {
-        if self.service.mode.runs_api() && self.service.tokens.is_empty() {
+        let service = &self.service;
+        if service.mode.runs_api() && service.tokens.is_empty() {
             return Err("CHAT_API_TOKENS is empty: set it to token=user,token=user".into());
         }
-        taskfence::limits::check_scan_limit(self.service.purge.batch)
+        taskfence::limits::check_scan_limit(service.purge.batch)
             .map_err(|e| format!("--purge-batch (CHAT_API_PURGE_BATCH): {e}"))?;
-        if let Some(url) = &self.webhook_url {
-            // reqwest is built without a TLS stack here: add its `rustls-tls`
-            // feature (Cargo.toml) to deliver to an https receiver.
-            if url.scheme() != "http" {
-                return Err(format!(
-                    "--webhook-url (CHAT_API_WEBHOOK_URL): {url} is not an http:// URL (this build has no TLS client)"
-                ));
-            }
-            if self.webhook_timeout.is_zero() {
-                return Err("--webhook-timeout (CHAT_API_WEBHOOK_TIMEOUT) must be more than 0".into());
-            }
+        if service.webhook_timeout.is_zero() {
+            return Err("--webhook-timeout (CHAT_API_WEBHOOK_TIMEOUT) must be more than 0".into());
         }
         Ok(())
     }
+}
 
-    /// The pool, with the app schema (if any) created and first in every
-    /// connection's `search_path`. See [`crate::db::connect`].
-    pub async fn connect(&self) -> Result<PgPool, taskfence::config::ConnectError> {
-        let schema = self.app_schema.as_deref();
-        crate::db::connect(&self.database_url, schema, self.max_connections).await
+/// `--max-attempts`: taskfence's default policy with `n` attempts.
+fn max_attempts(n: &str) -> Result<RetryPolicy, std::num::ParseIntError> {
+    Ok(RetryPolicy::default().max_attempts(n.parse()?))
+}
+
+/// `--webhook-url`: an `http://` URL. reqwest is built without a TLS stack
+/// here: add its `rustls-tls` feature (Cargo.toml) to deliver to an https
+/// receiver, and drop this check.
+fn http_url(text: &str) -> Result<reqwest::Url, String> {
+    let url: reqwest::Url = text.parse().map_err(|e| format!("{e}"))?;
+    match url.scheme() {
+        "http" => Ok(url),
+        _ => Err(format!(
+            "{url} is not an http:// URL (this build has no TLS client)"
+        )),
     }
 }
 
@@ -259,20 +214,29 @@ mod tests {
     #[test]
     fn defaults_match_config_new() {
         let settings = parse(&["--tokens", "t=u"]).unwrap();
-        let (from_flags, defaults) = (settings.config(), Config::new(settings.service.tokens.clone()));
+        let (from_flags, defaults) = (
+            settings.service.clone(),
+            Config::new(settings.service.tokens.clone()),
+        );
         assert_eq!(from_flags.mode, Mode::Both);
         assert_eq!(from_flags.taskfence_schema, defaults.taskfence_schema);
         assert_eq!(from_flags.key_retention, defaults.key_retention);
         assert_eq!(from_flags.policy, defaults.policy);
+        assert_eq!(
+            from_flags.policy,
+            RetryPolicy::default(),
+            "taskfence's budget unless asked"
+        );
+        assert_eq!(from_flags.limits.max_wait, defaults.limits.max_wait);
         assert_eq!(from_flags.worker.lease, defaults.worker.lease);
         assert_eq!(from_flags.worker.poll_every, defaults.worker.poll_every);
         assert_eq!(from_flags.worker.concurrency, defaults.worker.concurrency);
         assert_eq!(from_flags.worker.grace, defaults.worker.grace);
         assert_eq!(from_flags.purge.every, defaults.purge.every);
         assert_eq!(from_flags.purge.batch, defaults.purge.batch);
-        assert_eq!(settings.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(from_flags.listen.to_string(), "127.0.0.1:3000");
         assert_eq!(settings.app_schema, None);
-        assert!(from_flags.webhook.is_none(), "no notifications unless asked");
+        assert!(from_flags.webhook_url.is_none(), "no notifications unless asked");
     }
 
     #[test]
@@ -287,12 +251,15 @@ mod tests {
         ])
         .unwrap();
         settings.validate().unwrap();
-        let webhook = settings.config().webhook.expect("configured");
-        assert_eq!(webhook.url.as_str(), "http://127.0.0.1:3001/reply-ready");
-        assert_eq!(webhook.timeout, Duration::from_secs(2));
+        let config = settings.service;
+        let url = config.webhook_url.expect("configured");
+        assert_eq!(url.as_str(), "http://127.0.0.1:3001/reply-ready");
+        assert_eq!(config.webhook_timeout, Duration::from_secs(2));
         assert!(parse(&["--webhook-url", "not a url"]).is_err());
-        let https = parse(&["--tokens", "t=u", "--webhook-url", "https://example.com/hook"]).unwrap();
-        assert!(https.validate().unwrap_err().contains("--webhook-url"));
+        let https = parse(&["--tokens", "t=u", "--webhook-url", "https://example.com/hook"]).unwrap_err();
+        assert!(https.to_string().contains("--webhook-url"), "{https}");
+        let no_time = parse(&["--tokens", "t=u", "--webhook-timeout", "0s"]).unwrap();
+        assert!(no_time.validate().unwrap_err().contains("--webhook-timeout"));
     }
 
     #[test]
@@ -319,7 +286,7 @@ mod tests {
         ])
         .unwrap();
         settings.validate().expect("a worker needs no tokens");
-        let config = settings.config();
+        let config = settings.service;
         assert_eq!(config.mode, Mode::WorkerOnly);
         assert_eq!(config.worker.lease, Duration::from_secs(300));
         assert_eq!(config.worker.poll_every, Duration::from_millis(50));

@@ -8,28 +8,24 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`config`] | [`Settings`] (flags + environment), [`Config`], [`Mode`], [`Limits`], [`WorkerSettings`] |
-//! | [`db`] | the pool (TLS, app schema) and both migrators at start-up |
-//! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}` |
-//! | [`problem`] | the API's problem types; [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
+//! | `api` | routes and handlers: Send, Regenerate, `GET /tasks/{id}`; the API's problem types ([`PROBLEMS`]); [`Problem`] (`application/problem+json`) and [`IdempotencyKey`] (the header, per the IETF draft) come from `taskfence-axum` |
 //! | [`replies`] | [`ReplyStore`] (complete + save reply + NOTIFY in one transaction, taskfence's `CompleteWith`), [`SaveReply`] |
 //! | [`worker`] | the in-process worker: [`taskfence::runtime::Consumer`] on the store ([`taskfence::runtime::StoreQueue`]) → [`ReplyProvider`] |
 //! | [`notify`] | the "reply ready" webhook: a `chat.notify` task submitted with each saved reply ([`notify::follow_up`]), delivered through the effect journal by a consumer of its own (`taskfence_axum::webhook::Webhook`) |
-//! | [`service`] | [`Service`]: start and stop the API and/or the worker |
+//! | [`service`] | [`Service`]: migrate (taskfence's and the app's [`MIGRATOR`]), start and stop the API and/or the worker |
 //! | [`sim`] | scaffolding, not for copying: [`sim::SimulatedLlm`], [`sim::webhook`] (a receiver that counts deliveries), [`sim::auth`] (bearer tokens standing in for authentication, and their `CHAT_API_TOKENS` parsing) |
 
 mod api;
 pub mod config;
-pub mod db;
 pub mod notify;
-pub mod problem;
 pub mod replies;
 pub mod service;
 pub mod sim;
 pub mod worker;
 
-pub use api::{OPERATION, REPLAYED};
-pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WebhookSettings, WorkerSettings};
+pub use api::{OPERATION, PROBLEMS, REPLAYED};
+pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WorkerSettings};
 pub use replies::{ReplyStore, SaveReply, reply_store};
-pub use service::{Service, StartError};
+pub use service::{MIGRATOR, Service, StartError};
 pub use taskfence_axum::{IdempotencyKey, Problem};
 pub use worker::{ReplyPayload, ReplyProvider};

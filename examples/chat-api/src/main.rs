@@ -19,48 +19,33 @@ use clap::{CommandFactory, Parser};
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
-    let telemetry = match taskfence_axum::telemetry::init("chat-api", settings.otlp_endpoint.as_deref()) {
-        Ok(telemetry) => telemetry,
-        Err(message) => {
-            eprintln!("chat-api: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let endpoint = settings.otlp_endpoint.clone();
     // A `TASKFENCE_*` variable no option reads is reported, not silently ignored.
-    for warning in taskfence::config::startup_warnings(&Settings::command(), &[]) {
-        tracing::warn!("{warning}");
-    }
-    let code = match run(settings).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            tracing::error!("{message}");
-            ExitCode::FAILURE
-        }
-    };
-    // The exporter sends from its own thread: off the runtime's.
-    tokio::task::spawn_blocking(move || telemetry.shutdown())
-        .await
-        .ok();
-    code
+    let warnings = taskfence::config::startup_warnings(&Settings::command(), &[]);
+    // Logs (and traces), then `run`; its error is logged, the last spans sent.
+    taskfence_axum::telemetry::run("chat-api", endpoint.as_deref(), warnings, run(settings)).await
 }
 
 async fn run(settings: Settings) -> Result<(), String> {
     settings.validate()?;
-    let config = settings.config();
-    // "DATABASE_URL: …" or "connecting to PostgreSQL: …".
-    let pool = settings.connect().await.map_err(|e| e.to_string())?;
-    let listener = match config.mode.runs_api() {
-        true => Some(
-            tokio::net::TcpListener::bind(settings.listen)
-                .await
-                .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?,
-        ),
-        false => None,
-    };
+    let config = settings.service;
+    // TLS as `DATABASE_URL`'s `sslmode` says; with `--app-schema`, the schema
+    // created if missing and first in every connection's `search_path`, so
+    // the app's unqualified SQL always means it. On failure: "DATABASE_URL:
+    // …" or "connecting to PostgreSQL: …".
+    let schema = settings.app_schema.as_deref();
+    let pool = taskfence::config::connect_pool(
+        &settings.database_url,
+        schema,
+        settings.max_connections,
+        "chat-api",
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     // The simulated provider: replace it with your model provider's client.
     let provider = Arc::new(chat_api::sim::SimulatedLlm::new(Duration::from_millis(50)));
     let mode = config.mode;
-    let service = Service::start(pool, config, listener, provider)
+    let service = Service::start(pool, config, provider)
         .await
         .map_err(|e| e.to_string())?;
     match service.local_addr() {

@@ -39,12 +39,11 @@
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use taskfence::error::InvalidInput;
 use taskfence::postgres::FollowUp;
 use taskfence::runtime::{Consumer, Stop, StoreQueue, Wake};
-use taskfence::{PgStore, RequestKey, RetryPolicy, Task, TaskId};
+use taskfence::{PgStore, RequestKey, Result, RetryPolicy, Task, TaskId};
 
-use crate::config::{WebhookSettings, WorkerSettings};
+use crate::config::Config;
 use crate::worker::{ReplyPayload, consumer_config};
 
 /// The operation of every notification task.
@@ -108,14 +107,9 @@ pub fn follow_up(policy: RetryPolicy, retention: std::time::Duration, wake: Wake
 }
 
 /// The notification consumer: `chat.notify` tasks straight from the store,
-/// stopped with the reply consumer (`stop`).
-pub(crate) fn consumer(
-    store: PgStore,
-    worker: &WorkerSettings,
-    webhook: &WebhookSettings,
-    stop: Stop,
-) -> Result<Consumer<StoreQueue>, InvalidInput> {
-    let config = consumer_config("chat-notify", worker, webhook.concurrency);
+/// `config.webhook_concurrency` at once, stopped with the reply consumer (`stop`).
+pub(crate) fn consumer(store: PgStore, config: &Config, stop: Stop) -> Result<Consumer<StoreQueue>> {
+    let settings = consumer_config("chat-notify", &config.worker, config.webhook_concurrency);
     let queue = StoreQueue::new(Arc::new(store)).operation(NOTIFY_OPERATION);
-    Ok(queue.consumer(config)?.with_stop(stop))
+    Ok(queue.consumer(settings)?.with_stop(stop))
 }

@@ -12,33 +12,42 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, AppState};
 use crate::config::Config;
-use crate::db::{self, MigrateError};
 use crate::notify;
 use crate::replies::reply_store;
 use crate::worker::{self, ReplyProvider};
+
+/// The app's migrations (`migrations/*.sql`), embedded at build time.
+///
+/// Two migrators share the database and never meet: taskfence's
+/// ([`PgStore::migrate`]) writes its tables and its history table
+/// `taskfence_migrations` into its own schema (`TASKFENCE_SCHEMA`), with
+/// qualified names; the app's writes unqualified names, so its tables and its
+/// `_sqlx_migrations` land in the first schema of the connection's
+/// `search_path`: the app schema (`--app-schema`, set on every connection by
+/// `taskfence::config::connect_pool`). Each takes its own lock (taskfence an
+/// advisory lock per schema, sqlx one per database), so replicas starting at
+/// once apply every file exactly once.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!();
 
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
-    /// taskfence's configuration (its schema name).
+    /// taskfence's configuration, its migrations or a consumer's settings.
     #[error("taskfence: {0}")]
     Taskfence(#[from] taskfence::Error),
-    /// taskfence's or the app's migrations.
-    #[error("{0}")]
-    Migrate(#[from] MigrateError),
+    /// The app's migrations (`migrations/`).
+    #[error("app migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
     /// The LISTEN connection.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
-    /// The HTTP listener.
-    #[error("listener: {0}")]
+    /// The HTTP listener (`config.listen`).
+    #[error("cannot listen: {0}")]
     Io(#[from] std::io::Error),
     /// The webhook's HTTP client.
     #[error("webhook client: {0}")]
     Webhook(#[from] reqwest::Error),
-    /// `Mode::ApiOnly` or `Mode::Both` without a listener.
-    #[error("the API needs a TCP listener")]
-    NoListener,
 }
 
 /// A running API and/or worker. [`Service::shutdown`] stops everything it started.
@@ -53,25 +62,25 @@ pub struct Service {
 }
 
 impl Service {
-    /// Applies both migration histories ([`db::migrate`]), then starts what
-    /// `config.mode` asks for: the API on `listener` (with the LISTEN
-    /// connection for long-polls) and the worker, calling `provider`, with
-    /// the retention sweep ([`taskfence::runtime::purge_every`]) beside it and, when `config.webhook`
-    /// is set, the "reply ready" notifications ([`notify`]).
+    /// Applies both migration histories (taskfence's, then [`MIGRATOR`];
+    /// idempotent), then starts what `config.mode` asks for: the API on
+    /// `config.listen` (with the LISTEN connection for long-polls) and the worker,
+    /// calling `provider`, with the retention sweep
+    /// ([`taskfence::runtime::purge_every`]) beside it and, when
+    /// `config.webhook_url` is set, the "reply ready" notifications ([`notify`]).
     ///
     /// The pool's connections decide where the app's tables are (their
-    /// `search_path`, see [`db::connect`]); taskfence's are in
-    /// `config.taskfence_schema`.
+    /// `search_path`); taskfence's are in `config.taskfence_schema`.
     pub async fn start(
         pool: sqlx::PgPool,
         config: Config,
-        listener: Option<TcpListener>,
         provider: Arc<dyn ReplyProvider>,
     ) -> Result<Self, StartError> {
         let store = PgStore::builder(pool.clone())
             .schema(config.taskfence_schema.clone())
             .build()?;
-        db::migrate(&store).await?;
+        store.migrate().await?;
+        MIGRATOR.run(&pool).await?;
 
         // One switch for everything: both consumers, the server, the
         // long-polls and the sweep.
@@ -81,29 +90,22 @@ impl Service {
         // the start, and the API needs the reply consumer's wake-up. With a
         // webhook, a second consumer delivers the notification tasks, woken
         // by each reply's commit.
-        let notices = match (&config.webhook, config.mode.runs_worker()) {
-            (Some(webhook), true) => Some((
-                notify::consumer(store.clone(), &config.worker, webhook, stop.clone())
-                    .map_err(taskfence::Error::from)?,
-                Webhook::new(webhook.url.clone(), webhook.timeout)?.reference("delivery_id"),
-            )),
-            _ => None,
-        };
-        let ready = notices.as_ref().map(|(consumer, _)| {
-            notify::follow_up(config.policy, config.key_retention, consumer.source().waker())
-        });
-        let worker = match config.mode.runs_worker() {
-            true => {
-                let replies = reply_store(store.clone(), config.reply_channel(), ready);
-                let consumer = worker::consumer(replies, &config.worker).map_err(taskfence::Error::from)?;
-                Some(consumer.with_stop(stop.clone()))
+        let (mut worker, mut notices) = (None, None);
+        if config.mode.runs_worker() {
+            if let Some(url) = &config.webhook_url {
+                let hook = Webhook::new(url.clone(), config.webhook_timeout)?.reference("delivery_id");
+                notices = Some((notify::consumer(store.clone(), &config, stop.clone())?, hook));
             }
-            false => None,
-        };
+            let ready = notices.as_ref().map(|(consumer, _)| {
+                notify::follow_up(config.policy, config.key_retention, consumer.source().waker())
+            });
+            let replies = reply_store(store.clone(), config.reply_channel(), ready);
+            worker = Some(worker::consumer(replies, &config.worker)?.with_stop(stop.clone()));
+        }
         let mut tasks = Vec::new();
         let (mut addr, mut events) = (None, None);
         if config.mode.runs_api() {
-            let listener = listener.ok_or(StartError::NoListener)?;
+            let listener = TcpListener::bind(config.listen).await?;
             addr = Some(listener.local_addr()?);
             let (saved, listening) = listen_saved(&pool, &config.reply_channel(), stop.clone()).await?;
             tasks.push(listening);

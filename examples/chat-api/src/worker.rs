@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use taskfence::error::InvalidInput;
 use taskfence::runtime::{Consumer, ConsumerConfig, StoreQueue, WorkContext};
-use taskfence::{Failure, Response};
+use taskfence::{Failure, Response, Result};
 
 use crate::api::OPERATION;
 use crate::config::WorkerSettings;
@@ -78,24 +77,14 @@ pub(crate) async fn generate(
 
 /// The reply consumer on `replies` (whose completions save the reply rows),
 /// taking only reply tasks.
-pub(crate) fn consumer(
-    replies: ReplyStore,
-    settings: &WorkerSettings,
-) -> Result<Consumer<StoreQueue>, InvalidInput> {
-    let config = consumer_config("chat-worker", settings, settings.concurrency);
-    StoreQueue::new(Arc::new(replies))
-        .operation(OPERATION)
-        .consumer(config)
+pub(crate) fn consumer(replies: ReplyStore, settings: &WorkerSettings) -> Result<Consumer<StoreQueue>> {
+    let queue = StoreQueue::new(Arc::new(replies)).operation(OPERATION);
+    Ok(queue.consumer(consumer_config("chat-worker", settings, settings.concurrency))?)
 }
 
-/// A consumer's settings from the worker's: `concurrency` at once, named
-/// `{name}-{pid}-{random}` (one name per process and start).
-pub(crate) fn consumer_config(name: &str, settings: &WorkerSettings, concurrency: usize) -> ConsumerConfig {
-    ConsumerConfig::new(ConsumerConfig::unique_id(name), settings.lease)
-        .concurrency(concurrency)
-        // A provider call takes seconds: a waiting task stays in the store,
-        // where any idle process can take it, not leased to a busy one.
-        .prefetch(0)
-        .poll_every(settings.poll_every)
-        .grace(settings.grace)
+/// A consumer's settings from the worker's flags, `n` tasks at once.
+pub(crate) fn consumer_config(name: &str, settings: &WorkerSettings, n: usize) -> ConsumerConfig {
+    // A provider call takes seconds: a waiting task stays in the store,
+    // where any idle process can take it, not leased to a busy one.
+    settings.consumer_config(name).concurrency(n).prefetch(0)
 }

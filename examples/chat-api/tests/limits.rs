@@ -82,7 +82,7 @@ async fn oversized_or_invalid_bodies_are_4xx_and_write_nothing() {
     let db = TestDb::new().await;
     let service = TestService::start(&db, Mode::ApiOnly).await;
     let api = service.api();
-    let limits = chat_api::Limits::default();
+    let limits: chat_api::Limits = taskfence::config::defaults();
 
     // Over the body limit: 413.
     let huge = "x".repeat(limits.max_body_bytes + 1);

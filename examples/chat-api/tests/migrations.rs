@@ -4,8 +4,8 @@
 
 mod support;
 
+use chat_api::MIGRATOR;
 use chat_api::Mode;
-use chat_api::db::MIGRATOR;
 use sqlx::Row;
 use support::{ALICE, TestDb, TestService};
 

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use chat_api::sim::webhook::{Keys, Received, WebhookReceiver};
-use chat_api::{Config, Mode, WebhookSettings, notify};
+use chat_api::{Config, Mode, notify};
 use support::{ALICE, TestDb, TestService, config, ids};
 use taskfence::effect::{Effect, EffectState};
 use taskfence::policy::OnAmbiguous;
@@ -17,7 +17,7 @@ use taskfence_test_support::eventually;
 /// The test config with the webhook pointed at `receiver`.
 fn with_webhook(db: &TestDb, mode: Mode, receiver: &WebhookReceiver) -> Config {
     let mut config = config(db, mode);
-    config.webhook = Some(WebhookSettings::new(receiver.url()));
+    config.webhook_url = Some(receiver.url());
     config
 }
 

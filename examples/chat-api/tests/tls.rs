@@ -1,5 +1,5 @@
-//! TLS is asked for in `DATABASE_URL` (`sslmode=…`), and the pool `db::connect`
-//! builds honours it with rustls: encrypted when required, never a silent
+//! TLS is asked for in `DATABASE_URL` (`sslmode=…`), and the pool the binary
+//! builds (`taskfence::config::connect_pool`) honours it with rustls: encrypted when required, never a silent
 //! fall-back to plain text.
 
 use sqlx::postgres::PgConnectOptions;
@@ -14,13 +14,15 @@ fn with_sslmode(url: &str, mode: &str) -> String {
 #[tokio::test]
 async fn sslmode_require_connects_encrypted_or_not_at_all() {
     let url = database_url().await;
-    let plain = chat_api::db::connect(&url, None, 1).await.expect("connect");
+    let connect =
+        |url: String| async move { taskfence::config::connect_pool(&url, None, 1, "chat-api").await };
+    let plain = connect(url.clone()).await.expect("connect");
     let server_offers_tls: String = sqlx::query_scalar("SHOW ssl")
         .fetch_one(&plain)
         .await
         .expect("SHOW ssl");
 
-    let required = chat_api::db::connect(&with_sslmode(&url, "require"), None, 1).await;
+    let required = connect(with_sslmode(&url, "require")).await;
     if server_offers_tls == "on" {
         let pool = required.expect("sslmode=require connects when the server offers TLS");
         let encrypted: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")

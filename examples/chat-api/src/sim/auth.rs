@@ -40,12 +40,13 @@ impl FromRequestParts<AppState> for Caller {
 /// assert_eq!(response.headers()["www-authenticate"], "Bearer");
 /// ```
 pub fn unauthenticated() -> Problem {
-    crate::problem::new(
-        StatusCode::UNAUTHORIZED,
-        "unauthenticated",
-        "send Authorization: Bearer <token> with a known token",
-    )
-    .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
+    crate::PROBLEMS
+        .problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send Authorization: Bearer <token> with a known token",
+        )
+        .with_header(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))
 }
 
 /// Bearer token → user id, as parsed from `token=user,token=user`

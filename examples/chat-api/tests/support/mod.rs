@@ -37,9 +37,10 @@ impl TestDb {
     }
 
     /// A pool whose connections put the app's tables in this test's schema:
-    /// the same `db::connect` the binary uses.
+    /// the same `connect_pool` the binary uses.
     pub(crate) async fn app_pool(&self) -> PgPool {
-        chat_api::db::connect(self.fixture.url(), Some(self.app_schema.name()), 24)
+        let schema = Some(self.app_schema.name());
+        taskfence::config::connect_pool(self.fixture.url(), schema, 24, "chat-api")
             .await
             .expect("connect the app pool")
     }
@@ -84,6 +85,7 @@ pub(crate) fn config(db: &TestDb, mode: Mode) -> Config {
     config.mode = mode;
     config.taskfence_schema = db.fixture.schema().to_owned();
     config.worker.poll_every = Duration::from_millis(100);
+    config.listen = "127.0.0.1:0".parse().expect("an address");
     config
 }
 
@@ -109,17 +111,9 @@ impl TestService {
         config: Config,
         provider: impl ReplyProvider,
     ) -> Self {
-        let listener = match config.mode.runs_api() {
-            true => Some(
-                tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind loopback"),
-            ),
-            false => None,
-        };
         let provider: Arc<dyn ReplyProvider> = Arc::new(provider);
         let pool = db.app_pool().await;
-        let service = Service::start(pool.clone(), config, listener, provider)
+        let service = Service::start(pool.clone(), config, provider)
             .await
             .expect("start the service");
         let api = service.local_addr().map(|addr| Api {
