@@ -40,10 +40,12 @@ use crate::task::{RequestKey, Status, Task, TaskId};
 use crate::throttle::{BucketState, KeySlots};
 
 mod capped;
+mod depth;
 mod summary;
 
 pub(crate) use capped::STATUSES;
 pub use capped::{CappedCounts, Count};
+pub use depth::QueueDepth;
 pub use summary::TaskSummary;
 
 /// Read-only queries over a store's tasks, for operators and their tools.
@@ -131,6 +133,29 @@ pub trait Inspect: TaskStore {
     /// # Ok(()) }
     /// ```
     async fn concurrency(&self, key: &str) -> Result<KeySlots>;
+
+    /// Each operation's queue ([`QueueDepth`]): its tasks due for a worker
+    /// (and since when the oldest is), those backing off, those running —
+    /// on the store's clock. Read from the pending and running tasks alone,
+    /// so its cost grows with the backlog, never with the finished tasks kept
+    /// for their retention window: cheap enough to poll for an autoscaler or
+    /// a gauge. PostgreSQL and SQLite answer from one statement (one
+    /// snapshot); DynamoDB pages through its status index, so a task that
+    /// changes status meanwhile may be counted in both or neither.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> taskfence::Result<()> {
+    /// use taskfence::inspect::Inspect;
+    /// use taskfence::*;
+    /// let store = MemoryStore::new();
+    /// for key in ["a", "b"] {
+    ///     store.submit(NewTask::new(RequestKey::new("u", "resize", key), InputHash::of([key]))).await?;
+    /// }
+    /// let queue = &store.depth().await?[0];
+    /// assert_eq!((queue.operation.as_str(), queue.due), ("resize", 2));
+    /// # Ok(()) }
+    /// ```
+    async fn depth(&self) -> Result<Vec<QueueDepth>>;
 }
 
 /// Which way a listing runs.

@@ -15,7 +15,9 @@ use crate::backend::{Backend, InspectBackend, new_lease, new_task, renewed};
 use crate::clock::{Clock, SystemClock};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, InvalidInput, Result};
-use crate::inspect::{CappedCounts, Count, Counts, Order, Page, STATUSES, Story, TaskQuery, TaskSummary};
+use crate::inspect::{
+    CappedCounts, Count, Counts, Order, Page, QueueDepth, STATUSES, Story, TaskQuery, TaskSummary,
+};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Reopening, Retry,
@@ -678,6 +680,14 @@ impl InspectBackend for MemoryStore {
             .map(TaskSummary::from)
             .collect();
         Ok(Page::from_overfetch(tasks, query.limit))
+    }
+
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        let now = self.now();
+        let state = self.lock();
+        let live = state.tasks.values().filter(|t| !t.status.is_terminal());
+        let live: Vec<TaskSummary> = live.map(TaskSummary::from).collect();
+        Ok(QueueDepth::tally(&live, now))
     }
 
     async fn counts(&self, scope: Option<&str>) -> Result<Counts> {

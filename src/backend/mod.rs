@@ -47,13 +47,13 @@ use tracing::Instrument;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 pub use crate::policy::plan::Plan;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
 };
-use crate::task::{AttemptId, NewTask, RequestKey, Response, Task, TaskId};
+use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
 use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 pub(crate) mod entry;
@@ -205,6 +205,12 @@ pub trait InspectBackend: Backend {
     /// [decide limits](Backend::decides_limits) cannot define one.
     async fn buckets(&self) -> Result<Vec<BucketState>> {
         Ok(Vec::new())
+    }
+    /// [`Inspect::depth`]. By default [`depth_from_listings`] on the local
+    /// clock: a backend with a clock of its own answers on it (a database
+    /// server's in one read, a configured clock through `depth_from_listings`).
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        depth_from_listings(self, OffsetDateTime::now_utc()).await
     }
     /// [`Inspect::concurrency`], on validated input. By default no slot in
     /// use and none waiting: a backend that does not decide limits refuses
@@ -396,6 +402,35 @@ impl<B: Backend + ?Sized> TaskStore for B {
     }
 }
 
+/// [`QueueDepth::tally`] at `now` of every page of pending and then of
+/// running tasks ([`InspectBackend::list`] by status): a backend whose status
+/// listing reads an index reads the backlog only. Pages are separate reads: a
+/// task changing status meanwhile may be counted twice or not at all.
+///
+/// ```no_run
+/// # async fn f(store: &taskfence::MemoryStore) -> taskfence::Result<()> {
+/// let queues = taskfence::backend::depth_from_listings(store, time::OffsetDateTime::now_utc()).await?;
+/// # Ok(()) }
+/// ```
+pub async fn depth_from_listings<B: InspectBackend + ?Sized>(
+    backend: &B,
+    now: OffsetDateTime,
+) -> Result<Vec<QueueDepth>> {
+    let mut live = Vec::new();
+    for status in [Status::Pending, Status::Running] {
+        let mut query = TaskQuery::new().status(status).limit(crate::limits::MAX_PAGE);
+        loop {
+            let page = backend.list(&query).await?;
+            live.extend(page.tasks);
+            match page.next {
+                Some(cursor) => query = query.after(cursor),
+                None => break,
+            }
+        }
+    }
+    Ok(QueueDepth::tally(&live, now))
+}
+
 #[async_trait]
 impl<B: InspectBackend + ?Sized> Inspect for B {
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
@@ -435,6 +470,12 @@ impl<B: InspectBackend + ?Sized> Inspect for B {
     async fn concurrency(&self, key: &str) -> Result<KeySlots> {
         let span = entry::concurrency(key)?;
         InspectBackend::concurrency(self, key).instrument(span).await
+    }
+
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        InspectBackend::depth(self)
+            .instrument(entry::span("depth", None))
+            .await
     }
 }
 

@@ -106,12 +106,47 @@ pub fn stranded(task: &TaskSummary, cutoff: OffsetDateTime) -> bool {
 /// # }
 /// ```
 pub fn due_since(task: &Task, now: OffsetDateTime) -> Option<OffsetDateTime> {
-    match task.status {
-        Status::Pending => match task.not_before {
+    due(
+        task.status,
+        task.not_before,
+        task.lease_until,
+        task.created_at,
+        now,
+    )
+}
+
+/// [`due_since`] of a task's summary (what listings and
+/// [`Inspect::depth`](crate::inspect::Inspect::depth) read).
+///
+/// ```
+/// use taskfence::backend::rules::summary_due_since;
+/// # fn f(row: &taskfence::inspect::TaskSummary) {
+/// let waiting = summary_due_since(row, time::OffsetDateTime::now_utc()).is_some();
+/// # }
+/// ```
+pub fn summary_due_since(task: &TaskSummary, now: OffsetDateTime) -> Option<OffsetDateTime> {
+    due(
+        task.status,
+        task.not_before,
+        task.lease_until,
+        task.created_at,
+        now,
+    )
+}
+
+fn due(
+    status: Status,
+    not_before: Option<OffsetDateTime>,
+    lease_until: Option<OffsetDateTime>,
+    created_at: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Option<OffsetDateTime> {
+    match status {
+        Status::Pending => match not_before {
             Some(not_before) => (not_before <= now).then_some(not_before),
-            None => Some(task.created_at),
+            None => Some(created_at),
         },
-        Status::Running => task.lease_until.filter(|until| *until <= now),
+        Status::Running => lease_until.filter(|until| *until <= now),
         Status::Completed | Status::Failed | Status::Cancelled => None,
     }
 }

@@ -12,7 +12,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::backend::InspectBackend;
 use crate::backend::rules;
 use crate::error::{Error, Result};
-use crate::inspect::{CappedCounts, Count, Counts, Cursor, Order, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{
+    CappedCounts, Count, Counts, Cursor, Order, Page, QueueDepth, Story, TaskQuery, TaskSummary,
+};
 use crate::task::{Status, TaskId};
 
 use super::bounded::{MAX_EXAMINED, too_broad};
@@ -135,6 +137,11 @@ impl DynamoStore {
 
 #[async_trait]
 impl InspectBackend for DynamoStore {
+    /// The status index's pending and running entries, on the store's clock.
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        crate::backend::depth_from_listings(self, self.now()).await
+    }
+
     async fn list(&self, query: &TaskQuery) -> Result<Page> {
         let want = query.limit + 1;
         let statuses: Vec<Status> = query.status.map_or(STATUSES.to_vec(), |s| vec![s]);

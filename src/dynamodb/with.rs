@@ -16,7 +16,7 @@ use crate::backend::rules::Work;
 use crate::backend::{Backend, InspectBackend, entry};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::{InvalidInput, Result};
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -279,6 +279,10 @@ impl InspectBackend for WithItems<'_> {
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         InspectBackend::stranded(self.store, older_than, limit).await
+    }
+
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        InspectBackend::depth(self.store).await
     }
 }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -293,5 +293,11 @@ impl<S: InnerInspect + ?Sized, I: Intercept> Inspect for Intercepted<S, I> {
         let hooks = &self.interceptor;
         let run = hooks.concurrency(self.inner.inspector(), key);
         hooks.around(Call::new("concurrency"), Box::pin(run)).await
+    }
+
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        let hooks = &self.interceptor;
+        let run = hooks.depth(self.inner.inspector());
+        hooks.around(Call::new("depth"), Box::pin(run)).await
     }
 }

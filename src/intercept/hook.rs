@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::backend::{claim_one_by_one, complete_one_by_one, entry, renew_one_by_one};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Inspect, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Inspect, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{
     Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted, TaskStore,
@@ -256,5 +256,9 @@ pub trait Intercept: Send + Sync {
     /// [`Inspect::concurrency`]; forwards to `inner` unless overridden.
     async fn concurrency(&self, inner: &dyn Inspect, key: &str) -> Result<KeySlots> {
         inner.concurrency(key).await
+    }
+    /// [`Inspect::depth`]; forwards to `inner` unless overridden.
+    async fn depth(&self, inner: &dyn Inspect) -> Result<Vec<QueueDepth>> {
+        inner.depth().await
     }
 }

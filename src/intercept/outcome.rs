@@ -3,7 +3,7 @@
 
 use crate::effect::{Effect, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskSummary};
 use crate::store::{Attempt, Claim, Fenced, Lease, Retry, Submitted};
 use crate::task::{Task, TaskId};
 use crate::throttle::{BucketState, KeySlots};
@@ -287,6 +287,15 @@ impl Outcome for Option<BucketState> {
 }
 
 impl Outcome for Vec<BucketState> {
+    fn summary(&self) -> (&'static str, Option<&'static str>) {
+        ("ok", None)
+    }
+    fn count(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+}
+
+impl Outcome for Vec<QueueDepth> {
     fn summary(&self) -> (&'static str, Option<&'static str>) {
         ("ok", None)
     }

@@ -11,7 +11,7 @@ use crate::backend::rules::Work;
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -163,6 +163,10 @@ impl<S: Site> InspectBackend for S {
 
     async fn story(&self, id: TaskId) -> Result<Option<Story>> {
         bounded!(self, |sql, conn| ops::story(sql, conn, id))
+    }
+
+    async fn depth(&self) -> Result<Vec<QueueDepth>> {
+        bounded!(self, |sql, conn| ops::depth(sql, conn))
     }
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {

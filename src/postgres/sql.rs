@@ -107,6 +107,8 @@ pub(crate) struct Statements {
     pub(crate) counts_up_to_scope: Sql,
     pub(crate) story: Sql,
     pub(crate) stranded: Sql,
+    /// Each operation's queue (`Inspect::depth`).
+    pub(crate) depth: Sql,
     /// The newest applied migration.
     pub(crate) schema_version: Sql,
 }
@@ -278,6 +280,7 @@ impl Statements {
             ("counts_up_to_scope", self.counts_up_to_scope.as_str()),
             ("story", self.story.as_str()),
             ("stranded", self.stranded.as_str()),
+            ("depth", self.depth.as_str()),
         ]
     }
 
@@ -1098,6 +1101,27 @@ impl Statements {
                    AND NOT EXISTS (SELECT 1 FROM {s}.handoffs AS h
                                    WHERE h.task_id = t.id AND h.published_at >= (SELECT cutoff FROM clock))
                  ORDER BY t.created_at, t.id LIMIT $2"
+            )),
+            // Each operation's queue at the store's clock: `rules::due_since`
+            // in SQL. Only the pending and running entries of
+            // `tasks_status_id` are read, never the finished tasks kept for
+            // their retention.
+            depth: Sql::from(format!(
+                "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() AS now),
+                      live AS (
+                          SELECT t.operation, t.status,
+                                 CASE WHEN t.status = 'pending' AND t.not_before IS NULL THEN t.created_at
+                                      WHEN t.status = 'pending' AND t.not_before <= c.now THEN t.not_before
+                                      WHEN t.status = 'running' AND t.lease_until <= c.now THEN t.lease_until
+                                 END AS due_since
+                          FROM {s}.tasks AS t, clock AS c
+                          WHERE t.status IN ('pending', 'running'))
+                 SELECT operation,
+                        count(*) FILTER (WHERE due_since IS NOT NULL) AS due,
+                        count(*) FILTER (WHERE due_since IS NULL AND status = 'pending') AS scheduled,
+                        count(*) FILTER (WHERE due_since IS NULL AND status = 'running') AS running,
+                        min(due_since) AS oldest_due_at
+                 FROM live GROUP BY operation ORDER BY operation"
             )),
         }
     }

@@ -12,7 +12,7 @@ use crate::backend::rules::Work;
 use crate::backend::{Backend, InspectBackend};
 use crate::effect::{Effect, EffectOutcome, EffectStart};
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Counts, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
@@ -209,6 +209,10 @@ macro_rules! implement {
                 run!(self, Read, |conn, now| ops::stranded(
                     conn, now, older_than, limit
                 ))
+            }
+
+            async fn depth(&self) -> Result<Vec<QueueDepth>> {
+                run!(self, Read, |conn, now| ops::depth(conn, now))
             }
         }
     };

@@ -189,6 +189,11 @@ pub(crate) const STRANDED: &str = "SELECT {cols} FROM tasks AS t
       AND NOT EXISTS (SELECT 1 FROM handoffs AS h WHERE h.task_id = t.id AND h.published_at >= ?1)
     ORDER BY t.created_at, t.id LIMIT ?2";
 
+/// The pending and running tasks (`Inspect::depth`): `tasks_status_id`'s
+/// entries of those two statuses, never the finished tasks kept for their
+/// retention.
+pub(crate) const LIVE: &str = "SELECT {cols} FROM tasks WHERE status IN ('pending', 'running')";
+
 /// ?1 scope (NULL: every scope): tasks by status.
 pub(crate) const COUNTS: &str =
     "SELECT status, count(*) AS n FROM tasks WHERE ?1 IS NULL OR scope = ?1 GROUP BY status";

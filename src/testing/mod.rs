@@ -377,6 +377,7 @@ macro_rules! __inspection_suite {
             stranded_lists_unclaimed_pending_tasks,
             stranded_counts_from_the_latest_reopening,
             every_task_needing_a_worker_is_found,
+            depth_counts_each_operations_queue,
             bad_queries_are_refused,
             list_rows_are_summaries_without_payload_or_response,
             counts_up_to_stop_at_the_cap,

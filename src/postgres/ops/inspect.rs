@@ -9,7 +9,7 @@ use sqlx::Row;
 use sqlx::postgres::PgConnection;
 
 use crate::error::{Error, Result};
-use crate::inspect::{Counts, Order, Page, Story, TaskQuery, TaskSummary};
+use crate::inspect::{Counts, Order, Page, QueueDepth, Story, TaskQuery, TaskSummary};
 use crate::task::{Status, TaskId};
 
 use crate::postgres::db;
@@ -74,6 +74,24 @@ pub(crate) async fn counts(sql: &Statements, conn: &mut PgConnection, scope: Opt
         counts.add(status, u64::try_from(n).unwrap_or_default());
     }
     Ok(counts)
+}
+
+pub(crate) async fn depth(sql: &Statements, conn: &mut PgConnection) -> Result<Vec<QueueDepth>> {
+    let rows = sql.depth.query().fetch_all(conn).await.map_err(db)?;
+    let count = |row: &sqlx::postgres::PgRow, column: &str| -> Result<u64> {
+        let n: i64 = row.try_get(column).map_err(db)?;
+        Ok(u64::try_from(n).unwrap_or_default())
+    };
+    rows.iter()
+        .map(|row| {
+            let mut queue = QueueDepth::new(row.try_get::<String, _>("operation").map_err(db)?);
+            queue.due = count(row, "due")?;
+            queue.scheduled = count(row, "scheduled")?;
+            queue.running = count(row, "running")?;
+            queue.oldest_due_at = row.try_get("oldest_due_at").map_err(db)?;
+            Ok(queue)
+        })
+        .collect()
 }
 
 pub(crate) async fn story(sql: &Statements, conn: &mut PgConnection, id: TaskId) -> Result<Option<Story>> {

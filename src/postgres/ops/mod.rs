@@ -27,7 +27,7 @@ mod single;
 
 pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many, submit_many};
 pub(crate) use effect::{begin_effect, effects, finish_effect};
-pub(crate) use inspect::{counts, list, story, stranded};
+pub(crate) use inspect::{counts, depth, list, story, stranded};
 pub(crate) use maintenance::{due, purge_expired, redispatch};
 pub(crate) use read::{attempts, find, get};
 pub(crate) use single::{

@@ -7,7 +7,9 @@ use sqlx::{Row, SqliteConnection};
 use time::OffsetDateTime;
 
 use crate::error::Result;
-use crate::inspect::{CappedCounts, Count, Counts, Order, Page, STATUSES, Story, TaskQuery, TaskSummary};
+use crate::inspect::{
+    CappedCounts, Count, Counts, Order, Page, QueueDepth, STATUSES, Story, TaskQuery, TaskSummary,
+};
 use crate::task::{Status, TaskId};
 
 use super::super::{db, row, sql};
@@ -129,4 +131,19 @@ pub(crate) async fn stranded(
         .map(row::summary)
         .collect::<Result<_, _>>()
         .map_err(db)
+}
+
+/// Each operation's queue at `now`: the live tasks read in one statement,
+/// tallied as every backend tallies them.
+pub(crate) async fn depth(conn: &mut SqliteConnection, now: OffsetDateTime) -> Result<Vec<QueueDepth>> {
+    let statement = sql::LIVE.replace("{cols}", sql::SUMMARY_COLUMNS);
+    let live: Vec<TaskSummary> = sqlx::query(sqlx::AssertSqlSafe(statement))
+        .fetch_all(conn)
+        .await
+        .map_err(db)?
+        .iter()
+        .map(row::summary)
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    Ok(QueueDepth::tally(&live, now))
 }

@@ -31,7 +31,7 @@ mod single;
 
 pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many, submit_many};
 pub(crate) use effect::{begin_effect, effects, finish_effect};
-pub(crate) use inspect::{counts, counts_up_to, list, story, stranded};
+pub(crate) use inspect::{counts, counts_up_to, depth, list, story, stranded};
 pub(crate) use maintenance::{due, mark_published, purge_expired, redispatch, take_handoffs};
 pub(crate) use read::{attempts, find, get};
 pub(crate) use single::{

@@ -427,6 +427,83 @@ pub async fn stranded_counts_from_the_latest_reopening(f: &dyn InspectFixture) {
     assert_eq!(stranded, [t.id], "unclaimed since its reopening: stranded now");
 }
 
+/// [`Inspect::depth`] reports each operation's queue on the store's clock:
+/// due (never claimed, released, a lease expired), scheduled (backing off),
+/// running (a live lease), the oldest due one's time; finished tasks never
+/// count, and an operation with no live task has no queue.
+pub async fn depth_counts_each_operations_queue(f: &dyn InspectFixture) {
+    let store = f.inspector();
+    assert!(
+        store.depth().await.unwrap().is_empty(),
+        "an empty store has no queue"
+    );
+    let index = |key: &str| {
+        NewTask::new(
+            RequestKey::new(crate::testing::SCOPE, "index.document", key),
+            InputHash::of([key]),
+        )
+    };
+    let slow = RetryPolicy::default()
+        .jitter(0.0)
+        .initial_backoff(Duration::from_secs(300));
+    let first = submit(&*store, new_task("first")).await;
+    let _second = submit(&*store, new_task("second")).await;
+    let released = submit(&*store, new_task("released")).await;
+    let lease = acquire(&*store, released.id, "a").await;
+    assert!(store.release(lease).await.unwrap().is_accepted());
+    let backing_off = submit(&*store, new_task("backing-off").policy(slow)).await;
+    let lease = acquire(&*store, backing_off.id, "a").await;
+    let failed = store.fail(lease, Failure::retryable("busy")).await.unwrap();
+    assert!(failed.is_accepted());
+    let crashed = submit(&*store, new_task("crashed")).await;
+    let _crashed = acquire(&*store, crashed.id, "a").await;
+    let done = submit(&*store, new_task("done")).await;
+    let lease = acquire(&*store, done.id, "a").await;
+    assert!(
+        store
+            .complete(lease, Response::from("ok"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let cancelled = submit(&*store, index("cancelled")).await;
+    assert!(store.cancel(cancelled.id, "no").await.unwrap().is_accepted());
+    let indexing = submit(&*store, index("doc-1")).await;
+    let _indexing = acquire(&*store, indexing.id, "b").await;
+
+    let queues = store.depth().await.unwrap();
+    let counts: Vec<_> = queues
+        .iter()
+        .map(|q| (q.operation.as_str(), q.due, q.scheduled, q.running))
+        .collect();
+    assert_eq!(
+        counts,
+        [("chat.reply", 3, 1, 1), ("index.document", 0, 0, 1)],
+        "by operation: due (two never claimed, one released), backing off, running; done and cancelled never"
+    );
+    let oldest = queues[0].oldest_due_at.expect("a due task has a time");
+    let first = store.get(first.id).await.unwrap().unwrap();
+    assert!(
+        oldest <= first.created_at,
+        "the oldest due task is the first submitted or earlier"
+    );
+    assert_eq!(queues[1].oldest_due_at, None, "nothing due there");
+
+    // The crashed worker's lease expires: its task is due again.
+    f.advance(PAST_LEASE).await;
+    let _fresh = submit(&*store, index("doc-2")).await;
+    let queues = store.depth().await.unwrap();
+    let counts: Vec<_> = queues
+        .iter()
+        .map(|q| (q.operation.as_str(), q.due, q.scheduled, q.running))
+        .collect();
+    assert_eq!(
+        counts,
+        [("chat.reply", 4, 1, 0), ("index.document", 2, 0, 0)],
+        "expired leases are due, backing off is still scheduled"
+    );
+}
+
 /// Every task that needs a worker and has none is on a rescue path — `due`
 /// or `stranded` — and `claim_next` hands each out; a task with a live lease
 /// or a saved response is on neither.
