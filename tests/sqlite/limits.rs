@@ -1,14 +1,19 @@
 //! Concurrency keys and rate buckets decided by `SqliteStore`: the limits
 //! suite, each test in a fresh file on a manual clock; and a file made by
-//! the previous migration upgraded in place, its tasks kept.
+//! the previous migration upgraded in place, its tasks kept; and what the
+//! suite leaves to each backend: a reopened task's place in its key's
+//! order, a bucket emptied by a `claim_next` batch itself.
 
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use sqlx::SqlitePool;
+use taskfence::store::ReopenRequest;
+use taskfence::testing::{Fixture, SqliteFixture, acquire, new_task, request};
 use taskfence::throttle::{ConcurrencyKey, RateBucket, Throttled};
 use taskfence::{
-    Claim, ClaimRequest, Error, InputHash, NewTask, RequestKey, SqliteStore, Status, TaskId, TaskStore,
+    Claim, ClaimNext, ClaimRequest, Error, Failure, InputHash, Lease, NewTask, RequestKey, Response,
+    SqliteStore, Status, TaskId, TaskStore,
 };
 
 taskfence::testing::limits_suite!(taskfence::testing::SqliteFixture::new());
@@ -113,6 +118,110 @@ async fn a_file_of_the_previous_migration_upgrades_in_place_and_keeps_its_tasks(
     store.pool().close().await;
     pool.close().await;
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A reopened task of a limit-1 key is unfinished again: it goes before the
+/// younger task of its key that has not started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_task_goes_before_younger_unstarted_tasks_of_its_key() {
+    let f = SqliteFixture::new().await;
+    let store = f.store();
+    let key = ConcurrencyKey::new("conversation-7", 1);
+    let mut ids = Vec::new();
+    for k in ["m1", "m2", "m3"] {
+        ids.push(
+            store
+                .submit(new_task(k).concurrency(key.clone()))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    let first = acquire(&*store, ids[0], "w").await;
+    assert!(
+        store
+            .fail(first, Failure::permanent("bad input"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    let second = acquire(&*store, ids[1], "w").await;
+    assert!(
+        store
+            .complete(second, Response::from("2"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert!(
+        store
+            .reopen(ids[0], ReopenRequest::new("ops", "input fixed"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        store.claim(ids[2], request("w")).await.unwrap().throttled(),
+        Some(&Throttled::InOrder {
+            key: "conversation-7".into(),
+            behind: ids[0]
+        }),
+        "the reopened task first"
+    );
+    let next = store
+        .claim_next(ClaimNext::new("w", Duration::from_secs(30), 10))
+        .await
+        .unwrap();
+    assert_eq!(next.iter().map(Lease::task_id).collect::<Vec<_>>(), [ids[0]]);
+}
+
+/// A bucket emptied by a `claim_next` batch itself: the batch's other
+/// bucketed tasks are skipped, and it goes on to tasks beyond them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_emptied_by_the_batch_leaves_its_places_to_other_tasks() {
+    let f = SqliteFixture::new().await;
+    let store = f.store();
+    store
+        .define_bucket(RateBucket::per_minute("provider", 60).burst(2))
+        .await
+        .unwrap();
+    let mut bucketed = Vec::new();
+    for i in 0..12 {
+        bucketed.push(
+            store
+                .submit(new_task(&format!("b{i}")).rate_bucket("provider"))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+        f.advance(Duration::from_millis(1)).await;
+    }
+    let mut free = Vec::new();
+    for i in 0..3 {
+        free.push(
+            store
+                .submit(new_task(&format!("f{i}")))
+                .await
+                .unwrap()
+                .into_task()
+                .id,
+        );
+    }
+    let taken = store
+        .claim_next(ClaimNext::new("w", Duration::from_secs(30), 10))
+        .await
+        .unwrap();
+    let mut got: Vec<TaskId> = taken.iter().map(Lease::task_id).collect();
+    got.sort();
+    let mut want = vec![bucketed[0], bucketed[1], free[0], free[1], free[2]];
+    want.sort();
+    assert_eq!(got, want, "the burst, then the tasks without a bucket");
+    for id in &bucketed[2..] {
+        let t = store.get(*id).await.unwrap().unwrap();
+        assert_eq!((t.version, t.attempts()), (0, 0), "skipped, not claimed");
+    }
 }
 
 /// `Claim::Throttled`'s reason, if the claim was refused for a limit.
