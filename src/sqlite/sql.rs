@@ -223,8 +223,11 @@ pub(crate) const BUCKETS: &str = "SELECT * FROM buckets ORDER BY name";
 pub(crate) const KEY_RUNNING: &str = "SELECT id FROM tasks
     WHERE concurrency_key = ?1 AND status = 'running' AND lease_until > ?2 ORDER BY key_order";
 
-/// ?1 key: the key's first unfinished task by submission order (NULL: none).
-pub(crate) const KEY_FIRST_UNFINISHED: &str = "SELECT id FROM tasks
+/// ?1 key: the key's first unfinished task by submission order (NULL:
+/// none). `INDEXED BY` its partial index, which holds unfinished tasks
+/// only: the index of every task of the key (which the planner, without
+/// statistics, may take) would step over its finished ones first.
+pub(crate) const KEY_FIRST_UNFINISHED: &str = "SELECT id FROM tasks INDEXED BY tasks_key_unfinished
     WHERE concurrency_key = ?1 AND status IN ('pending', 'running') ORDER BY key_order LIMIT 1";
 
 /// ?1 key: the key's pending tasks (due or backing off).
@@ -233,7 +236,9 @@ pub(crate) const KEY_WAITING: &str =
 
 /// Whether any task naming a concurrency key is unfinished: if none is,
 /// `claim_next`'s plain oldest-due-first scan is already the fair order.
-pub(crate) const ANY_KEY_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM tasks
+/// One step into the keyed tasks' partial index (never a scan of the
+/// unfinished tasks without a key).
+pub(crate) const ANY_KEY_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_key_unfinished
     WHERE concurrency_key IS NOT NULL AND status IN ('pending', 'running'))";
 
 /// The condition, appended to each of `claim_next`'s scans, that skips a
@@ -265,7 +270,7 @@ pub(crate) const NEEDING_WORKER_FAIR: &str = "SELECT id, due_at FROM (
         WHERE due.concurrency_key IS NULL OR (
             (SELECT count(*) FROM tasks AS r WHERE r.concurrency_key = due.concurrency_key
                 AND r.status = 'running' AND r.lease_until > ?1) < due.concurrency_limit
-            AND (due.concurrency_limit > 1 OR due.key_order = (SELECT min(o.key_order) FROM tasks AS o
+            AND (due.concurrency_limit > 1 OR due.key_order = (SELECT min(o.key_order) FROM tasks AS o INDEXED BY tasks_key_unfinished
                 WHERE o.concurrency_key = due.concurrency_key AND o.status IN ('pending', 'running')))))
     ORDER BY turn, due_at, id LIMIT ?2";
 
