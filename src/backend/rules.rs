@@ -750,12 +750,21 @@ pub fn holds_slot(task: &Task, now: OffsetDateTime) -> bool {
 ///
 /// ```
 /// use taskfence::backend::rules::{within_limits, KeyLoad};
-/// # fn f(task: &taskfence::Task) {
-/// match within_limits(task, &KeyLoad::default(), None, time::OffsetDateTime::now_utc()) {
-///     Ok(schedule) => { /* claim; store the bucket's schedule if any */ }
-///     Err(why) => { /* answer Claim::Throttled(why), write nothing */ }
-/// }
-/// # }
+/// use taskfence::throttle::{BucketState, ConcurrencyKey, RateBucket, Throttled};
+/// use taskfence::{InputHash, NewTask, RequestKey, TaskId};
+/// let now = time::OffsetDateTime::UNIX_EPOCH;
+/// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))
+///     .concurrency(ConcurrencyKey::new("tenant-acme", 2))
+///     .rate_bucket("provider");
+/// let task = taskfence::backend::new_task(TaskId::new(), new, now, now + NewTask::DEFAULT_RETENTION);
+/// let bucket = BucketState { bucket: RateBucket::per_second("provider", 10), schedule: None };
+/// // A free slot and a token: the bucket's schedule moves on by one interval.
+/// let free = KeyLoad { running: 1, first_unfinished: None };
+/// let schedule = within_limits(&task, &free, Some(&bucket), now).unwrap();
+/// assert_eq!(schedule, Some(now + bucket.bucket.interval()));
+/// // The key is full: refused for the key, before any token is taken.
+/// let full = KeyLoad { running: 2, first_unfinished: None };
+/// assert!(matches!(within_limits(&task, &full, Some(&bucket), now), Err(Throttled::Concurrency { limit: 2, .. })));
 /// ```
 pub fn within_limits(
     task: &Task,

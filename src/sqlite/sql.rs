@@ -238,7 +238,8 @@ pub(crate) const KEY_WAITING: &str =
 /// `claim_next`'s plain oldest-due-first scan is already the fair order.
 /// One step into the keyed tasks' partial index (never a scan of the
 /// unfinished tasks without a key).
-pub(crate) const ANY_KEY_UNFINISHED: &str = "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_key_unfinished
+pub(crate) const ANY_KEY_UNFINISHED: &str =
+    "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_key_unfinished
     WHERE concurrency_key IS NOT NULL AND status IN ('pending', 'running'))";
 
 /// The condition, appended to each of `claim_next`'s scans, that skips a
