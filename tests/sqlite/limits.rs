@@ -224,6 +224,42 @@ async fn a_bucket_emptied_by_the_batch_leaves_its_places_to_other_tasks() {
     }
 }
 
+/// With keyed tasks unfinished, `claim_next`'s ranked scan keeps the
+/// request's operation and scope filters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ranked_scan_keeps_the_operation_and_scope_filters() {
+    let f = SqliteFixture::new().await;
+    let store = f.store();
+    let key = ConcurrencyKey::new("tenant-acme", 10);
+    let mut wanted = Vec::new();
+    for (scope, operation, k) in [
+        ("u1", "chat.reply", "a"),
+        ("u1", "index", "b"),
+        ("u2", "chat.reply", "c"),
+        ("u1", "chat.reply", "d"),
+    ] {
+        let new =
+            NewTask::new(RequestKey::new(scope, operation, k), InputHash::of([k])).concurrency(key.clone());
+        let id = store.submit(new).await.unwrap().into_task().id;
+        if scope == "u1" && operation == "chat.reply" {
+            wanted.push(id);
+        }
+    }
+    let asked = ClaimNext::new("w", Duration::from_secs(30), 10)
+        .operation("chat.reply")
+        .scope("u1");
+    let mut got: Vec<TaskId> = store
+        .claim_next(asked)
+        .await
+        .unwrap()
+        .iter()
+        .map(Lease::task_id)
+        .collect();
+    got.sort();
+    wanted.sort();
+    assert_eq!(got, wanted, "only the operation and scope asked for");
+}
+
 /// `Claim::Throttled`'s reason, if the claim was refused for a limit.
 trait ThrottledReason {
     fn throttled(&self) -> Option<&Throttled>;
