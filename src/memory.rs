@@ -247,39 +247,28 @@ impl State {
 
     /// The load of concurrency key `key` at `now`, for [`rules::admit`].
     fn key_load(&self, key: &str, now: OffsetDateTime) -> rules::KeyLoad {
-        let mut load = rules::KeyLoad::default();
-        for task in self
-            .keyed
-            .get(key)
-            .into_iter()
-            .flat_map(BTreeMap::values)
-            .map(|id| &self.tasks[id])
-        {
-            if task.status == Status::Running && task.lease_until.is_some_and(|until| until > now) {
-                load.running += 1;
-            }
-            if load.first_unfinished.is_none() && !task.status.is_terminal() {
-                load.first_unfinished = Some(task.id);
-            }
-        }
-        load
+        rules::KeyLoad::of(
+            self.keyed
+                .get(key)
+                .into_iter()
+                .flat_map(BTreeMap::values)
+                .map(|id| &self.tasks[id]),
+            now,
+        )
     }
 
-    /// The task's limits at `now`: admitted under its concurrency key, and
-    /// a token taken from its bucket (the bucket's new schedule, to store
-    /// with the claim), or why not.
+    /// The task's limits at `now` ([`rules::within_limits`]): the name of
+    /// its bucket and the bucket's new schedule, to store with the claim,
+    /// or why not.
     fn admit(&self, task: &Task, now: OffsetDateTime) -> Result<Option<(String, OffsetDateTime)>, Throttled> {
-        if let Some(key) = &task.limits.concurrency {
-            rules::admit(task, &self.key_load(key.name(), now))?;
-        }
-        let Some(name) = &task.limits.bucket else {
-            return Ok(None);
+        let load = match &task.limits.concurrency {
+            Some(key) => self.key_load(key.name(), now),
+            None => rules::KeyLoad::default(),
         };
-        let state = self.buckets.get(name).expect(
-            "a task naming a bucket is submitted only once it is defined, and buckets are never removed",
-        );
-        let schedule = rules::take_token(&state.bucket, state.schedule, now)?;
-        Ok(Some((name.clone(), schedule)))
+        let bucket = task.limits.bucket.as_ref();
+        let schedule =
+            rules::within_limits(task, &load, bucket.and_then(|name| self.buckets.get(name)), now)?;
+        Ok(bucket.cloned().zip(schedule))
     }
 
     /// [`rules::claim`] of task `id` at `now`, applied, within the task's limits.
@@ -757,12 +746,10 @@ impl InspectBackend for MemoryStore {
             .flat_map(BTreeMap::values)
             .map(|id| &state.tasks[id])
         {
-            match task.status {
-                Status::Running if task.lease_until.is_some_and(|until| until > now) => {
-                    slots.running.push(task.id);
-                }
-                Status::Pending => slots.waiting += 1,
-                _ => {}
+            if rules::holds_slot(task, now) {
+                slots.running.push(task.id);
+            } else if task.status == Status::Pending {
+                slots.waiting += 1;
             }
         }
         Ok(slots)

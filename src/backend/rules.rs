@@ -16,7 +16,7 @@ use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, Failure, OnAmbiguous, RetryPolicy, StopReason};
 use crate::store::{AttemptOutcome, Claim, ClaimNext, Fenced, Lease, Rejection};
 use crate::task::{AttemptId, Status, Task, TaskId};
-use crate::throttle::{RateBucket, Throttled};
+use crate::throttle::{BucketState, RateBucket, Throttled};
 
 /// What a claim of `task` at `now` must do.
 ///
@@ -731,6 +731,89 @@ pub struct KeyLoad {
     /// The key's oldest unfinished task (pending or running), by submission
     /// order; needed only for a key that runs in order (limit 1).
     pub first_unfinished: Option<TaskId>,
+}
+
+impl KeyLoad {
+    /// The load at `now` of a key whose tasks are `tasks`, in submission
+    /// order: those holding a slot ([`holds_slot`]) counted, the first
+    /// unfinished one kept.
+    ///
+    /// ```
+    /// use taskfence::backend::rules::KeyLoad;
+    /// let none: [&taskfence::Task; 0] = [];
+    /// assert_eq!(KeyLoad::of(none, time::OffsetDateTime::now_utc()), KeyLoad::default());
+    /// ```
+    pub fn of<'a>(tasks: impl IntoIterator<Item = &'a Task>, now: OffsetDateTime) -> Self {
+        let mut load = Self::default();
+        for task in tasks {
+            if holds_slot(task, now) {
+                load.running += 1;
+            }
+            if load.first_unfinished.is_none() && !task.status.is_terminal() {
+                load.first_unfinished = Some(task.id);
+            }
+        }
+        load
+    }
+}
+
+/// Whether `task` holds a slot of its concurrency key at `now`: running
+/// under a lease that has not expired. Slots are leases: an expired lease
+/// frees its slot, and only the current assignment holds one.
+///
+/// ```
+/// use taskfence::backend::rules::holds_slot;
+/// # fn f(task: &taskfence::Task) {
+/// if holds_slot(task, time::OffsetDateTime::now_utc()) {
+///     println!("{} runs", task.id);
+/// }
+/// # }
+/// ```
+pub fn holds_slot(task: &Task, now: OffsetDateTime) -> bool {
+    task.status == Status::Running && task.lease_until.is_some_and(|until| until > now)
+}
+
+/// A claim's limits, once [`claim`] said [`ClaimRule::Take`]: [`admit`]
+/// under the task's concurrency key given its `load`, then a token from
+/// its rate bucket ([`take_token`]; `bucket` is the store's state of the
+/// bucket the task names). The answer is the bucket's new schedule, to
+/// store with the claim (`None`: the task names no bucket), or why not: a
+/// refusal writes nothing, and no token is taken when the key refused
+/// first. (A store accepts a task naming a bucket only once the bucket is
+/// defined, and never removes one; a bucket missing all the same gives no
+/// token to take.)
+///
+/// ```
+/// use taskfence::backend::rules::{within_limits, KeyLoad};
+/// use taskfence::throttle::{BucketState, ConcurrencyKey, RateBucket, Throttled};
+/// use taskfence::{InputHash, NewTask, RequestKey, TaskId};
+/// let now = time::OffsetDateTime::UNIX_EPOCH;
+/// let new = NewTask::new(RequestKey::new("u", "op", "k"), InputHash::of(["x"]))
+///     .concurrency(ConcurrencyKey::new("tenant-acme", 2))
+///     .rate_bucket("provider");
+/// let task = taskfence::backend::new_task(TaskId::new(), new, now, now + NewTask::DEFAULT_RETENTION);
+/// let bucket = BucketState { bucket: RateBucket::per_second("provider", 10), schedule: None };
+/// // A free slot and a token: the bucket's schedule moves on by one interval.
+/// let free = KeyLoad { running: 1, first_unfinished: None };
+/// let schedule = within_limits(&task, &free, Some(&bucket), now).unwrap();
+/// assert_eq!(schedule, Some(now + bucket.bucket.interval()));
+/// // The key is full: refused for the key, before any token is taken.
+/// let full = KeyLoad { running: 2, first_unfinished: None };
+/// assert!(matches!(within_limits(&task, &full, Some(&bucket), now), Err(Throttled::Concurrency { limit: 2, .. })));
+/// ```
+pub fn within_limits(
+    task: &Task,
+    load: &KeyLoad,
+    bucket: Option<&BucketState>,
+    now: OffsetDateTime,
+) -> Result<Option<OffsetDateTime>, Throttled> {
+    admit(task, load)?;
+    match bucket {
+        Some(state) if task.limits.bucket.is_some() => {
+            take_token(&state.bucket, state.schedule, now).map(Some)
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Whether `task` may start under its concurrency key, given the key's

@@ -16,6 +16,7 @@ use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskQuery, T
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 use super::ops;
 use super::site::{Site, run};
@@ -180,6 +181,23 @@ macro_rules! implement {
                 ))
             }
 
+            fn decides_limits(&self) -> bool {
+                true
+            }
+
+            async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+                run!(self, Write, |conn, _now| ops::define_bucket(conn, &bucket))
+            }
+
+            async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+                run!(self, Write, |conn, now| ops::drain_bucket(
+                    conn,
+                    now,
+                    name,
+                    retry_after
+                ))
+            }
+
             async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
                 run!(self, Write, |conn, now| ops::renew_many(
                     conn, now, leases, extend_by
@@ -213,6 +231,14 @@ macro_rules! implement {
 
             async fn depth(&self) -> Result<Vec<QueueDepth>> {
                 run!(self, Read, |conn, now| ops::depth(conn, now))
+            }
+
+            async fn buckets(&self) -> Result<Vec<BucketState>> {
+                run!(self, Read, |conn, _now| ops::buckets(conn))
+            }
+
+            async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+                run!(self, Read, |conn, now| ops::concurrency(conn, now, key))
             }
         }
     };

@@ -29,11 +29,18 @@ struct File {
 }
 
 /// Every migration of this crate version, oldest first.
-const FILES: &[File] = &[File {
-    version: 1,
-    description: "tasks, attempts, reopenings, handoffs, effects",
-    sql: include_str!("../../migrations-sqlite/0001_tasks.sql"),
-}];
+const FILES: &[File] = &[
+    File {
+        version: 1,
+        description: "tasks, attempts, reopenings, handoffs, effects",
+        sql: include_str!("../../migrations-sqlite/0001_tasks.sql"),
+    },
+    File {
+        version: 2,
+        description: "concurrency keys and rate buckets",
+        sql: include_str!("../../migrations-sqlite/0002_limits.sql"),
+    },
+];
 
 /// The newest migration this library needs: a file whose history ends
 /// before it is [`Error::NotMigrated`].

@@ -3,7 +3,7 @@
 //! desktop or edge agent, or development without a database server.
 //!
 //! The same contract as every other backend, on a file: the tables
-//! `tasks`, `attempts`, `reopenings`, `handoffs` and `effects`, and the
+//! `tasks`, `attempts`, `reopenings`, `handoffs`, `effects` and `buckets`, and the
 //! migration history `taskfence_migrations` (the SQL files are in the
 //! crate's `migrations-sqlite/` directory; [`migrate`] /
 //! [`SqliteStore::migrate`] apply them). A file that is missing them or is
@@ -45,6 +45,13 @@
 //!   backwards (NTP) can lengthen a lease or a backoff by the step; it can
 //!   never let two attempts save (guarantee 1 is the version check and the
 //!   saved response, read under the lock).
+//! - **Limits in the claim's transaction.** Concurrency keys and rate
+//!   buckets ([`throttle`](crate::throttle)) are decided by the claim under
+//!   the same write lock: it counts its key's live leases, checks a limit-1
+//!   key's order, takes its bucket's token
+//!   ([`rules::within_limits`](crate::backend::rules::within_limits)) and
+//!   writes the claim with the bucket's new schedule; no writer can come
+//!   between. `claim_next` skips refused tasks in its scan.
 //! - **Inside the caller's transaction.** [`SqliteStore::on`] gives the
 //!   store on a `&mut SqliteConnection` — typically `&mut tx` from
 //!   [`SqliteStore::begin`] — as a [`SqliteConnStore`], a

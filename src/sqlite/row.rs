@@ -13,7 +13,7 @@ use crate::inspect::TaskSummary;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
-use crate::throttle::TaskLimits;
+use crate::throttle::{BucketState, ConcurrencyKey, RateBucket, TaskLimits};
 
 /// A stored value that does not decode into the domain type (a hand-edited row).
 #[derive(Debug, thiserror::Error)]
@@ -141,8 +141,38 @@ pub(crate) fn summary(row: &SqliteRow) -> Result<TaskSummary, sqlx::Error> {
             .try_get::<Option<String>, _>("trace_context")?
             .map(|cx| cx.parse().map_err(|e| corrupt("trace_context", e)))
             .transpose()?,
-        // Submissions naming limits are refused until this backend stores them.
-        limits: TaskLimits::default(),
+        limits: limits(row)?,
+    })
+}
+
+/// The limits a task row names (its concurrency key with its limit, its rate bucket).
+fn limits(row: &SqliteRow) -> Result<TaskLimits, sqlx::Error> {
+    let key: Option<String> = row.try_get("concurrency_key")?;
+    let limit: Option<i64> = row.try_get("concurrency_limit")?;
+    let concurrency = match (key, limit) {
+        (Some(key), Some(limit)) => Some(ConcurrencyKey::new(key, small("concurrency_limit", limit)?)),
+        (None, None) => None,
+        (Some(key), None) => return Err(corrupt("concurrency_limit", format!("NULL for key {key}"))),
+        (None, Some(limit)) => return Err(corrupt("concurrency_key", format!("NULL with limit {limit}"))),
+    };
+    Ok(TaskLimits {
+        concurrency,
+        bucket: row.try_get("rate_bucket")?,
+    })
+}
+
+/// Decodes a `buckets` row.
+pub(crate) fn bucket(row: &SqliteRow) -> Result<BucketState, sqlx::Error> {
+    let name: String = row.try_get("name")?;
+    let bucket = RateBucket::new(
+        name,
+        small("buckets.rate", row.try_get("rate")?)?,
+        duration("buckets.period_ns", row.try_get("period_ns")?)?,
+    )
+    .burst(small("buckets.burst", row.try_get("burst")?)?);
+    Ok(BucketState {
+        bucket,
+        schedule: get_at_opt(row, "schedule")?,
     })
 }
 

@@ -16,14 +16,18 @@ pub(crate) const TASK_BY_KEY: &str =
 /// Whether the task goes out through the outbox (submit's `handoff`).
 pub(crate) const TASK_HANDOFF: &str = "SELECT handoff FROM tasks WHERE id = ?1";
 
-/// Every column, in this order.
+/// Every column, in this order; the task's place in its concurrency key's
+/// submission order (`key_order`) is one more than the key's last.
 pub(crate) const INSERT_TASK: &str = "INSERT INTO tasks (
         id, scope, operation, request_key, input_hash, payload, status, version,
         max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous,
         acceptance, budget_base, budget_started_at, lease_until, not_before, response, last_error,
-        created_at, finished_at, expires_at, trace_context, handoff)
+        created_at, finished_at, expires_at, trace_context, handoff,
+        concurrency_key, concurrency_limit, rate_bucket, key_order)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-            ?21, ?22, ?23, ?24, ?25, ?26, ?27)";
+            ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30,
+            CASE WHEN ?28 IS NULL THEN NULL
+                 ELSE (SELECT coalesce(max(key_order), 0) + 1 FROM tasks WHERE concurrency_key = ?28) END)";
 
 /// ?1 id, then the columns a decision changes; ?18 the response (NULL:
 /// unchanged — a response is written once, by the completion).
@@ -178,7 +182,7 @@ pub(crate) const PURGE: [&str; 5] = [
 pub(crate) const SUMMARY_COLUMNS: &str = "id, scope, operation, request_key, input_hash, status, version,
     max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous,
     acceptance, budget_base, budget_started_at, lease_until, not_before, last_error, created_at,
-    finished_at, expires_at, trace_context";
+    finished_at, expires_at, trace_context, concurrency_key, concurrency_limit, rate_bucket";
 
 /// ?1 cutoff (now less `older_than`), ?2 limit: never-claimed pending tasks
 /// submitted and last reopened before the cutoff, with no handoff published
@@ -201,6 +205,80 @@ pub(crate) const COUNTS: &str =
 /// ?1 status, ?2 scope (NULL: every scope), ?3 cap: one status counted up to the cap.
 pub(crate) const COUNT_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM tasks
     WHERE status = ?1 AND (?2 IS NULL OR scope = ?2) LIMIT ?3)";
+
+/// ?1 bucket name, ?2 its new schedule.
+pub(crate) const SET_SCHEDULE: &str = "UPDATE buckets SET schedule = ?2 WHERE name = ?1";
+
+/// ?1 name, ?2 rate, ?3 period, ?4 burst, ?5 interval, ?6 tolerance: a
+/// bucket defined, or its definition changed with its schedule kept.
+pub(crate) const DEFINE_BUCKET: &str =
+    "INSERT INTO buckets (name, rate, period_ns, burst, interval_ns, tolerance_ns, schedule)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)
+    ON CONFLICT (name) DO UPDATE SET rate = excluded.rate, period_ns = excluded.period_ns,
+        burst = excluded.burst, interval_ns = excluded.interval_ns, tolerance_ns = excluded.tolerance_ns";
+
+/// ?1 name.
+pub(crate) const BUCKET: &str = "SELECT * FROM buckets WHERE name = ?1";
+
+/// Every bucket, by name.
+pub(crate) const BUCKETS: &str = "SELECT * FROM buckets ORDER BY name";
+
+/// ?1 key, ?2 now: the key's tasks holding a live lease (its slots in
+/// use), by submission order.
+pub(crate) const KEY_RUNNING: &str = "SELECT id FROM tasks
+    WHERE concurrency_key = ?1 AND status = 'running' AND lease_until > ?2 ORDER BY key_order";
+
+/// ?1 key: the key's first unfinished task by submission order (NULL:
+/// none). `INDEXED BY` its partial index, which holds unfinished tasks
+/// only: the index of every task of the key (which the planner, without
+/// statistics, may take) would step over its finished ones first.
+pub(crate) const KEY_FIRST_UNFINISHED: &str = "SELECT id FROM tasks INDEXED BY tasks_key_unfinished
+    WHERE concurrency_key = ?1 AND status IN ('pending', 'running') ORDER BY key_order LIMIT 1";
+
+/// ?1 key: the key's pending tasks (due or backing off).
+pub(crate) const KEY_WAITING: &str =
+    "SELECT count(*) FROM tasks WHERE concurrency_key = ?1 AND status = 'pending'";
+
+/// Whether any task naming a concurrency key is unfinished: if none is,
+/// `claim_next`'s plain oldest-due-first scan is already the fair order.
+/// One step into the keyed tasks' partial index (never a scan of the
+/// unfinished tasks without a key).
+pub(crate) const ANY_KEY_UNFINISHED: &str =
+    "SELECT EXISTS (SELECT 1 FROM tasks INDEXED BY tasks_key_unfinished
+    WHERE concurrency_key IS NOT NULL AND status IN ('pending', 'running'))";
+
+/// The condition, appended to each of `claim_next`'s scans, that skips a
+/// task whose rate bucket has no token at ?1: the bucket's schedule, less
+/// its tolerance, is in the future ([`take_token`](crate::backend::rules::take_token)'s test).
+pub(crate) const HAS_TOKEN: &str = " AND (tasks.rate_bucket IS NULL OR NOT EXISTS (SELECT 1 FROM buckets AS b
+    WHERE b.name = tasks.rate_bucket AND b.schedule - b.tolerance_ns > ?1))";
+
+/// `claim_next`'s scan when tasks naming concurrency keys are unfinished:
+/// every task that needs a worker at ?1 (as in [`NEEDING_WORKER`], the
+/// caller's filters at `{filter}`), less those its key refuses at ?1 (as
+/// many of the key's tasks hold a live lease as the task's limit, or a
+/// limit-1 key's older task is unfinished), offered round-robin by key
+/// ([`fair_order`](crate::backend::rules::fair_order): each ranked by its
+/// turn within its key, then by how long it has been due), up to ?2.
+pub(crate) const NEEDING_WORKER_FAIR: &str = "SELECT id, due_at FROM (
+        SELECT id, due_at,
+            CASE WHEN concurrency_key IS NULL THEN 1
+                 ELSE row_number() OVER (PARTITION BY concurrency_key ORDER BY due_at, id) END AS turn
+        FROM (
+            SELECT id, created_at AS due_at, concurrency_key, concurrency_limit, key_order FROM tasks
+                WHERE status = 'pending' AND version = 0 AND not_before IS NULL {filter}
+            UNION ALL
+            SELECT id, not_before, concurrency_key, concurrency_limit, key_order FROM tasks
+                WHERE status = 'pending' AND not_before IS NOT NULL AND not_before <= ?1 {filter}
+            UNION ALL
+            SELECT id, lease_until, concurrency_key, concurrency_limit, key_order FROM tasks
+                WHERE status = 'running' AND lease_until <= ?1 {filter}) AS due
+        WHERE due.concurrency_key IS NULL OR (
+            (SELECT count(*) FROM tasks AS r WHERE r.concurrency_key = due.concurrency_key
+                AND r.status = 'running' AND r.lease_until > ?1) < due.concurrency_limit
+            AND (due.concurrency_limit > 1 OR due.key_order = (SELECT min(o.key_order) FROM tasks AS o INDEXED BY tasks_key_unfinished
+                WHERE o.concurrency_key = due.concurrency_key AND o.status IN ('pending', 'running')))))
+    ORDER BY turn, due_at, id LIMIT ?2";
 
 /// The newest migration recorded (NULL: none).
 pub(crate) const SCHEMA_VERSION: &str = "SELECT max(version) FROM taskfence_migrations";

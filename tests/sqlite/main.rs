@@ -10,6 +10,7 @@ mod faults;
 mod group;
 mod inspection;
 mod invariants;
+mod limits;
 mod model;
 mod prelude;
 mod processes;

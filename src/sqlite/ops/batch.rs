@@ -7,12 +7,14 @@ use std::time::Duration;
 use sqlx::{Row, SqliteConnection};
 use time::OffsetDateTime;
 
+use crate::backend::rules;
 use crate::backend::submission_answer;
 use crate::error::{Error, Result};
 use crate::store::{Claim, ClaimNext, ClaimRequest, Fenced, Lease, Submitted};
 use crate::task::{AttemptId, NewTask, Response, Task, TaskId};
 
 use super::super::{db, row, sql};
+use super::limits::Limits;
 use super::row_io::{ROWS_PER_STATEMENT, Writes, with_attempt};
 
 /// Each task submitted as `submit` would, in order; each one's refusal
@@ -109,89 +111,134 @@ pub(crate) async fn renew_many(
     Ok(out)
 }
 
-/// The store as the queue: the tasks that need a worker, oldest due first
-/// ([`rules::due_since`](crate::backend::rules::due_since) in SQL, each
-/// branch a range scan of its partial index), of the operations and scopes
-/// asked for, each claimed as `claim` would; a spent budget fails its task
-/// instead of handing it out. The write lock makes every caller see the
-/// previous one's claims: no task is handed out twice.
+/// The tasks that need a worker at `now` (never claimed, backoff passed or
+/// released, lease expired), of the operations and scopes asked for, each
+/// claimed as `claim` would; a spent budget fails its task instead of
+/// handing it out. The write lock makes every caller see the previous
+/// one's claims: no task is handed out twice.
+///
+/// Tasks over their key's limit or waiting for a token are skipped in the
+/// scan, not claimed and released, and take no place in the batch; the
+/// rest are offered round-robin by concurrency key
+/// ([`rules::fair_order`]). The scan sees the limits as they stood when
+/// it ran; each claim is then decided on them with the batch's own earlier
+/// claims counted in (a key filled up by this batch refuses the rest of
+/// its tasks, which are skipped the same way), and when such refusals
+/// leave the batch short, the batch's writes are made and the scan runs
+/// again. With no task naming a key unfinished, the scan is the plain
+/// oldest-due-first one, each branch a range scan of its partial index;
+/// otherwise it ranks every due task of the filters asked for.
 pub(crate) async fn claim_next(
     conn: &mut SqliteConnection,
     now: OffsetDateTime,
     request: &ClaimNext,
 ) -> Result<Vec<Lease>> {
+    let claim = request.request();
+    let mut writes = Writes::default();
+    let mut limits = Limits::default();
+    let mut leases = Vec::with_capacity(request.limit);
+    loop {
+        let keyed: bool = sqlx::query_scalar(sql::ANY_KEY_UNFINISHED)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+        // With keys, room for the candidates a key filled up by this batch refuses.
+        let page = if keyed {
+            request.limit.saturating_mul(2).saturating_add(8)
+        } else {
+            request.limit
+        };
+        let ids = needing_worker(conn, now, request, keyed, page).await?;
+        let mut tasks = read_tasks(conn, &ids).await?;
+        // The scan's order, as the rule every backend shares decides it.
+        let due: Vec<(&Task, OffsetDateTime)> = tasks
+            .iter()
+            .filter_map(|task| rules::due_since(task, now).map(|since| (task, since)))
+            .collect();
+        let order: Vec<TaskId> = rules::fair_order(&due).into_iter().map(|i| due[i].0.id).collect();
+        let mut progress = false;
+        for id in order {
+            if leases.len() == request.limit {
+                break;
+            }
+            let Some(at) = tasks.iter().position(|t| t.id == id) else {
+                continue;
+            };
+            let task = tasks.swap_remove(at);
+            match super::claim_task(conn, now, task, &claim, &mut writes, &mut limits).await? {
+                Claim::Acquired(lease) => {
+                    leases.push(lease);
+                    progress = true;
+                }
+                Claim::Throttled(_) => {}
+                _ => progress = true,
+            }
+        }
+        if leases.len() == request.limit || ids.len() < page || !progress {
+            break;
+        }
+        // Short of the limit with candidates left: the scan again, on the
+        // limits as this batch left them.
+        std::mem::take(&mut writes).flush(conn, now).await?;
+    }
+    writes.flush(conn, now).await?;
+    Ok(leases)
+}
+
+/// Up to `limit` ids of tasks needing a worker at `now`, of the request's
+/// operations and scopes, skipping those their limits refuse at `now`, in
+/// offering order; `keyed`: some task naming a concurrency key is unfinished.
+async fn needing_worker(
+    conn: &mut SqliteConnection,
+    now: OffsetDateTime,
+    request: &ClaimNext,
+    keyed: bool,
+    limit: usize,
+) -> Result<Vec<TaskId>> {
+    // ?1 now, ?2 limit, then the operations and the scopes.
     let mut filter = String::new();
+    let mut next = 3;
     for (column, names) in [("operation", &request.operations), ("scope", &request.scopes)] {
         if !names.is_empty() {
-            let marks = vec!["?"; names.len()].join(", ");
-            filter.push_str(&format!(" AND {column} IN ({marks})"));
+            let marks: Vec<String> = (next..next + names.len()).map(|n| format!("?{n}")).collect();
+            next += names.len();
+            filter.push_str(&format!(" AND tasks.{column} IN ({})", marks.join(", ")));
         }
     }
-    // The same filter in each of the three branches: its values bound three times, in order.
-    // Anonymous parameters, bound in the order they appear.
-    let statement = sql::NEEDING_WORKER
-        .replace("{filter}", &filter)
-        .replace("?1", "?")
-        .replace("?2", "?");
-    let mut q = sqlx::query(sqlx::AssertSqlSafe(statement));
-    let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
-    let filter_values = || {
-        request
-            .operations
-            .iter()
-            .chain(request.scopes.iter())
-            .cloned()
-            .collect::<Vec<String>>()
+    filter.push_str(sql::HAS_TOKEN);
+    let scan = if keyed {
+        sql::NEEDING_WORKER_FAIR
+    } else {
+        sql::NEEDING_WORKER
     };
-    // Branch 1: filter, limit. Branch 2: now, filter, limit. Branch 3: now, filter, limit. Then limit.
-    for v in filter_values() {
-        q = q.bind(v);
+    let statement = scan.replace("{filter}", &filter);
+    let mut q = sqlx::query(sqlx::AssertSqlSafe(statement))
+        .bind(row::at(now))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    for name in request.operations.iter().chain(request.scopes.iter()) {
+        q = q.bind(name.as_str());
     }
-    q = q.bind(limit);
-    for _ in 0..2 {
-        q = q.bind(row::at(now));
-        for v in filter_values() {
-            q = q.bind(v);
-        }
-        q = q.bind(limit);
-    }
-    q = q.bind(limit);
-    let ids: Vec<TaskId> = q
-        .fetch_all(&mut *conn)
+    q.fetch_all(&mut *conn)
         .await
         .map_err(db)?
         .iter()
         .map(|r| r.try_get(0).map(TaskId::from_uuid))
         .collect::<Result<_, _>>()
-        .map_err(db)?;
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Their rows in one read, then each claimed in the order found.
-    let marks = vec!["?"; ids.len()].join(", ");
-    let mut read = sqlx::query(sqlx::AssertSqlSafe(sql::TASKS.replace("{ids}", &marks)));
-    for id in &ids {
-        read = read.bind(id.as_uuid());
-    }
-    let mut tasks: HashMap<TaskId, Task> = read
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db)?
-        .iter()
-        .map(|r| row::task(r).map(|t| (t.id, t)))
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
-    let claim = request.request();
-    let mut writes = Writes::default();
-    let mut leases = Vec::with_capacity(ids.len());
-    for id in ids {
-        let Some(task) = tasks.remove(&id) else {
-            continue;
-        };
-        if let Claim::Acquired(lease) = super::decide_claim(now, task, &claim, &mut writes) {
-            leases.push(lease);
+        .map_err(db)
+}
+
+/// The rows of the tasks `ids`, in chunks of [`ROWS_PER_STATEMENT`].
+async fn read_tasks(conn: &mut SqliteConnection, ids: &[TaskId]) -> Result<Vec<Task>> {
+    let mut tasks = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let mut read = sqlx::query(sqlx::AssertSqlSafe(sql::TASKS.replace("{ids}", &marks)));
+        for id in chunk {
+            read = read.bind(id.as_uuid());
+        }
+        for r in read.fetch_all(&mut *conn).await.map_err(db)? {
+            tasks.push(row::task(&r).map_err(db)?);
         }
     }
-    writes.flush(conn, now).await?;
-    Ok(leases)
+    Ok(tasks)
 }

@@ -18,12 +18,14 @@
 //! | `read` | one task's reads: get, find, attempts |
 //! | `effect` | the effect journal: begin_effect, finish_effect, effects |
 //! | `batch` | submit_many, claim_many, claim_next, renew_many, complete_many |
+//! | `limits` | concurrency keys and rate buckets: what a claim's limits are decided on, define_bucket, drain_bucket, buckets, concurrency |
 //! | `maintenance` | due, purge_expired, redispatch, the outbox's steps |
 //! | `inspect` | the operator's queries: list, counts, story, stranded |
 
 mod batch;
 mod effect;
 mod inspect;
+mod limits;
 mod maintenance;
 mod read;
 mod row_io;
@@ -32,9 +34,10 @@ mod single;
 pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many, submit_many};
 pub(crate) use effect::{begin_effect, effects, finish_effect};
 pub(crate) use inspect::{counts, counts_up_to, depth, list, story, stranded};
+pub(crate) use limits::{buckets, concurrency, define_bucket, drain_bucket};
 pub(crate) use maintenance::{due, mark_published, purge_expired, redispatch, take_handoffs};
 pub(crate) use read::{attempts, find, get};
 pub(crate) use single::{
-    cancel, claim, complete, decide_claim, decide_complete, fail, fence, record_operation, release, renew,
+    cancel, claim, claim_task, complete, decide_complete, fail, fence, record_operation, release, renew,
     reopen, submit,
 };

@@ -56,6 +56,9 @@ pub(crate) async fn insert(conn: &mut SqliteConnection, task: &Task, handoff: bo
         .bind(row::at(task.expires_at))
         .bind(task.trace_context.as_ref().map(ToString::to_string))
         .bind(handoff)
+        .bind(task.limits.concurrency.as_ref().map(|key| key.name()))
+        .bind(task.limits.concurrency.as_ref().map(|key| i64::from(key.limit())))
+        .bind(task.limits.bucket.as_deref())
         .execute(conn)
         .await
         .map_err(db)?;
@@ -195,6 +198,8 @@ pub(crate) struct Writes {
     started: Vec<(TaskId, u32, AttemptId, String)>,
     ended: Vec<(TaskId, u64, AttemptOutcome, Option<String>)>,
     completed: Vec<(TaskId, u64)>,
+    /// Each rate bucket's new schedule, once, the last a claim took.
+    buckets: Vec<(String, OffsetDateTime)>,
 }
 
 /// Rows per statement: well under SQLite's 32,766 bound parameters with
@@ -232,13 +237,22 @@ impl Writes {
         }
     }
 
+    /// The rate bucket `name`'s schedule after a claim took a token.
+    pub(crate) fn bucket(&mut self, name: &str, schedule: OffsetDateTime) {
+        match self.buckets.iter_mut().find(|(held, _)| held == name) {
+            Some(held) => held.1 = schedule,
+            None => self.buckets.push((name.to_owned(), schedule)),
+        }
+    }
+
     /// The attempt that holds `version` completed.
     pub(crate) fn complete_attempt(&mut self, task: TaskId, version: u64) {
         self.completed.push((task, version));
     }
 
     /// Makes every write, at `now`: attempts started, ended, completed (in
-    /// that order, as one decision makes them), then the tasks' rows.
+    /// that order, as one decision makes them), then the tasks' rows, then
+    /// the buckets' schedules.
     pub(crate) async fn flush(self, conn: &mut SqliteConnection, now: OffsetDateTime) -> Result<()> {
         let at = row::at(now);
         for chunk in self.started.chunks(ROWS_PER_STATEMENT) {
@@ -278,6 +292,14 @@ impl Writes {
                 q = bind_saved(q, task, response.as_ref());
             }
             q.execute(&mut *conn).await.map_err(db)?;
+        }
+        for (name, schedule) in &self.buckets {
+            sqlx::query(sql::SET_SCHEDULE)
+                .bind(name.as_str())
+                .bind(row::at(*schedule))
+                .execute(&mut *conn)
+                .await
+                .map_err(db)?;
         }
         Ok(())
     }

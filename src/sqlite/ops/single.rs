@@ -8,12 +8,13 @@ use time::OffsetDateTime;
 
 use crate::backend::rules::{self, CancelRule, ClaimRule, ReopenRule, Work};
 use crate::backend::{new_lease, new_task, renewed};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidInput, Result};
 use crate::policy::Failure;
 use crate::store::{AttemptOutcome, Claim, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{AttemptId, NewTask, Response, Status, Task, TaskId};
 
 use super::super::{db, row, sql};
+use super::limits::Limits;
 use super::row_io::{Writes, check, checked, finish_attempt, insert, lease_row, load, save};
 
 /// Submit: the existing task for the key (or a conflict), else the new task
@@ -31,6 +32,14 @@ pub(crate) async fn submit(
         }
         return Ok(Submitted::Existing(existing));
     }
+    if let Some(bucket) = &new.limits.bucket
+        && !super::limits::bucket_defined(conn, bucket).await?
+    {
+        return Err(InvalidInput::UnknownBucket {
+            bucket: bucket.clone(),
+        }
+        .into());
+    }
     let handoff = new.handoff;
     let expires_at = now + new.retention;
     let task = new_task(TaskId::new(), new, now, expires_at);
@@ -47,8 +56,8 @@ pub(crate) async fn submit(
     Ok(Submitted::Created(task))
 }
 
-/// [`rules::claim`] of task `id` at `now`, applied: the claim of `claim`
-/// and `claim_many`.
+/// [`rules::claim`] of task `id` at `now`, applied within the task's
+/// limits: the claim of `claim` and `claim_many`.
 pub(crate) async fn claim(
     conn: &mut SqliteConnection,
     now: OffsetDateTime,
@@ -59,19 +68,42 @@ pub(crate) async fn claim(
         return Ok(Claim::NotFound);
     };
     let mut writes = Writes::default();
-    let claim = decide_claim(now, task, request, &mut writes);
+    let mut limits = Limits::default();
+    let claim = claim_task(conn, now, task, request, &mut writes, &mut limits).await?;
     writes.flush(conn, now).await?;
     Ok(claim)
 }
 
+/// [`rules::claim`] of `task` (read in this transaction) at `now`, within
+/// its limits: what the limits are decided on read first (unless `limits`
+/// holds it already) when the claim would start work, then
+/// [`decide_claim`]. `claim` and `claim_next` decide with it.
+pub(crate) async fn claim_task(
+    conn: &mut SqliteConnection,
+    now: OffsetDateTime,
+    task: Task,
+    request: &ClaimRequest,
+    writes: &mut Writes,
+    limits: &mut Limits,
+) -> Result<Claim> {
+    if !task.limits.is_none() && matches!(rules::claim(&task, now), ClaimRule::Take) {
+        limits.prepare(conn, writes, &task, now).await?;
+    }
+    Ok(decide_claim(now, task, request, writes, limits))
+}
+
 /// [`rules::claim`] of `task` (read in this transaction) at `now`: the
-/// answer, and what it writes added to `writes`. `claim` and `claim_next`
-/// decide with it.
+/// answer, and what it writes added to `writes`. A claim that would start
+/// work is then decided within the task's limits
+/// ([`rules::within_limits`], on what `limits` read): refused, it answers
+/// [`Claim::Throttled`] and writes nothing; granted, the bucket's new
+/// schedule is written with it.
 pub(crate) fn decide_claim(
     now: OffsetDateTime,
     mut task: Task,
     request: &ClaimRequest,
     writes: &mut Writes,
+    limits: &mut Limits,
 ) -> Claim {
     let id = task.id;
     let previous = task.version;
@@ -81,9 +113,15 @@ pub(crate) fn decide_claim(
             writes.finish_attempt(id, previous, AttemptOutcome::Expired, None);
             rules::terminal(&mut task, Status::Failed, now, Some(reason.as_str().to_owned()));
             writes.save(&task, None);
+            limits.ended(&task);
             Claim::Failed(task)
         }
         ClaimRule::Take => {
+            let schedule = match limits.decide(&task, now) {
+                Ok(schedule) => schedule,
+                Err(why) => return Claim::Throttled(why),
+            };
+            limits.taken(&task, schedule, writes);
             writes.finish_attempt(id, previous, AttemptOutcome::Expired, None);
             let expires_at = now + request.lease_duration;
             rules::taken(&mut task, expires_at);
