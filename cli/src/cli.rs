@@ -81,6 +81,9 @@ pub(crate) enum Command {
     Migrate(MigrateArgs),
     /// Count tasks by status.
     Stats(StatsArgs),
+    /// Each operation's queue: tasks due for a worker (and how long the oldest has waited),
+    /// backing off, running. Reads the backlog only, never the finished tasks kept.
+    Depth,
     /// List tasks, newest first, one page at a time (prints the next page's cursor).
     List(ListArgs),
     /// Show one task and everything that happened to it.

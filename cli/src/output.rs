@@ -18,7 +18,7 @@ use comfy_table::{Table, presets};
 use serde::Serialize;
 use serde_json::json;
 use taskfence::effect::EffectState;
-use taskfence::inspect::{Counts, Page, Story, TaskSummary};
+use taskfence::inspect::{Counts, Page, QueueDepth, Story, TaskSummary};
 use taskfence::postgres::{Migration, MigrationState, MigrationStatus};
 use taskfence::store::AttemptOutcome;
 use taskfence::{RetryPolicy, Status, Task, TaskId};
@@ -61,6 +61,8 @@ pub(crate) enum Report {
         /// The counts.
         counts: Counts,
     },
+    /// `depth`: each operation's queue.
+    Depth(Vec<QueueDepth>),
     /// `list`: one page.
     List(Page),
     /// `show`.
@@ -121,6 +123,7 @@ impl Report {
             Report::Table(table) => table.render(),
             Report::Bulk(bulk) => bulk.render(),
             Report::Stats { scope, counts } => stats(scope.as_deref(), counts),
+            Report::Depth(queues) => depth(queues, now),
             Report::List(page) => {
                 let mut out = tasks(&page.tasks, now);
                 if let Some(next) = page.next {
@@ -193,6 +196,15 @@ impl Report {
                 v["scope"] = json!(scope);
                 v
             }
+            Report::Depth(queues) => json!({
+                "queues": queues.iter().map(|q| json!({
+                    "operation": q.operation,
+                    "due": q.due,
+                    "scheduled": q.scheduled,
+                    "running": q.running,
+                    "oldest_due_at": q.oldest_due_at.map(at),
+                })).collect::<Vec<_>>(),
+            }),
             Report::List(page) => json!({
                 "tasks": summaries_json(&page.tasks),
                 "next": page.next.map(|c| c.to_string()),
@@ -679,6 +691,23 @@ fn stats(scope: Option<&str>, counts: &Counts) -> String {
     }
     out.push_str(&finish(t));
     out
+}
+
+fn depth(queues: &[QueueDepth], now: OffsetDateTime) -> String {
+    if queues.is_empty() {
+        return "no pending or running tasks\n".into();
+    }
+    let mut t = table(&["OPERATION", "DUE", "SCHEDULED", "RUNNING", "OLDEST DUE"]);
+    for q in queues {
+        t.add_row([
+            q.operation.clone(),
+            q.due.to_string(),
+            q.scheduled.to_string(),
+            q.running.to_string(),
+            q.oldest_due_at.map_or_else(|| "-".into(), |due| when(due, now)),
+        ]);
+    }
+    finish(t)
 }
 
 fn tasks(tasks: &[TaskSummary], now: OffsetDateTime) -> String {

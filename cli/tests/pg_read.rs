@@ -1,4 +1,4 @@
-//! `migrate`, `stats`, `list` and `show` against the real PostgreSQL, each
+//! `migrate`, `stats`, `depth`, `list` and `show` against the real PostgreSQL, each
 //! test in a schema of its own, through the built binary.
 
 mod common;
@@ -67,6 +67,72 @@ async fn stats_counts_by_status_and_scope() {
     assert_eq!(row("failed").as_deref(), Some("1"));
     assert_eq!(row("pending").as_deref(), Some("0"));
     assert_eq!(row("total").as_deref(), Some("2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depth_shows_each_operations_queue_and_never_the_finished_tasks() {
+    let f = fixture().await;
+    let store = f.store();
+    assert_eq!(pg(&f, &["depth"]).ok(), "no pending or running tasks\n");
+    completed(&*store, "tenant-a", "done").await;
+    failed(&*store, "tenant-a", "gone", "provider down").await;
+    assert_eq!(
+        pg(&f, &["depth"]).ok(),
+        "no pending or running tasks\n",
+        "finished tasks are no queue"
+    );
+    submit(&*store, "tenant-a", "chat.reply", "k1", RetryPolicy::default()).await;
+    submit(&*store, "tenant-b", "chat.reply", "k2", RetryPolicy::default()).await;
+    let indexing = submit(
+        &*store,
+        "tenant-a",
+        "index.document",
+        "k3",
+        RetryPolicy::default(),
+    )
+    .await;
+    acquire(&*store, indexing.id, "w").await;
+
+    let json = pg(&f, &["--json", "depth"]).json();
+    let queues: Vec<_> = json["queues"]
+        .as_array()
+        .expect("a list of queues")
+        .iter()
+        .map(|q| {
+            (
+                q["operation"].clone(),
+                q["due"].clone(),
+                q["scheduled"].clone(),
+                q["running"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        queues,
+        [
+            ("chat.reply".into(), 2.into(), 0.into(), 0.into()),
+            ("index.document".into(), 0.into(), 0.into(), 1.into())
+        ]
+    );
+    assert!(json["queues"][0]["oldest_due_at"].is_string());
+    assert!(json["queues"][1]["oldest_due_at"].is_null(), "nothing due there");
+
+    let shown = pg(&f, &["depth"]);
+    let text = shown.ok();
+    let row = |operation: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(operation))
+            .expect("a row per operation");
+        line.split_whitespace()
+            .skip(1)
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("chat.reply"), "2 0 0", "{text}");
+    assert_eq!(row("index.document"), "0 0 1", "{text}");
+    assert!(text.contains(" ago)"), "the oldest due one's wait: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
