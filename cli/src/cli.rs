@@ -84,6 +84,8 @@ pub(crate) enum Command {
     /// Each operation's queue: tasks due for a worker (and how long the oldest has waited),
     /// backing off, running. Reads the backlog only, never the finished tasks kept.
     Depth,
+    /// The rate buckets (how full each is) and, with `--key`, who holds a concurrency key's slots.
+    Limits(LimitsArgs),
     /// List tasks, newest first, one page at a time (prints the next page's cursor).
     List(ListArgs),
     /// Show one task and everything that happened to it.
@@ -144,6 +146,14 @@ pub(crate) struct StatsArgs {
     /// Only this scope.
     #[arg(long)]
     pub scope: Option<String>,
+}
+
+/// `taskfence limits`.
+#[derive(Debug, Args)]
+pub(crate) struct LimitsArgs {
+    /// Also this concurrency key's slots: the tasks holding them and how many wait.
+    #[arg(long)]
+    pub key: Option<String>,
 }
 
 /// `taskfence list`.

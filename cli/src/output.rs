@@ -21,6 +21,7 @@ use taskfence::effect::EffectState;
 use taskfence::inspect::{Counts, Page, QueueDepth, Story, TaskSummary};
 use taskfence::postgres::{Migration, MigrationState, MigrationStatus};
 use taskfence::store::AttemptOutcome;
+use taskfence::throttle::{BucketState, KeySlots};
 use taskfence::{RetryPolicy, Status, Task, TaskId};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -63,6 +64,13 @@ pub(crate) enum Report {
     },
     /// `depth`: each operation's queue.
     Depth(Vec<QueueDepth>),
+    /// `limits`.
+    Limits {
+        /// Every rate bucket, by name.
+        buckets: Vec<BucketState>,
+        /// With `--key`: its slots.
+        slots: Option<KeySlots>,
+    },
     /// `list`: one page.
     List(Page),
     /// `show`.
@@ -124,6 +132,7 @@ impl Report {
             Report::Bulk(bulk) => bulk.render(),
             Report::Stats { scope, counts } => stats(scope.as_deref(), counts),
             Report::Depth(queues) => depth(queues, now),
+            Report::Limits { buckets, slots } => limits(buckets, slots.as_ref(), now),
             Report::List(page) => {
                 let mut out = tasks(&page.tasks, now);
                 if let Some(next) = page.next {
@@ -204,6 +213,21 @@ impl Report {
                     "running": q.running,
                     "oldest_due_at": q.oldest_due_at.map(at),
                 })).collect::<Vec<_>>(),
+            }),
+            Report::Limits { buckets, slots } => json!({
+                "buckets": buckets.iter().map(|b| json!({
+                    "name": b.bucket.name(),
+                    "rate": b.bucket.rate(),
+                    "period": human(b.bucket.period()),
+                    "burst": b.bucket.burst_size(),
+                    "available": b.available(OffsetDateTime::now_utc()),
+                    "schedule": b.schedule.map(at),
+                })).collect::<Vec<_>>(),
+                "key": slots.as_ref().map(|k| json!({
+                    "key": k.key,
+                    "running": k.running.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "waiting": k.waiting,
+                })),
             }),
             Report::List(page) => json!({
                 "tasks": summaries_json(&page.tasks),
@@ -708,6 +732,36 @@ fn depth(queues: &[QueueDepth], now: OffsetDateTime) -> String {
         ]);
     }
     finish(t)
+}
+
+fn limits(buckets: &[BucketState], slots: Option<&KeySlots>, now: OffsetDateTime) -> String {
+    let mut out = if buckets.is_empty() {
+        "no rate buckets\n".to_owned()
+    } else {
+        let mut t = table(&["BUCKET", "RATE", "BURST", "AVAILABLE"]);
+        for b in buckets {
+            let bucket = &b.bucket;
+            t.add_row([
+                bucket.name().to_owned(),
+                format!("{}/{}", bucket.rate(), human(bucket.period())),
+                bucket.burst_size().to_string(),
+                b.available(now).to_string(),
+            ]);
+        }
+        finish(t)
+    };
+    if let Some(slots) = slots {
+        out.push_str(&format!(
+            "key {}: {} running, {} waiting\n",
+            slots.key,
+            slots.running.len(),
+            slots.waiting
+        ));
+        for id in &slots.running {
+            out.push_str(&format!("  {id}\n"));
+        }
+    }
+    out
 }
 
 fn tasks(tasks: &[TaskSummary], now: OffsetDateTime) -> String {

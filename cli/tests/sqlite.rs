@@ -92,3 +92,50 @@ async fn migrate_creates_the_file_and_other_commands_need_it() {
     assert!(refused.failed(2).contains("for PostgreSQL"), "{refused:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_show_each_bucket_and_who_holds_a_keys_slots() {
+    use taskfence::throttle::{ConcurrencyKey, RateBucket};
+
+    let f = SqliteFixture::new().await;
+    let store = f.store();
+    assert_eq!(sqlite(f.path(), &["limits"]).ok(), "no rate buckets\n");
+    store
+        .define_bucket(RateBucket::per_minute("openai-key-1", 500).burst(50))
+        .await
+        .unwrap();
+    let keyed =
+        |key: &str| taskfence::testing::new_task(key).concurrency(ConcurrencyKey::new("conversation-7", 1));
+    let first = store.submit(keyed("m1")).await.unwrap().into_task();
+    store.submit(keyed("m2")).await.unwrap();
+    // The fixture's clock is the binary's: both read the lease as live.
+    f.clock().set(time::OffsetDateTime::now_utc());
+    acquire(&*store, first.id, "worker-1").await;
+
+    let json = sqlite(f.path(), &["--json", "limits", "--key", "conversation-7"]).json();
+    let bucket = &json["buckets"][0];
+    assert_eq!(
+        (
+            &bucket["name"],
+            &bucket["rate"],
+            &bucket["burst"],
+            &bucket["available"]
+        ),
+        (&"openai-key-1".into(), &500.into(), &50.into(), &50.into())
+    );
+    assert_eq!(json["key"]["running"], serde_json::json!([first.id.to_string()]));
+    assert_eq!(json["key"]["waiting"], 1);
+
+    let shown = sqlite(f.path(), &["limits", "--key", "conversation-7"]);
+    let text = shown.ok();
+    assert!(text.contains("openai-key-1  500/1m  50     50"), "{text}");
+    assert!(
+        text.contains("key conversation-7: 1 running, 1 waiting"),
+        "{text}"
+    );
+    assert!(text.contains(&first.id.to_string()), "{text}");
+
+    let too_long = "k".repeat(taskfence::throttle::MAX_NAME_LEN + 1);
+    let refused = sqlite(f.path(), &["limits", "--key", &too_long]);
+    assert!(refused.failed(2).contains("concurrency_key"), "{refused:#?}");
+}

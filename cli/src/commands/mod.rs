@@ -3,7 +3,7 @@
 //!
 //! | module | commands |
 //! | --- | --- |
-//! | `read` | `stats`, `depth`, `list`, `show`: reading only |
+//! | `read` | `stats`, `depth`, `limits`, `list`, `show`: reading only |
 //! | `repair` | `reopen`, `cancel`: one task, one fenced change; or by filter, counted and confirmed |
 //! | `maintain` | `migrate`, `purge`, `stranded`, `republish-due`: the store as a whole |
 
@@ -37,6 +37,7 @@ pub(crate) async fn run(command: Command, target: &Target) -> Result<(Report, Of
         Command::Migrate(args) => maintain::migrate(&store, args).await,
         Command::Stats(args) => read::stats(&store, args).await,
         Command::Depth => Ok(Report::Depth(store.inspect.depth().await?)),
+        Command::Limits(args) => read::limits(&store, args).await,
         Command::List(args) => read::list(&store, args).await,
         Command::Show(args) => read::show(&store, args).await,
         // `retry` and `dispatch-due`: former names, with a warning from `main`.

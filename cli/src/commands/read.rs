@@ -1,9 +1,9 @@
-//! `stats`, `list`, `show`: reading only.
+//! `stats`, `limits`, `list`, `show`: reading only.
 
 use taskfence::inspect::{Order, TaskQuery};
 
 use crate::backend::Store;
-use crate::cli::{ListArgs, ShowArgs, StatsArgs};
+use crate::cli::{LimitsArgs, ListArgs, ShowArgs, StatsArgs};
 use crate::error::CliError;
 use crate::output::Report;
 
@@ -18,6 +18,17 @@ pub(super) async fn stats(store: &Store, args: StatsArgs) -> Result<Report, CliE
         scope: args.scope,
         counts,
     })
+}
+
+/// The rate buckets and, with `--key`, one concurrency key's slots.
+pub(super) async fn limits(store: &Store, args: LimitsArgs) -> Result<Report, CliError> {
+    // A key over its length limit is refused by the store: a usage error.
+    let slots = match &args.key {
+        Some(key) => Some(store.inspect.concurrency(key).await?),
+        None => None,
+    };
+    let buckets = store.inspect.buckets().await?;
+    Ok(Report::Limits { buckets, slots })
 }
 
 /// One page of tasks; `--older-than` / `--newer-than` count back from the
