@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 use time::OffsetDateTime;
 
@@ -38,12 +39,8 @@ pub(crate) async fn list(conn: &mut SqliteConnection, query: &TaskQuery) -> Resu
         .bind(i64::try_from(query.limit + 1).unwrap_or(i64::MAX))
         .fetch_all(conn)
         .await
-        .map_err(db)?
-        .iter()
-        .map(row::summary)
-        .collect::<Result<Vec<_>, _>>()
         .map_err(db)?;
-    Ok(Page::from_overfetch(tasks, query.limit))
+    Ok(Page::from_overfetch(summaries(&tasks)?, query.limit))
 }
 
 /// Tasks by status, of one scope or all.
@@ -121,29 +118,30 @@ pub(crate) async fn stranded(
     limit: usize,
 ) -> Result<Vec<TaskSummary>> {
     let statement = sql::STRANDED.replace("{cols}", sql::SUMMARY_COLUMNS);
-    sqlx::query(sqlx::AssertSqlSafe(statement))
+    let rows = sqlx::query(sqlx::AssertSqlSafe(statement))
         .bind(row::at(now - older_than))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(conn)
         .await
-        .map_err(db)?
-        .iter()
-        .map(row::summary)
-        .collect::<Result<_, _>>()
-        .map_err(db)
+        .map_err(db)?;
+    summaries(&rows)
 }
 
 /// Each operation's queue at `now`: the live tasks read in one statement,
 /// tallied as every backend tallies them.
 pub(crate) async fn depth(conn: &mut SqliteConnection, now: OffsetDateTime) -> Result<Vec<QueueDepth>> {
     let statement = sql::LIVE.replace("{cols}", sql::SUMMARY_COLUMNS);
-    let live: Vec<TaskSummary> = sqlx::query(sqlx::AssertSqlSafe(statement))
+    let rows = sqlx::query(sqlx::AssertSqlSafe(statement))
         .fetch_all(conn)
         .await
-        .map_err(db)?
-        .iter()
+        .map_err(db)?;
+    Ok(QueueDepth::tally(&summaries(&rows)?, now))
+}
+
+/// Rows of [`sql::SUMMARY_COLUMNS`] as summaries.
+fn summaries(rows: &[SqliteRow]) -> Result<Vec<TaskSummary>> {
+    rows.iter()
         .map(row::summary)
         .collect::<Result<_, _>>()
-        .map_err(db)?;
-    Ok(QueueDepth::tally(&live, now))
+        .map_err(db)
 }
