@@ -248,6 +248,7 @@ impl Dashboard {
     /// | `GET /find?q=` | a task by id or by `scope/operation/key` |
     /// | `GET /tasks/{id}` | one task: its timeline, saved response, payload, budget |
     /// | `GET /stranded` | tasks whose queue message was likely lost |
+    /// | `GET /limits` | the rate buckets (tokens available now) and, with `?key=`, a concurrency key's slots |
     /// | `GET`/`POST /tasks/{id}/reopen`, `/tasks/{id}/cancel`, `/redispatch` | the actions: confirm, then do |
     /// | `GET`/`POST /login`, `POST /logout` | signing in with the action token |
     /// | `GET /health` | `200 ok`, or `503` when the store does not answer |
@@ -292,6 +293,7 @@ impl Dashboard {
                 get(pages::actions::confirm_redispatch).post(pages::actions::redispatch),
             )
             .route("/stranded", get(pages::stranded::show))
+            .route("/limits", get(pages::limits::show))
             .route("/login", get(pages::login::show).post(pages::login::sign_in))
             .route("/logout", post(pages::login::sign_out))
             .route("/health", get(pages::health))

@@ -18,6 +18,7 @@ pub(crate) enum Nav {
     Overview,
     Tasks,
     Stranded,
+    Limits,
     None,
 }
 
@@ -56,6 +57,7 @@ pub(crate) fn page(
                             (entry(Nav::Overview, "/", "Overview"))
                             (entry(Nav::Tasks, "/tasks", "Tasks"))
                             (entry(Nav::Stranded, "/stranded", "Stranded"))
+                            (entry(Nav::Limits, "/limits", "Limits"))
                         }
                         form.find method="get" action=(ctx.href("/find")) role="search" {
                             input type="search" name="q" placeholder="task id or scope/operation/key"

@@ -248,6 +248,7 @@ async fn steps(
         "/tasks".to_owned(),
         format!("/tasks/{}", task.id),
         "/stranded".to_owned(),
+        "/limits?key=conversation-7".to_owned(),
     ] {
         client.goto(&format!("{base}{path}")).await?;
         wait(client).for_element(Locator::Css("main")).await?;

@@ -50,6 +50,37 @@ async fn the_overview_counts_and_lists_failures() {
 }
 
 #[tokio::test]
+async fn the_limits_page_shows_buckets_and_a_keys_slots() {
+    use taskfence::throttle::{ConcurrencyKey, RateBucket};
+
+    let (f, router) = memory();
+    let store = f.store();
+    get(&router, "/limits", None)
+        .await
+        .page(StatusCode::OK, "No rate bucket is defined");
+    store
+        .define_bucket(RateBucket::per_minute("openai-key-1", 500).burst(50))
+        .await
+        .unwrap();
+    let keyed =
+        |key: &str| taskfence::testing::new_task(key).concurrency(ConcurrencyKey::new("conversation-7", 1));
+    let first = store.submit(keyed("m1")).await.unwrap().into_task();
+    store.submit(keyed("m2")).await.unwrap();
+    taskfence::testing::acquire(&*store, first.id, "w").await;
+
+    get(&router, "/limits?key=conversation-7", None)
+        .await
+        .page(StatusCode::OK, r#"data-available="openai-key-1">50<"#)
+        .page(StatusCode::OK, "500 per 1m")
+        .page(StatusCode::OK, "1 running, 1 waiting")
+        .page(StatusCode::OK, &format!("/tasks/{}", first.id));
+    let too_long = "k".repeat(taskfence::throttle::MAX_NAME_LEN + 1);
+    get(&router, &format!("/limits?key={too_long}"), None)
+        .await
+        .page(StatusCode::BAD_REQUEST, "key");
+}
+
+#[tokio::test]
 async fn the_task_list_filters_and_pages() {
     let (f, router) = memory();
     let store = f.store();

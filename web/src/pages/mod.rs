@@ -14,6 +14,7 @@ use crate::error::PageError;
 use crate::request::Ctx;
 
 pub(crate) mod actions;
+pub(crate) mod limits;
 pub(crate) mod list;
 pub(crate) mod login;
 pub(crate) mod overview;
