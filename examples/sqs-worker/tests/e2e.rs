@@ -16,5 +16,5 @@ async fn every_task_ends_with_one_saved_response_or_a_terminal_failure() {
     let moto = support::Moto::start_or_env();
     let fixture = fixture_with(30).await;
     let store_choice = StoreChoice::Postgres(fixture.pg_store().clone());
-    support::e2e::run_and_check(&moto, "taskfence-e2e", 200, store_choice, fixture.store()).await;
+    support::e2e::run_and_check(&moto, "taskfence-e2e", 200, 10, store_choice, fixture.store()).await;
 }

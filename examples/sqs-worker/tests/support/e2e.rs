@@ -14,9 +14,10 @@ use taskfence::{RetryPolicy, Status, TaskStore};
 
 use super::Moto;
 
-/// `tasks` tasks, every message sent twice, 4 workers, a visibility timeout
-/// shorter than the provider call, and every fault of the simulated LLM.
-pub(crate) fn scenario(tasks: usize) -> Scenario {
+/// `tasks` tasks, every message sent twice, 4 workers of `concurrency`
+/// tasks each, a visibility timeout shorter than the provider call, and
+/// every fault of the simulated LLM.
+pub(crate) fn scenario(tasks: usize, concurrency: usize) -> Scenario {
     Scenario {
         tasks,
         lose_first_send_ack: true,
@@ -27,7 +28,7 @@ pub(crate) fn scenario(tasks: usize) -> Scenario {
         queue_visibility: Duration::from_secs(2),
         lease: Duration::from_secs(5),
         worker: WorkerConfig {
-            concurrency: 10,
+            concurrency,
             poll_wait: Duration::from_secs(1),
             visibility_slack: Duration::from_secs(1),
             ..WorkerConfig::default()
@@ -52,19 +53,20 @@ pub(crate) fn scenario(tasks: usize) -> Scenario {
     }
 }
 
-/// Runs [`scenario`] of `tasks` tasks on `store_choice` against a fresh queue on
+/// Runs [`scenario`] of `tasks` tasks, `concurrency` per worker, on `store_choice` against a fresh queue on
 /// `moto`, checks every task and the run (reading the tasks back through
 /// `store`, the backend's store), deletes the queue, and returns the report.
 pub(crate) async fn run_and_check(
     moto: &Moto,
     prefix: &str,
     tasks: usize,
+    concurrency: usize,
     store_choice: StoreChoice,
     store: Arc<dyn TaskStore>,
 ) -> Report {
     let client = local_sqs_client(&moto.endpoint).await;
     let queue_name = format!("{prefix}-{}", uuid::Uuid::now_v7());
-    let scenario = scenario(tasks);
+    let scenario = scenario(tasks, concurrency);
     let queue = SqsQueue::create(client, &queue_name, scenario.queue_visibility)
         .await
         .expect("create the queue");
