@@ -42,8 +42,9 @@ pub enum StartError {
     /// The LISTEN connection.
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
-    /// The HTTP listener (`config.listen`).
-    #[error("cannot listen: {0}")]
+    /// The HTTP listener: binding `config.listen` (the address is in the
+    /// message) or reading its bound address.
+    #[error("listener: {0}")]
     Io(#[from] std::io::Error),
     /// The webhook's HTTP client.
     #[error("webhook client: {0}")]
@@ -105,7 +106,9 @@ impl Service {
         let mut tasks = Vec::new();
         let (mut addr, mut events) = (None, None);
         if config.mode.runs_api() {
-            let listener = TcpListener::bind(config.listen).await?;
+            let bound = TcpListener::bind(config.listen).await;
+            let listener =
+                bound.map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", config.listen)))?;
             addr = Some(listener.local_addr()?);
             let (saved, listening) = listen_saved(&pool, &config.reply_channel(), stop.clone()).await?;
             tasks.push(listening);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::error::Error;
-use crate::inspect::{CappedCounts, Count, Counts, Inspect, Order, STATUSES, TaskQuery, TaskSummary};
+use crate::inspect::{
+    CappedCounts, Count, Counts, Inspect, Order, QueueDepth, STATUSES, TaskQuery, TaskSummary,
+};
 use crate::limits;
 use crate::policy::{Failure, RetryPolicy};
 use crate::store::{AttemptOutcome, ReopenRequest};
@@ -427,6 +429,14 @@ pub async fn stranded_counts_from_the_latest_reopening(f: &dyn InspectFixture) {
     assert_eq!(stranded, [t.id], "unclaimed since its reopening: stranded now");
 }
 
+/// Each queue as (operation, due, scheduled, running).
+fn depth_counts(queues: &[QueueDepth]) -> Vec<(&str, u64, u64, u64)> {
+    queues
+        .iter()
+        .map(|q| (q.operation.as_str(), q.due, q.scheduled, q.running))
+        .collect()
+}
+
 /// [`Inspect::depth`] reports each operation's queue on the store's clock:
 /// due (never claimed, released, a lease expired), scheduled (backing off),
 /// running (a live lease), the oldest due one's time; finished tasks never
@@ -472,33 +482,24 @@ pub async fn depth_counts_each_operations_queue(f: &dyn InspectFixture) {
     let _indexing = acquire(&*store, indexing.id, "b").await;
 
     let queues = store.depth().await.unwrap();
-    let counts: Vec<_> = queues
-        .iter()
-        .map(|q| (q.operation.as_str(), q.due, q.scheduled, q.running))
-        .collect();
     assert_eq!(
-        counts,
+        depth_counts(&queues),
         [("chat.reply", 3, 1, 1), ("index.document", 0, 0, 1)],
         "by operation: due (two never claimed, one released), backing off, running; done and cancelled never"
     );
-    let oldest = queues[0].oldest_due_at.expect("a due task has a time");
     let first = store.get(first.id).await.unwrap().unwrap();
-    assert!(
-        oldest <= first.created_at,
-        "the oldest due task is the first submitted or earlier"
+    assert_eq!(
+        queues[0].oldest_due_at,
+        Some(first.created_at),
+        "the oldest due task is the first submitted, due since its submission"
     );
     assert_eq!(queues[1].oldest_due_at, None, "nothing due there");
 
     // The crashed worker's lease expires: its task is due again.
     f.advance(PAST_LEASE).await;
     let _fresh = submit(&*store, index("doc-2")).await;
-    let queues = store.depth().await.unwrap();
-    let counts: Vec<_> = queues
-        .iter()
-        .map(|q| (q.operation.as_str(), q.due, q.scheduled, q.running))
-        .collect();
     assert_eq!(
-        counts,
+        depth_counts(&store.depth().await.unwrap()),
         [("chat.reply", 4, 1, 0), ("index.document", 2, 0, 0)],
         "expired leases are due, backing off is still scheduled"
     );
