@@ -6,7 +6,12 @@
 //! - `provider_calls` / `provider_answers`: the simulated provider's log. Every
 //!   call is logged when it starts and every answer *before* it is returned,
 //!   so the checker can count answers produced against answers saved;
-//! - `deliveries`: each delivery's [`Disposition`](taskfence::runtime::Disposition), for the report.
+//! - `deliveries`: each delivery's [`Disposition`](taskfence::runtime::Disposition), for the report;
+//! - `task_limits` / `limit_buckets` (the limits mode, `--limits`): each
+//!   task's concurrency key, limit and rate bucket by request key, and each
+//!   bucket's definition, as the orchestrator chose them, so the checker
+//!   knows them without trusting the store's columns; `provider_refusals`:
+//!   calls a worker did not make because its lease did not cover them.
 //!
 //! Every statement reads time with `clock_timestamp()`: the same server clock
 //! as the store's, so visibility and leases are on one clock.
@@ -37,7 +42,10 @@ pub async fn setup(pool: &PgPool, schema: &str) -> sqlx::Result<()> {
              pid        integer NOT NULL,
              started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
              -- when the call will answer (the provider picks its latency first)
-             ends_at    timestamptz NOT NULL
+             ends_at    timestamptz NOT NULL,
+             -- the limits mode: the task's key and bucket, from task_limits
+             concurrency_key text,
+             rate_bucket     text
          );
          CREATE INDEX provider_calls_started ON {s}.provider_calls (started_at);
          CREATE TABLE {s}.provider_answers (
@@ -54,6 +62,28 @@ pub async fn setup(pool: &PgPool, schema: &str) -> sqlx::Result<()> {
              task_id     uuid NOT NULL,
              worker      text NOT NULL,
              disposition text NOT NULL
+         );
+         CREATE TABLE {s}.task_limits (
+             request_key       text PRIMARY KEY,
+             -- the submission order (the orchestrator submits one task at a time)
+             submitted         bigint NOT NULL UNIQUE,
+             concurrency_key   text NOT NULL,
+             concurrency_limit integer NOT NULL,
+             rate_bucket       text NOT NULL
+         );
+         CREATE TABLE {s}.limit_buckets (
+             name      text PRIMARY KEY,
+             rate      bigint NOT NULL,
+             period_ms bigint NOT NULL,
+             burst     bigint NOT NULL
+         );
+         CREATE TABLE {s}.provider_refusals (
+             id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+             task_id    uuid NOT NULL,
+             version    bigint NOT NULL,
+             worker     text NOT NULL,
+             planned_ms double precision NOT NULL,
+             at         timestamptz NOT NULL DEFAULT clock_timestamp()
          );"
     )))
     .execute(pool)
@@ -192,6 +222,97 @@ impl Queue {
         .bind(worker)
         .bind(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
         .bind(millis(takes))
+        .execute(&self.pool)
+        .await
+        .map(drop)
+    }
+
+    /// The limits mode's provider call log, fenced: logs the call (with the
+    /// task's concurrency key and rate bucket from `task_limits`) and answers
+    /// `true` only if the task's row in the store still holds assignment
+    /// `version`, running, with a lease that outlives the whole call
+    /// (`lease_until > store_clock() + takes`, one clock reading for the
+    /// check and the call's start). Otherwise nothing is logged, the call
+    /// must not be made, and the refusal is logged in `provider_refusals`.
+    pub async fn call_started_fenced(
+        &self,
+        task_id: Uuid,
+        version: u64,
+        worker: &str,
+        takes: Duration,
+    ) -> sqlx::Result<bool> {
+        let s = quote(&self.schema);
+        let version = i64::try_from(version).unwrap_or(i64::MAX);
+        let made = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "WITH clock AS (SELECT {s}.store_clock() AS now)
+             INSERT INTO {s}.provider_calls
+                 (task_id, version, worker, pid, started_at, ends_at, concurrency_key, rate_bucket)
+             SELECT t.id, t.version, $3, $4, c.now, c.now + $5 * interval '1 millisecond',
+                    l.concurrency_key, l.rate_bucket
+             FROM clock AS c, {s}.tasks AS t
+             LEFT JOIN {s}.task_limits AS l ON l.request_key = t.request_key
+             WHERE t.id = $1 AND t.version = $2 AND t.status = 'running'
+               AND t.lease_until > c.now + $5 * interval '1 millisecond'"
+        )))
+        .bind(task_id)
+        .bind(version)
+        .bind(worker)
+        .bind(i32::try_from(std::process::id()).unwrap_or(i32::MAX))
+        .bind(millis(takes))
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1;
+        if !made {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {s}.provider_refusals (task_id, version, worker, planned_ms)
+                 VALUES ($1, $2, $3, $4)"
+            )))
+            .bind(task_id)
+            .bind(version)
+            .bind(worker)
+            .bind(millis(takes))
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(made)
+    }
+
+    /// Records the limits the orchestrator gives the task of `request_key`,
+    /// the `submitted`-th submission (before it is submitted; a repeat is a no-op).
+    pub async fn record_limits(
+        &self,
+        request_key: &str,
+        submitted: i64,
+        key: &taskfence::throttle::ConcurrencyKey,
+        bucket: &str,
+    ) -> sqlx::Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {}.task_limits (request_key, submitted, concurrency_key, concurrency_limit, rate_bucket)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (request_key) DO NOTHING",
+            quote(&self.schema)
+        )))
+        .bind(request_key)
+        .bind(submitted)
+        .bind(key.name())
+        .bind(i32::try_from(key.limit()).unwrap_or(i32::MAX))
+        .bind(bucket)
+        .execute(&self.pool)
+        .await
+        .map(drop)
+    }
+
+    /// Records a bucket's definition (a repeat is a no-op).
+    pub async fn record_bucket(&self, bucket: &taskfence::throttle::RateBucket) -> sqlx::Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {}.limit_buckets (name, rate, period_ms, burst)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+            quote(&self.schema)
+        )))
+        .bind(bucket.name())
+        .bind(i64::from(bucket.rate()))
+        .bind(i64::try_from(bucket.period().as_millis()).unwrap_or(i64::MAX))
+        .bind(i64::from(bucket.burst_size()))
         .execute(&self.pool)
         .await
         .map(drop)

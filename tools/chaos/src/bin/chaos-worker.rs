@@ -11,6 +11,13 @@
 //! ```
 //!
 //! With `--trace-dir DIR` it records its store calls there (`chaos::trace`).
+//!
+//! With `--limits` (the limits mode) a provider call is made only under a
+//! lease that covers all of it: its log entry is inserted only if the task's
+//! row holds this assignment, running, with `lease_until` past the call's
+//! planned end ([`Queue::call_started_fenced`]); otherwise the work function
+//! fails retryably without calling. And a lost lease does not abort the call:
+//! the provider keeps working on it anyway, so the call runs to its end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +46,8 @@ struct Provider {
     /// Per mille of calls that produce an answer and then lose it (an
     /// ambiguous failure: the provider did the work, the reply never came).
     lost_reply: u32,
+    /// The limits mode: fenced call log, calls never aborted on a lost lease.
+    limits: bool,
 }
 
 /// Extends the message's visibility with every lease renewal (the SQS pattern).
@@ -70,6 +79,7 @@ async fn main() {
         retryable: args.get("retryable-permille", 50),
         permanent: args.get("permanent-permille", 5),
         lost_reply: args.get("lost-reply-permille", 20),
+        limits: args.flag("limits"),
     };
 
     let options: PgConnectOptions = url.parse().expect("a valid PostgreSQL URL");
@@ -161,6 +171,12 @@ async fn deliver(worker: &Worker, queue: &Queue, worker_id: &str, provider: Prov
             let worker_id = worker_id.to_owned();
             async move {
                 let (task, version) = (ctx.task().id.as_uuid(), ctx.lease().version());
+                if provider.limits {
+                    // The provider keeps working on a call whatever happens to
+                    // the lease, so the worker waits for its answer too: a
+                    // call is never abandoned while it may hold a key's slot.
+                    return call_provider(&queue, provider, task, version, &worker_id).await;
+                }
                 tokio::select! {
                     answer = call_provider(&queue, provider, task, version, &worker_id) => answer,
                     () = ctx.lease_lost() => Err(Failure::retryable("lease lost during the provider call")),
@@ -195,10 +211,20 @@ async fn call_provider(
 ) -> Result<Response, Failure> {
     let span = p.call_max.saturating_sub(p.call_min).as_millis() as u64;
     let takes = p.call_min + Duration::from_millis(fastrand::u64(0..=span));
-    queue
-        .call_started(task, version, worker, takes)
-        .await
-        .map_err(|_| Failure::retryable("provider unreachable"))?;
+    if p.limits {
+        let made = queue
+            .call_started_fenced(task, version, worker, takes)
+            .await
+            .map_err(|_| Failure::retryable("provider unreachable"))?;
+        if !made {
+            return Err(Failure::retryable("the lease does not cover the provider call"));
+        }
+    } else {
+        queue
+            .call_started(task, version, worker, takes)
+            .await
+            .map_err(|_| Failure::retryable("provider unreachable"))?;
+    }
     tokio::time::sleep(takes).await;
     let roll = fastrand::u32(0..1000);
     if roll < p.retryable {
@@ -241,6 +267,7 @@ fn label(d: &Disposition) -> String {
                 RetryReason::Busy => "busy",
                 RetryReason::Backoff => "backoff",
                 RetryReason::Scheduled { .. } => "retry scheduled",
+                RetryReason::Throttled => "throttled",
                 _ => "other",
             }
         ),

@@ -20,6 +20,15 @@
 //!
 //! `--trace-dir DIR` (an empty directory) makes every worker record its store
 //! calls there, for the trace replay (`chaos::trace`).
+//!
+//! `--limits` is the limits mode: every task names a concurrency key (one in
+//! three over `--in-order-keys` keys of limit 1, the others over
+//! `--shared-keys` keys of limit 3) and the rate bucket `provider`, defined first at `--rate-per-sec`
+//! with `--burst`; workers make a provider call only under a lease that
+//! covers it and never abort one (`chaos-worker --limits`); the checker adds
+//! each key's most calls in flight against its limit, limit 1's order, and
+//! the bucket's most claims per second against `burst + rate`
+//! (`checker::check_limits`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,6 +43,7 @@ use chaos::queue::{self, Queue, quote};
 use chaos::{APP_PREFIX, OPERATION, SCOPE};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use taskfence::throttle::{ConcurrencyKey, RateBucket};
 use taskfence::{InputHash, NewTask, PgStore, RequestKey, RetryPolicy, TaskStore};
 use taskfence_test_support::PrivateServer;
 use taskfence_test_support::TempSchema;
@@ -48,6 +58,39 @@ const KINDS: [&str; 3] = [
 const RESTART: &str = "postgresql restart";
 /// Every run's schema is named `taskfence_chaos_<unix secs>_<unique>`.
 const SCHEMA_PREFIX: &str = "taskfence_chaos_";
+/// The limits mode's one rate bucket, named by every task.
+const BUCKET: &str = "provider";
+
+/// The limits mode's choices (`--limits`).
+#[derive(Debug, Clone, Copy)]
+struct LimitsConfig {
+    /// Keys of limit 1 (in-order conversations).
+    in_order_keys: u32,
+    /// Keys of limit 3.
+    shared_keys: u32,
+    /// The bucket's tokens per second.
+    rate_per_sec: u32,
+    /// The bucket's burst.
+    burst: u32,
+}
+
+impl LimitsConfig {
+    /// The concurrency key of the `i`-th task: one task in three goes to
+    /// the in-order keys, two to the shared ones (so a shared key has enough
+    /// work to fill its limit), each group's keys in turn.
+    fn key(&self, i: u32) -> ConcurrencyKey {
+        let in_order = self.shared_keys == 0 || (self.in_order_keys > 0 && i % 3 == 0);
+        if in_order {
+            ConcurrencyKey::new(format!("conversation-{}", (i / 3) % self.in_order_keys.max(1)), 1)
+        } else {
+            ConcurrencyKey::new(format!("tenant-{}", i % self.shared_keys), 3)
+        }
+    }
+
+    fn bucket(&self) -> RateBucket {
+        RateBucket::per_second(BUCKET, self.rate_per_sec).burst(self.burst)
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Config {
@@ -65,6 +108,7 @@ struct Config {
     log_dir: Option<PathBuf>,
     trace_dir: Option<PathBuf>,
     keep: bool,
+    limits: Option<LimitsConfig>,
 }
 
 impl Config {
@@ -89,6 +133,15 @@ impl Config {
                 worker_args.extend([format!("--{name}"), v]);
             }
         }
+        let limits = args.flag("limits").then(|| LimitsConfig {
+            in_order_keys: args.get("in-order-keys", 6),
+            shared_keys: args.get("shared-keys", 2),
+            rate_per_sec: args.get("rate-per-sec", 5),
+            burst: args.get("burst", 3),
+        });
+        if limits.is_some() {
+            worker_args.push("--limits".to_owned());
+        }
         Self {
             tasks: args.get("tasks", 200),
             workers: args.get("workers", 3),
@@ -104,6 +157,7 @@ impl Config {
             log_dir: args.string("log-dir").map(PathBuf::from),
             trace_dir: args.string("trace-dir").map(PathBuf::from),
             keep: args.flag("keep"),
+            limits,
         }
     }
 }
@@ -280,8 +334,18 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     let submitted = Arc::new(AtomicI64::new(0));
     let submitting_done = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
+    if let Some(limits) = config.limits {
+        let bucket = limits.bucket();
+        store.define_bucket(bucket.clone()).await?;
+        queue.record_bucket(&bucket).await?;
+        println!(
+            "chaos: limits mode: {} keys of limit 1, {} of limit 3, bucket {BUCKET} {} per second, burst {}",
+            limits.in_order_keys, limits.shared_keys, limits.rate_per_sec, limits.burst
+        );
+    }
     let submitter = tokio::spawn(submit_all(
         store.clone(),
+        queue.clone(),
         config.clone(),
         unique.clone(),
         submitted.clone(),
@@ -316,6 +380,10 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     }
 
     let report = checker::check(&pool, &schema, submitted.load(Ordering::SeqCst)).await?;
+    let limits = match config.limits {
+        Some(_) => Some(checker::check_limits(&pool, &schema).await?),
+        None => None,
+    };
     println!(
         "\nchaos run: {} tasks, {} worker processes ({} spawned in all) × {} concurrent deliveries, \
          lease {} ms, {:.1} s wall clock\n",
@@ -333,13 +401,31 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
     println!();
     print!("{}", report.table());
     println!();
+    if let Some(limits) = &limits {
+        print!("{}", limits.table());
+        println!();
+    }
     for (kind, n) in &faults {
         println!("FAULT {} {n}", kind.replace(' ', "_"));
     }
-    for (name, n) in report.must_be_zero() {
+    let mut zeros = report.must_be_zero().to_vec();
+    if let Some(limits) = &limits {
+        zeros.extend(limits.must_be_zero());
+        for k in &limits.keys {
+            println!("KEY {} {} {} {}", k.key, k.calls, k.max_in_flight, k.limit);
+        }
+        for b in &limits.buckets {
+            println!(
+                "BUCKET {} {} {} {}",
+                b.name, b.claims, b.max_claims_per_window, b.bound
+            );
+        }
+        println!("THROTTLED {}", limits.throttled_deliveries);
+    }
+    for (name, n) in &zeros {
         println!("ZERO {} {n}", name.replace(' ', "_"));
     }
-    let clean = report.is_clean() && report.submitted == i64::from(config.tasks);
+    let clean = zeros.iter().all(|(_, n)| *n == 0) && report.submitted == i64::from(config.tasks);
     println!("RESULT {}", if clean { "clean" } else { "VIOLATIONS" });
 
     pool.close().await;
@@ -349,6 +435,7 @@ async fn run(config: &Config, server: Arc<Server>) -> Result<bool, Box<dyn std::
 /// Submits every task at an even pace over `submit_for`; every tenth twice.
 async fn submit_all(
     store: PgStore,
+    queue: Queue,
     config: Config,
     run: String,
     submitted: Arc<AtomicI64>,
@@ -364,13 +451,30 @@ async fn submit_all(
     for i in 0..config.tasks {
         let due = start + Duration::from_secs_f64(pace * f64::from(i));
         tokio::time::sleep_until(due.into()).await;
+        let request_key = format!("req-{run}-{i}");
+        // The limits are recorded before the task exists, so a worker's
+        // fenced call log always finds them.
+        let key = config.limits.map(|l| l.key(i));
+        if let Some(key) = &key {
+            while let Err(e) = queue
+                .record_limits(&request_key, i64::from(i), key, BUCKET)
+                .await
+            {
+                eprintln!("chaos: recording limits failed, retrying: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
         let new = || {
-            NewTask::new(
-                RequestKey::new(SCOPE, OPERATION, format!("req-{run}-{i}")),
+            let task = NewTask::new(
+                RequestKey::new(SCOPE, OPERATION, request_key.clone()),
                 InputHash::of([run.as_bytes(), &i.to_be_bytes()]),
             )
             .payload(format!("message {i}"))
-            .policy(policy)
+            .policy(policy);
+            match &key {
+                Some(key) => task.concurrency(key.clone()).rate_bucket(BUCKET),
+                None => task,
+            }
         };
         let first = submit_until_ok(&store, new).await;
         if i % 10 == 0 {
