@@ -211,8 +211,8 @@ pub struct KeyFigures {
     /// Most calls in flight at once, provider-side: each call occupies
     /// `[started_at, ends_at]` whatever happened to its worker.
     pub max_in_flight: i64,
-    /// Limit 1 only: pairs of tasks whose first calls started out of
-    /// submission order (0 for a higher limit).
+    /// Limit 1 only: tasks whose first call started before the first call
+    /// of a task submitted earlier (0 for a higher limit).
     pub out_of_order: i64,
 }
 
@@ -261,7 +261,7 @@ impl LimitsReport {
         self.keys.iter().filter(|k| k.max_in_flight > k.limit).count() as i64
     }
 
-    /// Limit-1 task pairs whose first calls ran out of submission order.
+    /// Limit-1 tasks whose first call started before an older task's.
     pub fn out_of_order(&self) -> i64 {
         self.keys.iter().map(|k| k.out_of_order).sum()
     }
@@ -278,7 +278,10 @@ impl LimitsReport {
     pub fn must_be_zero(&self) -> [(&'static str, i64); 3] {
         [
             ("keys over their concurrency limit", self.keys_over_limit()),
-            ("limit-1 tasks started out of submission order", self.out_of_order()),
+            (
+                "limit-1 tasks started out of submission order",
+                self.out_of_order(),
+            ),
             ("buckets over their rate bound", self.buckets_over_bound()),
         ]
     }
@@ -390,7 +393,8 @@ pub fn gcra_bound(rate: i64, burst: i64) -> i64 {
     burst + rate
 }
 
-/// Subsequent pairs out of order in a sequence of (submission, first call) pairs.
+/// Of `(submission, first call)` pairs, how many tasks' first call started
+/// before the first call of a task submitted earlier.
 fn inversions(mut tasks: Vec<(i64, i64)>) -> i64 {
     tasks.sort_unstable();
     let mut bad = 0;

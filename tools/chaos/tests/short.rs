@@ -1,6 +1,9 @@
 //! The chaos harness in its short mode: 200 tasks, 3 worker processes, every
 //! fault kind injected for real at least once (SIGKILL mid-call, SIGSTOP past
 //! the lease, pg_terminate_backend, a PostgreSQL restart), then the checker.
+//! And the limits mode (`--limits`): 150 tasks naming concurrency keys and a
+//! rate bucket, the same faults, and each key's most calls in flight and the
+//! bucket's most claims per period checked against their limits.
 //!
 //! It runs on a private PostgreSQL cluster the harness creates (initdb), not on
 //! the shared `DATABASE_URL` server: restarting that one would break every
@@ -47,27 +50,11 @@ fn counts(output: &str, prefix: &str) -> HashMap<String, i64> {
 /// one at a time.
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// One short chaos run (its workers' store calls recorded in `traces` when
-/// given), checked: every fault injected, every must-be-zero count zero, all
-/// 200 tasks submitted, a clean result.
-fn short_run(traces: Option<&std::path::Path>) {
-    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_chaos"));
-    if let Some(traces) = traces {
-        command.arg("--trace-dir").arg(traces);
-    }
-    let child = command
+/// Runs the orchestrator with `args` to its end: its report and exit status.
+fn run_orchestrator(args: &[&str]) -> (String, std::process::ExitStatus) {
+    let child = Command::new(env!("CARGO_BIN_EXE_chaos"))
         .args(["--worker-bin", env!("CARGO_BIN_EXE_chaos-worker")])
-        .args(["--tasks", "200", "--workers", "3", "--concurrency", "4"])
-        .args([
-            "--lease-ms",
-            "1500",
-            "--submit-secs",
-            "30",
-            "--fault-every-ms",
-            "1500",
-        ])
-        .args(["--restarts", "1", "--drain-secs", "120"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -83,8 +70,13 @@ fn short_run(traces: Option<&std::path::Path>) {
         .expect("read the report");
     let status = orchestrator.0.wait().expect("orchestrator exit");
     println!("{output}");
+    (output, status)
+}
 
-    let faults = counts(&output, "FAULT ");
+/// Every fault kind was injected, the `expected` must-be-zero counts were
+/// all reported and are 0, all `tasks` were submitted, the result is clean.
+fn assert_clean(output: &str, status: std::process::ExitStatus, expected: usize, tasks: u32) {
+    let faults = counts(output, "FAULT ");
     for kind in [
         "sigkill_mid-call",
         "sigstop_past_the_lease",
@@ -96,21 +88,138 @@ fn short_run(traces: Option<&std::path::Path>) {
             "fault {kind} was not injected: {faults:?}"
         );
     }
-    let zeros = counts(&output, "ZERO ");
+    let zeros = counts(output, "ZERO ");
     assert_eq!(
         zeros.len(),
-        5,
+        expected,
         "the checker reported every must-be-zero count: {zeros:?}"
     );
     for (name, n) in &zeros {
         assert_eq!(*n, 0, "{name} must be 0");
     }
     assert!(
-        output.contains("| tasks submitted | 200 |"),
-        "all 200 tasks submitted"
+        output.contains(&format!("| tasks submitted | {tasks} |")),
+        "all {tasks} tasks submitted"
     );
     assert!(output.contains("RESULT clean"));
     assert!(status.success(), "orchestrator exited with {status}");
+}
+
+/// One short chaos run (its workers' store calls recorded in `traces` when
+/// given), checked: every fault injected, every must-be-zero count zero, all
+/// 200 tasks submitted, a clean result.
+fn short_run(traces: Option<&std::path::Path>) {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut args = vec![
+        "--tasks",
+        "200",
+        "--workers",
+        "3",
+        "--concurrency",
+        "4",
+        "--lease-ms",
+        "1500",
+        "--submit-secs",
+        "30",
+        "--fault-every-ms",
+        "1500",
+        "--restarts",
+        "1",
+        "--drain-secs",
+        "120",
+    ];
+    let traces = traces.map(|t| t.to_str().expect("a UTF-8 path").to_owned());
+    if let Some(traces) = &traces {
+        args.extend(["--trace-dir", traces.as_str()]);
+    }
+    let (output, status) = run_orchestrator(&args);
+    assert_clean(&output, status, 5, 200);
+}
+
+/// `KEY name calls max limit` and `BUCKET name claims max bound` lines: (name, [numbers]).
+fn figures(output: &str, prefix: &str) -> Vec<(String, Vec<i64>)> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next().expect("a name").to_owned();
+            (name, words.map(|w| w.parse().expect("a number")).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn short_chaos_run_with_limits_keeps_every_key_and_bucket_within_its_limit() {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // 150 tasks over 20 s (7.5 a second) against a bucket of 6 a second,
+    // burst 3: the bucket binds. One task in three goes to 6 in-order keys
+    // (limit 1), the others to 2 keys of limit 3. Calls of 0.5 to 1.5 s, so
+    // a key of limit 3 has enough work in flight to fill its slots; a lease
+    // of 3 s covers a call with room for the claim before it.
+    let (output, status) = run_orchestrator(&[
+        "--limits",
+        "--rate-per-sec",
+        "6",
+        "--burst",
+        "3",
+        "--in-order-keys",
+        "6",
+        "--shared-keys",
+        "2",
+        "--tasks",
+        "150",
+        "--workers",
+        "3",
+        "--concurrency",
+        "4",
+        "--lease-ms",
+        "3000",
+        "--call-min-ms",
+        "500",
+        "--call-max-ms",
+        "1500",
+        "--submit-secs",
+        "20",
+        "--fault-every-ms",
+        "1500",
+        "--restarts",
+        "1",
+        "--drain-secs",
+        "120",
+    ]);
+    // The limits' three must-be-zero counts beside the five of every run.
+    assert_clean(&output, status, 8, 150);
+
+    let keys = figures(&output, "KEY ");
+    assert_eq!(keys.len(), 8, "every key reported: {keys:?}");
+    for (key, n) in &keys {
+        let [calls, max, limit] = n[..] else {
+            panic!("KEY {key} {n:?}")
+        };
+        assert!(calls > 0, "{key}: its tasks called the provider");
+        assert!(max <= limit, "{key}: {max} calls at once, limit {limit}");
+        assert!(max >= 1, "{key}: the sweep saw its calls");
+    }
+    let in_order: Vec<_> = keys.iter().filter(|(_, n)| n[2] == 1).collect();
+    assert_eq!(in_order.len(), 6, "6 keys of limit 1: {keys:?}");
+    let buckets = figures(&output, "BUCKET ");
+    let [(name, n)] = &buckets[..] else {
+        panic!("one bucket: {buckets:?}")
+    };
+    let [claims, max, bound] = n[..] else {
+        panic!("BUCKET {name} {n:?}")
+    };
+    assert_eq!(bound, 9, "burst 3 + rate 6");
+    assert!(claims >= 150, "every task claimed at least once: {claims}");
+    assert!(max <= bound, "{name}: {max} claims in one period, bound {bound}");
+    // The limits really bound: deliveries were refused for them.
+    let throttled: i64 = output
+        .lines()
+        .find_map(|l| l.strip_prefix("THROTTLED "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a THROTTLED line");
+    assert!(throttled > 0, "some deliveries were throttled");
 }
 
 #[test]

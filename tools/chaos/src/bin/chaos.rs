@@ -79,7 +79,7 @@ impl LimitsConfig {
     /// the in-order keys, two to the shared ones (so a shared key has enough
     /// work to fill its limit), each group's keys in turn.
     fn key(&self, i: u32) -> ConcurrencyKey {
-        let in_order = self.shared_keys == 0 || (self.in_order_keys > 0 && i % 3 == 0);
+        let in_order = self.shared_keys == 0 || (self.in_order_keys > 0 && i.is_multiple_of(3));
         if in_order {
             ConcurrencyKey::new(format!("conversation-{}", (i / 3) % self.in_order_keys.max(1)), 1)
         } else {
@@ -456,10 +456,7 @@ async fn submit_all(
         // fenced call log always finds them.
         let key = config.limits.map(|l| l.key(i));
         if let Some(key) = &key {
-            while let Err(e) = queue
-                .record_limits(&request_key, i64::from(i), key, BUCKET)
-                .await
-            {
+            while let Err(e) = queue.record_limits(&request_key, i64::from(i), key, BUCKET).await {
                 eprintln!("chaos: recording limits failed, retrying: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
