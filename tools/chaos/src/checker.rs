@@ -236,6 +236,10 @@ pub struct BucketFigures {
     /// `burst + rate`: the most tokens the generic cell rate algorithm can
     /// grant in a closed window of one period (see [`gcra_bound`]).
     pub bound: i64,
+    /// The shortest time, in microseconds, in which `bound` claims were
+    /// made (`None` with fewer claims): the algorithm spaces them at least
+    /// `rate` intervals (one period) apart, less the clock readings' gap.
+    pub tightest_bound_span_us: Option<i64>,
     /// Most provider call starts in any closed window of one period. For
     /// information only: a call starts some time after its claim took the
     /// token (at most the lease later), so calls can bunch where claims did not.
@@ -300,13 +304,13 @@ impl LimitsReport {
             );
         }
         t.push_str(
-            "\n| rate bucket | rate / period | burst | claims | max claims per period | bound (burst + rate) | max call starts per period |\n\
-             | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            "\n| rate bucket | rate / period | burst | claims | max claims per period | bound (burst + rate) | shortest span of `bound` claims | max call starts per period |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for b in &self.buckets {
             let _ = writeln!(
                 t,
-                "| {} | {} / {} ms | {} | {} | {} | {} | {} |",
+                "| {} | {} / {} ms | {} | {} | {} | {} | {} | {} |",
                 b.name,
                 b.rate,
                 b.period_ms,
@@ -314,6 +318,8 @@ impl LimitsReport {
                 b.claims,
                 b.max_claims_per_window,
                 b.bound,
+                b.tightest_bound_span_us
+                    .map_or_else(|| "–".to_owned(), |us| format!("{:.3} ms", us as f64 / 1000.0)),
                 b.max_call_starts_per_window
             );
         }
@@ -370,6 +376,22 @@ pub fn max_in_window(instants: &[i64], width: i64) -> i64 {
         most = most.max(last - first + 1);
     }
     most as i64
+}
+
+/// The shortest time between the first and the last of `n` consecutive
+/// instants (`None` with fewer than `n`, or `n` of 0).
+///
+/// ```
+/// use chaos::checker::tightest_span;
+/// assert_eq!(tightest_span(&[0, 10, 11, 25], 2), Some(1));
+/// assert_eq!(tightest_span(&[25, 0, 10, 11], 3), Some(11));
+/// assert_eq!(tightest_span(&[0, 10], 3), None);
+/// ```
+pub fn tightest_span(instants: &[i64], n: i64) -> Option<i64> {
+    let n = usize::try_from(n).ok().filter(|n| *n >= 1)?;
+    let mut sorted = instants.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(n).map(|w| w[n - 1] - w[0]).min()
 }
 
 /// The most tokens a bucket of `rate` per period and `burst` grants in a
@@ -503,6 +525,7 @@ pub async fn check_limits(pool: &PgPool, schema: &str) -> sqlx::Result<LimitsRep
             claims: claims.len() as i64,
             max_claims_per_window: max_in_window(&claims, width),
             bound: gcra_bound(rate, burst),
+            tightest_bound_span_us: tightest_span(&claims, gcra_bound(rate, burst)),
             max_call_starts_per_window: max_in_window(&starts, width),
         });
     }

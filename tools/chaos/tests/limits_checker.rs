@@ -152,6 +152,11 @@ async fn the_limits_checker_counts_every_kind_of_violation() {
     let bucket = &report.buckets[0];
     assert_eq!((bucket.claims, bucket.bound), (5, 3));
     assert_eq!(bucket.max_claims_per_window, 5, "five claims within a second");
+    let span = bucket.tightest_bound_span_us.expect("three claims or more");
+    assert!(
+        (0..1_000_000).contains(&span),
+        "three claims within less than a second: {span} µs"
+    );
     assert_eq!(report.refused_calls, 2);
     assert_eq!(
         report.must_be_zero().map(|(_, n)| n),
