@@ -81,9 +81,13 @@ impl LimitsConfig {
     fn key(&self, i: u32) -> ConcurrencyKey {
         let in_order = self.shared_keys == 0 || (self.in_order_keys > 0 && i.is_multiple_of(3));
         if in_order {
-            ConcurrencyKey::new(format!("conversation-{}", (i / 3) % self.in_order_keys.max(1)), 1)
+            // The c-th task of the in-order keys.
+            let c = if self.shared_keys == 0 { i } else { i / 3 };
+            ConcurrencyKey::new(format!("conversation-{}", c % self.in_order_keys.max(1)), 1)
         } else {
-            ConcurrencyKey::new(format!("tenant-{}", i % self.shared_keys), 3)
+            // The j-th task of the shared keys (every task but one in three).
+            let j = if self.in_order_keys == 0 { i } else { i - i / 3 - 1 };
+            ConcurrencyKey::new(format!("tenant-{}", j % self.shared_keys), 3)
         }
     }
 
