@@ -185,7 +185,9 @@ fn prepared(name: &str, id: Uuid) -> (&'static str, String) {
         "find" => ("text, text, text", "'scope-1', 'chat.reply', 'key-1'".into()),
         "claim" | "claim_fresh" => (
             "uuid, uuid, interval, text, text, text, bool",
-            format!("{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted', false"),
+            format!(
+                "{id}, gen_random_uuid(), '30 s', 'w', 'attempts exhausted', 'deadline exhausted', false"
+            ),
         ),
         "lock_key" | "key_running" | "key_waiting" => ("text", "'conversation-7'".into()),
         "lock_bucket" | "bucket_defined" => ("text", "'provider'".into()),

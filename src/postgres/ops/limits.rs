@@ -56,7 +56,10 @@ pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             .try_get(0)
             .map_err(db)?;
         if !defined {
-            return Err(InvalidInput::UnknownBucket { bucket: bucket.clone() }.into());
+            return Err(InvalidInput::UnknownBucket {
+                bucket: bucket.clone(),
+            }
+            .into());
         }
     }
     let Some(key) = new.limits.concurrency.clone() else {
@@ -131,7 +134,11 @@ pub(crate) async fn claim(
 /// limit), so a task a racing caller took, or a key a racing caller
 /// filled, is passed over. Short of the limit with candidates left, the
 /// scan runs again on the limits as this call left them.
-pub(crate) async fn claim_next(sql: &Statements, conn: &mut PgConnection, request: &ClaimNext) -> Result<Vec<Lease>> {
+pub(crate) async fn claim_next(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    request: &ClaimNext,
+) -> Result<Vec<Lease>> {
     let claim_request = request.request();
     // Room for the candidates that racing callers or this call's own
     // claims have made refusable since the scan.
@@ -173,7 +180,11 @@ pub(crate) async fn claim_next(sql: &Statements, conn: &mut PgConnection, reques
 }
 
 /// Defines `bucket`, or changes its rate and burst, keeping its schedule.
-pub(crate) async fn define_bucket(sql: &Statements, conn: &mut PgConnection, bucket: &RateBucket) -> Result<()> {
+pub(crate) async fn define_bucket(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    bucket: &RateBucket,
+) -> Result<()> {
     sql.limits
         .define_bucket
         .query()
@@ -300,7 +311,12 @@ async fn lock_bucket(sql: &Statements, conn: &mut PgConnection, name: &str) -> R
 
 /// The load at `now` of `task`'s key: how many of its tasks hold a live
 /// lease, and its first unfinished task by submission order.
-async fn key_load(sql: &Statements, conn: &mut PgConnection, task: &Task, now: OffsetDateTime) -> Result<KeyLoad> {
+async fn key_load(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    task: &Task,
+    now: OffsetDateTime,
+) -> Result<KeyLoad> {
     let Some(key) = &task.limits.concurrency else {
         return Ok(KeyLoad::default());
     };
