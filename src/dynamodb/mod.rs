@@ -99,6 +99,7 @@ mod effect;
 mod expr;
 mod inspect;
 pub(crate) mod item;
+mod limits;
 mod purge;
 mod read;
 mod reopen;
@@ -107,6 +108,7 @@ mod table;
 mod tx;
 mod with;
 
+pub use limits::MAX_CONCURRENCY;
 pub use store::{DynamoStore, DynamoStoreBuilder};
 pub use table::{
     DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,
