@@ -561,7 +561,9 @@ pub(crate) fn key_state(item: &Item) -> Result<(u64, Vec<(TaskId, u64)>, u64, u6
     let mut holders = Vec::new();
     if let Some(map) = item.get(HOLDERS).and_then(|v| v.as_m().ok()) {
         for (id, version) in map {
-            let id = id.parse().map_err(|_| BadItem(format!("holder {id} is not a task id")))?;
+            let id = id
+                .parse()
+                .map_err(|_| BadItem(format!("holder {id} is not a task id")))?;
             let version = version
                 .as_n()
                 .ok()
@@ -586,7 +588,9 @@ pub(crate) fn slot(item: &Item) -> Result<(TaskId, Status, Option<OffsetDateTime
     let pk = r.s(PARTITION_KEY)?;
     Ok((
         task_id_of_pk(pk)?,
-        r.s(STATUS)?.parse::<Status>().map_err(|e| BadItem(e.to_string()))?,
+        r.s(STATUS)?
+            .parse::<Status>()
+            .map_err(|e| BadItem(e.to_string()))?,
         r.opt_at(LEASE_UNTIL)?,
     ))
 }

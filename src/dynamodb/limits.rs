@@ -192,7 +192,12 @@ impl DynamoStore {
         Ok(LimitState { key, bucket })
     }
 
-    async fn key_read(&self, key: &ConcurrencyKey, found: Option<&Item>, now: OffsetDateTime) -> Result<KeyRead> {
+    async fn key_read(
+        &self,
+        key: &ConcurrencyKey,
+        found: Option<&Item>,
+        now: OffsetDateTime,
+    ) -> Result<KeyRead> {
         let (version, holders, first_from, _) = match found {
             Some(found) => item::key_state(found).map_err(Error::storage)?,
             None => (0, Vec::new(), 0, 0),
@@ -218,7 +223,11 @@ impl DynamoStore {
 
     /// The `holders` whose task holds a slot at `now` (running, lease
     /// unexpired: [`rules::holds_slot`]), read consistently.
-    async fn live_holders(&self, holders: Vec<(TaskId, u64)>, now: OffsetDateTime) -> Result<Vec<(TaskId, u64)>> {
+    async fn live_holders(
+        &self,
+        holders: Vec<(TaskId, u64)>,
+        now: OffsetDateTime,
+    ) -> Result<Vec<(TaskId, u64)>> {
         if holders.is_empty() {
             return Ok(holders);
         }
@@ -308,7 +317,9 @@ impl DynamoStore {
     /// `next_order`, on the condition it is still as read; the member item).
     pub(super) async fn member_items(&self, key: &str, id: TaskId) -> Result<(u64, Vec<TransactWriteItem>)> {
         let key_item = item::key_of(item::conc_pk(key), item::CONC_SK);
-        let found = self.transact_get("submit key", std::slice::from_ref(&key_item)).await?;
+        let found = self
+            .transact_get("submit key", std::slice::from_ref(&key_item))
+            .await?;
         let last = match found.into_iter().next().flatten() {
             Some(found) => item::key_state(&found).map_err(Error::storage)?.3,
             None => 0,
@@ -316,7 +327,11 @@ impl DynamoStore {
         let order = last + 1;
         let e = Expr::default().set(item::NEXT_ORDER, n(order));
         let e = if last == 0 {
-            e.cond("attribute_not_exists(#next_order)", &[item::NEXT_ORDER], Vec::new())
+            e.cond(
+                "attribute_not_exists(#next_order)",
+                &[item::NEXT_ORDER],
+                Vec::new(),
+            )
         } else {
             e.cond(
                 "#next_order = :c_order",
@@ -354,10 +369,7 @@ impl DynamoStore {
             .send()
             .await
             .map_err(sdk)?;
-        out.item()
-            .map(item::bucket)
-            .transpose()
-            .map_err(Error::storage)
+        out.item().map(item::bucket).transpose().map_err(Error::storage)
     }
 
     /// Defines `bucket`, or changes its rate and burst, keeping its schedule.
@@ -428,7 +440,9 @@ impl DynamoStore {
     pub(super) async fn key_slots(&self, key: &str) -> Result<KeySlots> {
         let now = self.now();
         let key_item = item::key_of(item::conc_pk(key), item::CONC_SK);
-        let found = self.transact_get("concurrency", std::slice::from_ref(&key_item)).await?;
+        let found = self
+            .transact_get("concurrency", std::slice::from_ref(&key_item))
+            .await?;
         let holders = match found.into_iter().next().flatten() {
             Some(found) => item::key_state(&found).map_err(Error::storage)?.1,
             None => Vec::new(),

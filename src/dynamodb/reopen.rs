@@ -116,7 +116,10 @@ impl DynamoStore {
                     Expr::default()
                         .add_to(item::VERSION, 1)
                         .set(item::FIRST_FROM, n(0))
-                        .update(&self.table, item::key_of(item::conc_pk(key.name()), item::CONC_SK)),
+                        .update(
+                            &self.table,
+                            item::key_of(item::conc_pk(key.name()), item::CONC_SK),
+                        ),
                 );
             }
             match self.transact("reopen", items, Layout::key_at(1)).await? {

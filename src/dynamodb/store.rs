@@ -30,9 +30,9 @@ use crate::throttle::{BucketState, RateBucket};
 
 use super::expr::{Expr, attempt_update, claimable, fence, finish_if_running, terminal, unchanged};
 use super::item::{self, Item, at, b, n, s};
+use super::limits::{LIMIT_RACES, check_concurrency};
 use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, TTL, UNCLAIMED_AT, UNCLAIMED_SHARD};
 use super::tx::{CONFLICT_RETRIES, Layout, RACE_RETRIES, Raced, Tx, pause, sdk};
-use super::limits::{LIMIT_RACES, check_concurrency};
 use super::with::WithItems;
 use super::{MAX_EXTRA_ITEMS, MAX_PAYLOAD_LEN, MAX_RESPONSE_LEN};
 
@@ -994,10 +994,7 @@ impl Backend for DynamoStore {
                 .collect::<Vec<_>>(),
         );
         let mut slots: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
-        let candidates: Vec<_> = order
-            .into_iter()
-            .filter_map(|i| slots[i].take())
-            .collect();
+        let candidates: Vec<_> = order.into_iter().filter_map(|i| slots[i].take()).collect();
         let mut candidates = candidates.into_iter();
         let mut leases = Vec::with_capacity(request.limit);
         while leases.len() < request.limit {

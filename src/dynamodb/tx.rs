@@ -180,7 +180,9 @@ impl DynamoStore {
                     return Ok(Tx::KeyTaken(image));
                 }
                 if layout.record_at == Some(i)
-                    || layout.records.is_some_and(|(start, end)| (start..end).contains(&i))
+                    || layout
+                        .records
+                        .is_some_and(|(start, end)| (start..end).contains(&i))
                 {
                     return Ok(Tx::RecordChanged);
                 }

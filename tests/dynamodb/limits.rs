@@ -171,3 +171,29 @@ async fn a_purged_task_leaves_no_member_item() {
         .id;
     assert!(store.claim(young, request("w")).await.unwrap().is_acquired());
 }
+
+/// `with(items)` does not decide limits: a task naming one is refused as
+/// unsupported, and neither it nor the application's items are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_items_refuses_a_task_naming_limits() {
+    use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+    let f = dynamo::fixture().await;
+    let before = f.record_count().await;
+    let put = Put::builder()
+        .table_name(f.table())
+        .item(
+            taskfence::dynamodb::PARTITION_KEY,
+            AttributeValue::S("app#rows".into()),
+        )
+        .item(taskfence::dynamodb::SORT_KEY, AttributeValue::S("message".into()))
+        .build()
+        .unwrap();
+    let err = f
+        .dynamo_store()
+        .with(vec![TransactWriteItem::builder().put(put).build()])
+        .submit(new_task("a").concurrency(ConcurrencyKey::new("k", 1)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err}");
+    assert_eq!(f.record_count().await, before, "nothing written");
+}
