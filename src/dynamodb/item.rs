@@ -553,10 +553,21 @@ pub(crate) fn bucket(item: &Item) -> Result<BucketState, BadItem> {
     })
 }
 
-/// A key item's state: its `version` (0 when absent), the holders of its
-/// slots (task id and the version that holds it), the order its walk
-/// starts from, the last order given.
-pub(crate) fn key_state(item: &Item) -> Result<(u64, Vec<(TaskId, u64)>, u64, u64), BadItem> {
+/// A concurrency key's item as read.
+#[derive(Debug, Default)]
+pub(crate) struct KeyItem {
+    /// Raised by every claim of the key's tasks (0: never claimed).
+    pub(crate) version: u64,
+    /// The holders of its slots: task id and the version that claimed it, by id.
+    pub(crate) holders: Vec<(TaskId, u64)>,
+    /// Every task of the key below this order is finished.
+    pub(crate) first_from: u64,
+    /// The last submission order given (0: none).
+    pub(crate) next_order: u64,
+}
+
+/// A key item as a [`KeyItem`].
+pub(crate) fn key_item(item: &Item) -> Result<KeyItem, BadItem> {
     let r = Reader(item);
     let mut holders = Vec::new();
     if let Some(map) = item.get(HOLDERS).and_then(|v| v.as_m().ok()) {
@@ -573,12 +584,12 @@ pub(crate) fn key_state(item: &Item) -> Result<(u64, Vec<(TaskId, u64)>, u64, u6
         }
     }
     holders.sort_unstable();
-    Ok((
-        r.opt_n(VERSION)?.unwrap_or(0),
+    Ok(KeyItem {
+        version: r.opt_n(VERSION)?.unwrap_or(0),
         holders,
-        r.opt_n(FIRST_FROM)?.unwrap_or(0),
-        r.opt_n(NEXT_ORDER)?.unwrap_or(0),
-    ))
+        first_from: r.opt_n(FIRST_FROM)?.unwrap_or(0),
+        next_order: r.opt_n(NEXT_ORDER)?.unwrap_or(0),
+    })
 }
 
 /// What decides whether a task item, read with [`SLOT_ATTRIBUTES`] only,

@@ -198,9 +198,14 @@ impl DynamoStore {
         found: Option<&Item>,
         now: OffsetDateTime,
     ) -> Result<KeyRead> {
-        let (version, holders, first_from, _) = match found {
-            Some(found) => item::key_state(found).map_err(Error::storage)?,
-            None => (0, Vec::new(), 0, 0),
+        let item::KeyItem {
+            version,
+            holders,
+            first_from,
+            ..
+        } = match found {
+            Some(found) => item::key_item(found).map_err(Error::storage)?,
+            None => item::KeyItem::default(),
         };
         let live = self.live_holders(holders, now).await?;
         let mut read = KeyRead {
@@ -321,7 +326,7 @@ impl DynamoStore {
             .transact_get("submit key", std::slice::from_ref(&key_item))
             .await?;
         let last = match found.into_iter().next().flatten() {
-            Some(found) => item::key_state(&found).map_err(Error::storage)?.3,
+            Some(found) => item::key_item(&found).map_err(Error::storage)?.next_order,
             None => 0,
         };
         let order = last + 1;
@@ -444,7 +449,7 @@ impl DynamoStore {
             .transact_get("concurrency", std::slice::from_ref(&key_item))
             .await?;
         let holders = match found.into_iter().next().flatten() {
-            Some(found) => item::key_state(&found).map_err(Error::storage)?.1,
+            Some(found) => item::key_item(&found).map_err(Error::storage)?.holders,
             None => Vec::new(),
         };
         let mut running: Vec<TaskId> = self
