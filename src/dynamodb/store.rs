@@ -1006,14 +1006,37 @@ impl Backend for DynamoStore {
             if round.is_empty() {
                 break;
             }
-            let mut round: Vec<_> = round.into_iter().map(Some).collect();
-            let claims = Self::concurrently(round.len(), |i| {
+            // Tasks without limits are claimed side by side; tasks naming a
+            // limit one after another, in the fair order, so a key's slot
+            // or a bucket's token goes to the candidate offered first.
+            let (limited, free): (Vec<_>, Vec<_>) =
+                round.into_iter().partition(|(_, task)| !task.limits.is_none());
+            let mut lanes: Vec<Option<Vec<(TaskId, Task)>>> =
+                free.into_iter().map(|c| Some(vec![c])).collect();
+            if !limited.is_empty() {
+                lanes.push(Some(limited));
+            }
+            let claims = Self::concurrently(lanes.len(), |i| {
                 let (store, claim) = (self.clone(), request.request());
-                let (id, task) = round[i].take().expect("each candidate is claimed once");
-                async move { store.claim_read(id, task, claim).await }
-                    .instrument(entry::span("claim", Some(id)))
+                let lane = lanes[i].take().expect("each lane is claimed once");
+                async move {
+                    let mut out = Vec::with_capacity(lane.len());
+                    for (id, task) in lane {
+                        let answer = store
+                            .claim_read(id, task, claim.clone())
+                            .instrument(entry::span("claim", Some(id)))
+                            .await;
+                        let failed = answer.is_err();
+                        out.push(answer);
+                        if failed {
+                            break;
+                        }
+                    }
+                    out
+                }
             })
             .await?;
+            let claims = claims.into_iter().flatten();
             let mut failed = None;
             for claim in claims {
                 match claim {
