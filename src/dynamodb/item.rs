@@ -761,6 +761,38 @@ mod tests {
         assert_eq!((old.budget_base, old.budget_started_at), (0, old.created_at));
         assert_eq!(reopenings(&item).unwrap(), 0);
 
+        // A task's limits read back; a key item and a bucket item read back.
+        let mut keyed = task.clone();
+        keyed.limits = TaskLimits {
+            concurrency: Some(ConcurrencyKey::new("conversation-7", 1)),
+            bucket: Some("provider".into()),
+        };
+        let (_, item) = new_items(&keyed);
+        assert_eq!(self::task(&item).unwrap(), keyed);
+        assert!(member_sk(2) < member_sk(10) && member_sk(u64::MAX).len() == member_sk(0).len());
+        let holder = TaskId::new();
+        let key = HashMap::from([
+            (VERSION.to_owned(), n(3)),
+            (
+                HOLDERS.to_owned(),
+                AttributeValue::M(HashMap::from([(holder.to_string(), n(2))])),
+            ),
+            (NEXT_ORDER.to_owned(), n(7)),
+        ]);
+        let read = key_item(&key).unwrap();
+        assert_eq!(
+            (read.version, read.holders, read.first_from, read.next_order),
+            (3, vec![(holder, 2)], 0, 7)
+        );
+        let mut bucket_item = bucket_key("provider");
+        bucket_item.insert(NAME.into(), s("provider"));
+        bucket_item.insert(RATE.into(), n(60));
+        bucket_item.insert(PERIOD.into(), nanos(Duration::from_secs(60)));
+        bucket_item.insert(BURST.into(), n(2));
+        let state = bucket(&bucket_item).unwrap();
+        assert_eq!(state.bucket, RateBucket::per_minute("provider", 60).burst(2));
+        assert_eq!(state.schedule, None);
+
         // The unclaimed index's order is (created_at, id), its bound exact.
         let later = Task {
             created_at: now + Duration::from_nanos(1),
