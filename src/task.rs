@@ -259,6 +259,22 @@ impl NewTask {
         self
     }
 
+    /// Runs the task in order with the other tasks naming `key`: one at a
+    /// time, in submission order, across every worker (a concurrency key of
+    /// limit 1, see [`ConcurrencyKey`]: a task that fails and will retry
+    /// keeps its place, and the next one waits through its backoff).
+    ///
+    /// ```
+    /// use taskfence::{InputHash, NewTask, RequestKey};
+    /// let new = NewTask::new(RequestKey::new("u", "chat.reply", "m-2"), InputHash::of(["m-2"]))
+    ///     .in_order("alice/conversation-7");
+    /// let key = new.limits.concurrency.unwrap();
+    /// assert_eq!((key.name(), key.limit()), ("alice/conversation-7", 1));
+    /// ```
+    pub fn in_order(self, key: impl Into<String>) -> Self {
+        self.concurrency(ConcurrencyKey::new(key, 1))
+    }
+
     /// Takes a token from the named rate bucket on every claim (see
     /// [`RateBucket`](crate::throttle::RateBucket)); the bucket must be
     /// defined in the store before the task is submitted.

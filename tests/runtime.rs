@@ -848,3 +848,69 @@ async fn each_delivery_of_a_batch_is_answered_as_soon_as_it_settles() {
         assert_eq!(d, &expected, "delivery {i}");
     }
 }
+
+/// A provider's `429 Retry-After` on a task naming a rate bucket drains the
+/// bucket for that long: the other tasks of the bucket are refused a token
+/// (no attempt spent) until then, and claimed after it.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_drains_the_tasks_rate_bucket_for_every_worker() {
+    use taskfence::inspect::Inspect;
+    use taskfence::throttle::RateBucket;
+    let f = Fixture::new();
+    f.store
+        .define_bucket(RateBucket::per_second("provider", 10).burst(10))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for key in ["first", "second"] {
+        let new = NewTask::new(RequestKey::new("user-1", "chat.reply", key), InputHash::of([key]))
+            .policy(policy())
+            .rate_bucket("provider");
+        ids.push(f.store.submit(new).await.unwrap().into_task().id);
+    }
+    let worker = f.worker("a");
+    let d = worker
+        .handle(ids[0], &(), |_ctx| async {
+            Err(Failure::retryable("429").retry_after(Duration::from_secs(20)))
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(d, Disposition::RetryAfter { delay, .. } if delay == Duration::from_secs(20)),
+        "{d:?}"
+    );
+    let now = f.clock.now();
+    let bucket = &f.memory.buckets().await.unwrap()[0];
+    assert_eq!(bucket.available(now), 0, "drained");
+    assert_eq!(
+        bucket.available(now + time::Duration::seconds(19)),
+        0,
+        "none before Retry-After"
+    );
+    assert!(
+        bucket.available(now + time::Duration::seconds(21)) >= 1,
+        "tokens after it"
+    );
+
+    let other = worker
+        .handle(ids[1], &(), |_ctx| async {
+            panic!("claimed from a drained bucket")
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(other, Disposition::RetryAfter { reason: RetryReason::Throttled, delay } if delay >= Duration::from_secs(19)),
+        "{other:?}"
+    );
+    assert_eq!(
+        f.task(ids[1]).await.attempts(),
+        0,
+        "waiting for a token costs no attempt"
+    );
+
+    tokio::time::advance(Duration::from_secs(21)).await;
+    assert_eq!(
+        worker.handle(ids[1], &(), answer).await.unwrap(),
+        Disposition::Ack(AckReason::Completed)
+    );
+}

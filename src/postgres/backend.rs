@@ -15,6 +15,7 @@ use crate::inspect::{CappedCounts, Counts, Page, QueueDepth, Story, TaskQuery, T
 use crate::policy::Failure;
 use crate::store::{Attempt, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted};
 use crate::task::{NewTask, RequestKey, Response, Task, TaskId};
+use crate::throttle::{BucketState, KeySlots, RateBucket};
 
 use super::site::Site;
 use super::{ops, reads};
@@ -120,6 +121,18 @@ impl<S: Site> Backend for S {
     async fn renew_many(&self, leases: &mut [Lease], extend_by: Duration) -> Result<Vec<Fenced<()>>> {
         ops::renew_many(self.sql(), &mut *self.conn().await?, leases, extend_by).await
     }
+
+    fn decides_limits(&self) -> bool {
+        true
+    }
+
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        ops::define_bucket(self.sql(), &mut *self.conn().await?, &bucket).await
+    }
+
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        ops::drain_bucket(self.sql(), &mut *self.conn().await?, name, retry_after).await
+    }
 }
 
 /// Runs one operator's read: on the pool, in a transaction of its own under
@@ -171,5 +184,13 @@ impl<S: Site> InspectBackend for S {
 
     async fn stranded(&self, older_than: Duration, limit: usize) -> Result<Vec<TaskSummary>> {
         bounded!(self, |sql, conn| ops::stranded(sql, conn, older_than, limit))
+    }
+
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        bounded!(self, |sql, conn| ops::buckets(sql, conn))
+    }
+
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        bounded!(self, |sql, conn| ops::concurrency(sql, conn, key))
     }
 }

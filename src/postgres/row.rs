@@ -12,7 +12,7 @@ use crate::inspect::{Handoff, Story, TaskSummary};
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
-use crate::throttle::TaskLimits;
+use crate::throttle::{BucketState, ConcurrencyKey, RateBucket, TaskLimits};
 
 /// A stored value that does not decode into the domain type (a hand-edited row).
 #[derive(Debug, thiserror::Error)]
@@ -119,9 +119,56 @@ pub(crate) fn summary(row: &PgRow) -> Result<TaskSummary, sqlx::Error> {
             .try_get::<Option<String>, _>("trace_context")?
             .map(|cx| cx.parse().map_err(|e| corrupt("trace_context", e)))
             .transpose()?,
-        // Submissions naming limits are refused until this backend stores them.
-        limits: TaskLimits::default(),
+        limits: limits(row)?,
     })
+}
+
+/// The limits a task row names (its concurrency key with its limit, its rate bucket).
+fn limits(row: &PgRow) -> Result<TaskLimits, sqlx::Error> {
+    let key: Option<String> = row.try_get("concurrency_key")?;
+    let limit: Option<i32> = row.try_get("concurrency_limit")?;
+    let concurrency = match (key, limit) {
+        (Some(key), Some(limit)) => Some(ConcurrencyKey::new(
+            key,
+            u32::try_from(limit).map_err(|_| corrupt("concurrency_limit", limit))?,
+        )),
+        (None, None) => None,
+        (Some(key), None) => return Err(corrupt("concurrency_limit", format!("NULL for key {key}"))),
+        (None, Some(limit)) => return Err(corrupt("concurrency_key", format!("NULL with limit {limit}"))),
+    };
+    Ok(TaskLimits {
+        concurrency,
+        bucket: row.try_get("rate_bucket")?,
+    })
+}
+
+/// Decodes a `buckets` row.
+pub(crate) fn bucket(row: &PgRow) -> Result<BucketState, sqlx::Error> {
+    let count = |column: &'static str| -> Result<u32, sqlx::Error> {
+        let n: i64 = row.try_get(column)?;
+        u32::try_from(n).map_err(|_| corrupt(column, n))
+    };
+    let bucket = RateBucket::new(
+        row.try_get::<String, _>("name")?,
+        count("rate")?,
+        duration("period_ns", row.try_get("period_ns")?)?,
+    )
+    .burst(count("burst")?);
+    let schedule = row
+        .try_get::<Option<i64>, _>("schedule_ns")?
+        .map(|ns| instant("schedule_ns", ns))
+        .transpose()?;
+    Ok(BucketState { bucket, schedule })
+}
+
+/// An instant as nanoseconds since the Unix epoch: exact, as the rules'
+/// arithmetic is (a `timestamptz` keeps microseconds).
+pub(crate) fn epoch_nanos(at: OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos()).unwrap_or(i64::MAX)
+}
+
+fn instant(column: &'static str, ns: i64) -> Result<OffsetDateTime, sqlx::Error> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns)).map_err(|_| corrupt(column, ns))
 }
 
 /// Decodes an attempts row.

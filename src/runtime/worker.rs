@@ -339,13 +339,16 @@ impl Worker {
                     rejected(rejection)
                 }
             }),
-            Err(failure) => Ok(match self.store.fail(lease, failure).await? {
-                Fenced::Accepted(Retry::Scheduled {
-                    not_before,
-                    attempts_left,
-                }) => self.retry_at(not_before, RetryReason::Scheduled { attempts_left }),
-                Fenced::Accepted(Retry::Exhausted(_)) => Disposition::Ack(AckReason::Failed),
-                Fenced::Rejected(rejection) => rejected(rejection),
+            Err(failure) => Ok({
+                super::failure::drain_bucket(&*self.store, &lease, &failure).await;
+                match self.store.fail(lease, failure).await? {
+                    Fenced::Accepted(Retry::Scheduled {
+                        not_before,
+                        attempts_left,
+                    }) => self.retry_at(not_before, RetryReason::Scheduled { attempts_left }),
+                    Fenced::Accepted(Retry::Exhausted(_)) => Disposition::Ack(AckReason::Failed),
+                    Fenced::Rejected(rejection) => rejected(rejection),
+                }
             }),
         }
     }

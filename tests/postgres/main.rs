@@ -14,6 +14,7 @@ mod effects;
 mod fencing;
 mod inspection;
 mod lease_expiry;
+mod limits;
 mod lost_ack;
 mod migrations;
 mod model;

@@ -25,6 +25,10 @@ use crate::worker::ReplyPayload;
 /// so one Idempotency-Key names one reply task whichever endpoint it was sent to.
 pub const OPERATION: &str = "chat.reply";
 
+/// The taskfence rate bucket every reply task takes a token from: the model
+/// provider's rate (`--provider-rpm`), shared by every worker.
+pub const PROVIDER_BUCKET: &str = "chat-provider";
+
 /// Set on a response that replays the first response to this Idempotency-Key
 /// (the status and body are the first response's, byte for byte):
 /// `taskfence-axum`'s header, so this API replays as its `SubmitResponse` and
@@ -142,7 +146,7 @@ async fn send(
         .await
         .map_err(internal)?;
     let payload = ReplyPayload { message_id, prompt };
-    accept(state, tx, &caller, &key, input, payload).await
+    accept(state, tx, &caller, &key, &conversation, input, payload).await
 }
 
 /// A new reply task for a message the caller owns.
@@ -155,7 +159,8 @@ async fn regenerate(
     let not_found = || PROBLEMS.problem(StatusCode::NOT_FOUND, "not-found", "no such message");
     let message_id: Uuid = message_id.parse().map_err(|_| not_found())?;
     let mut tx = state.pool.begin().await.map_err(internal)?;
-    let prompt: String = sqlx::query_scalar("SELECT content FROM messages WHERE id = $1 AND user_id = $2")
+    let query = "SELECT content, conversation_id FROM messages WHERE id = $1 AND user_id = $2";
+    let (prompt, conversation): (String, String) = sqlx::query_as(query)
         .bind(message_id)
         .bind(&caller.0)
         .fetch_optional(&mut *tx)
@@ -164,23 +169,30 @@ async fn regenerate(
         .ok_or_else(not_found)?;
     let input = InputHash::of(["regenerate".as_bytes(), message_id.as_bytes()]);
     let payload = ReplyPayload { message_id, prompt };
-    accept(state, tx, &caller, &key, input, payload).await
+    accept(state, tx, &caller, &key, &conversation, input, payload).await
 }
 
 /// Submits the reply task in `tx`. A new task is linked to its message and
 /// committed, and the worker woken; a repeat is rolled back and answered with
 /// the first response, rebuilt from the committed rows; an invalid one is
 /// rolled back and refused.
+///
+/// One conversation's replies run one at a time, in the order their
+/// messages were sent (a concurrency key of limit 1, `{user}/{conversation}`:
+/// a conversation id too long for a key is refused, nothing written); every
+/// reply takes a token of the provider's rate.
 async fn accept(
     state: AppState,
     mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
     caller: &Caller,
     key: &IdempotencyKey,
+    conversation: &str,
     input: InputHash,
     payload: ReplyPayload,
 ) -> Result<Response, Problem> {
-    let message_id = payload.message_id;
     let new = NewTask::new(RequestKey::new(&caller.0, OPERATION, key.as_str()), input)
+        .in_order(format!("{}/{conversation}", caller.0))
+        .rate_bucket(PROVIDER_BUCKET)
         .payload(serde_json::to_vec(&payload).map_err(internal)?)
         .policy(state.config.policy)
         .retention(state.config.key_retention)
@@ -199,7 +211,7 @@ async fn accept(
     };
     sqlx::query("INSERT INTO reply_tasks (task_id, message_id) VALUES ($1, $2)")
         .bind(task_id.as_uuid())
-        .bind(message_id)
+        .bind(payload.message_id)
         .execute(&mut *tx)
         .await
         .map_err(internal)?;

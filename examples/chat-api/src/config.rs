@@ -77,6 +77,12 @@ pub struct Config {
     /// to publish it). After it, the key is new work.
     #[arg(long, env = "CHAT_API_KEY_RETENTION", value_parser = parse_duration, default_value = "24h")]
     pub key_retention: Duration,
+    /// The model provider's rate limit, in requests per minute, shared by
+    /// every worker of every process (a taskfence rate bucket,
+    /// [`PROVIDER_BUCKET`](crate::PROVIDER_BUCKET)), at an even pace: one
+    /// request every minute ÷ this, never a burst above the provider's limit.
+    #[arg(long, default_value_t = 500)]
+    pub provider_rpm: u32,
     /// Input limits.
     #[command(flatten)]
     pub limits: Limits,

@@ -23,7 +23,7 @@ pub mod service;
 pub mod sim;
 pub mod worker;
 
-pub use api::{OPERATION, PROBLEMS, REPLAYED};
+pub use api::{OPERATION, PROBLEMS, PROVIDER_BUCKET, REPLAYED};
 pub use config::{Config, Limits, Mode, PurgeSettings, Settings, WorkerSettings};
 pub use replies::{ReplyStore, SaveReply, reply_store};
 pub use service::{MIGRATOR, Service, StartError};

@@ -3,14 +3,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use taskfence::PgStore;
 use taskfence::postgres::listen_saved;
 use taskfence::runtime::{SavedEvents, Stop, Wake, spawn_purge};
+use taskfence::{PgStore, TaskStore, throttle::RateBucket};
 use taskfence_axum::webhook::Webhook;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::api::{self, AppState};
+use crate::api::{self, AppState, PROVIDER_BUCKET};
 use crate::config::Config;
 use crate::notify;
 use crate::replies::reply_store;
@@ -82,6 +82,10 @@ impl Service {
             .build()?;
         store.migrate().await?;
         MIGRATOR.run(&pool).await?;
+        // The provider's rate, kept in the store for every worker (defining
+        // it again keeps its schedule); a 429's Retry-After drains it.
+        let rate = RateBucket::per_minute(PROVIDER_BUCKET, config.provider_rpm);
+        store.define_bucket(rate).await?;
 
         // One switch for everything: both consumers, the server, the
         // long-polls and the sweep.

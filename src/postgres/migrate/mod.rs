@@ -141,6 +141,24 @@ const FILES: &[File] = &[
             why: "checks its widened CHECK constraint against every row (a scan, no rewrite)",
         }],
     },
+    File {
+        version: 12,
+        description: "concurrency keys and rate buckets",
+        sql: include_str!("../../../migrations/0012_limits.sql"),
+        notes: &[
+            UpgradeNote::StopOldWorkers {
+                why: "a worker of an older release claims tasks without deciding their limits, so a task naming a concurrency key or a rate bucket could run past them",
+            },
+            UpgradeNote::BuildIndexesConcurrently {
+                table: "tasks",
+                statements: &[
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_key_lease ON tasks (concurrency_key, lease_until) WHERE status = 'running' AND concurrency_key IS NOT NULL;",
+                    "CREATE INDEX CONCURRENTLY IF NOT EXISTS tasks_limited_unfinished ON tasks (concurrency_key, key_order) WHERE status IN ('pending', 'running') AND (concurrency_key IS NOT NULL OR rate_bucket IS NOT NULL);",
+                    "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS tasks_key_order ON tasks (concurrency_key, key_order) WHERE concurrency_key IS NOT NULL;",
+                ],
+            },
+        ],
+    },
 ];
 
 /// The newest migration this library needs: a store whose history ends

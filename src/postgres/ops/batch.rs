@@ -22,7 +22,7 @@ use crate::postgres::db;
 use crate::postgres::row::{self, interval, nanos};
 use crate::postgres::sql::Statements;
 
-/// One statement for the whole batch (see `claim_many` in `sql.rs`); a
+/// One statement for the whole batch (see `claim_many` in `sql`); a
 /// task whose row changed while the statement waited for its lock is
 /// decided again on its own.
 pub(crate) async fn claim_many(
@@ -70,12 +70,21 @@ pub(crate) async fn claim_many(
 /// per repetition, so it is decided as submits in input order would be:
 /// the later one finds the task the earlier one created. A place the
 /// statement left without a row (a racing insert committed after its
-/// snapshot) is submitted alone.
+/// snapshot) is submitted alone. A batch holding a task that names a limit
+/// is submitted one task at a time, in order (each such task under its
+/// key's lock).
 pub(crate) async fn submit_many(
     sql: &Statements,
     conn: &mut PgConnection,
     tasks: Vec<NewTask>,
 ) -> Result<Vec<Result<Submitted>>> {
+    if tasks.iter().any(|task| !task.limits.is_none()) {
+        let mut answers = Vec::with_capacity(tasks.len());
+        for task in tasks {
+            answers.push(submission_answer(submit(sql, conn, task).await)?);
+        }
+        return Ok(answers);
+    }
     let mut answers: Vec<Option<Result<Submitted>>> = (0..tasks.len()).map(|_| None).collect();
     let mut pending: Vec<(usize, NewTask)> = tasks.into_iter().enumerate().collect();
     while !pending.is_empty() {
@@ -168,8 +177,10 @@ async fn submit_round(
     Ok(out)
 }
 
-/// One statement (see `claim_next` in `sql.rs`): the leases it took, in due
-/// order; a task it failed for a spent budget is not among them.
+/// One statement (see `claim_next` in `sql`): the leases it took, in due
+/// order; a task it failed for a spent budget is not among them. While a
+/// task naming a limit is unfinished the statement takes nothing and says
+/// so, and the limits decide ([`super::limits::claim_next`]).
 pub(crate) async fn claim_next(
     sql: &Statements,
     conn: &mut PgConnection,
@@ -192,6 +203,13 @@ pub(crate) async fn claim_next(
         .map_err(db)?;
     let mut leases = Vec::with_capacity(rows.len());
     for row in rows {
+        if row.try_get::<Option<uuid::Uuid>, _>("id").map_err(db)?.is_none() {
+            // Nothing taken: the one row says whether limits must decide.
+            if row.try_get::<bool, _>("limited").map_err(db)? {
+                return super::limits::claim_next(sql, conn, &request).await;
+            }
+            break;
+        }
         let place: i64 = row.try_get("n").map_err(db)?;
         let attempt_id = usize::try_from(place - 1)
             .ok()
@@ -262,7 +280,7 @@ pub(crate) async fn renew_many(
     Ok(answers)
 }
 
-/// One statement for the whole batch (see `complete_many` in `sql.rs`),
+/// One statement for the whole batch (see `complete_many` in `sql`),
 /// and one read of the refused rows to say why each was refused.
 pub(crate) async fn complete_many(
     sql: &Statements,

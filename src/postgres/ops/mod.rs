@@ -15,12 +15,14 @@
 //! | `effect` | the effect journal: begin_effect, finish_effect, effects |
 //! | `batch` | submit_many, claim_many, claim_next, renew_many, complete_many |
 //! | `maintenance` | due, purge_expired, redispatch |
+//! | `limits` | tasks naming a concurrency key or a rate bucket: their submissions and claims under the limits' locks, `claim_next` while they wait, the buckets |
 //! | `inspect` | the operator's queries: list, counts, story, stranded |
 
 mod batch;
 mod effect;
 mod fenced;
 mod inspect;
+mod limits;
 mod maintenance;
 mod read;
 mod single;
@@ -28,6 +30,7 @@ mod single;
 pub(crate) use batch::{claim_many, claim_next, complete_many, renew_many, submit_many};
 pub(crate) use effect::{begin_effect, effects, finish_effect};
 pub(crate) use inspect::{counts, depth, list, story, stranded};
+pub(crate) use limits::{buckets, concurrency, define_bucket, drain_bucket};
 pub(crate) use maintenance::{due, purge_expired, redispatch};
 pub(crate) use read::{attempts, find, get};
 pub(crate) use single::{

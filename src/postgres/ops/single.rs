@@ -29,6 +29,15 @@ enum Completion {
 }
 
 pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTask) -> Result<Submitted> {
+    if new.limits.is_none() {
+        submit_row(sql, conn, new).await
+    } else {
+        super::limits::submit(sql, conn, new).await
+    }
+}
+
+/// The submit statement: `new` created, or the task holding its key.
+pub(super) async fn submit_row(sql: &Statements, conn: &mut PgConnection, new: NewTask) -> Result<Submitted> {
     let id = TaskId::new();
     let deadline = new.policy.deadline;
     for _ in 0..RACE_RETRIES {
@@ -53,6 +62,14 @@ pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             .bind(new.acceptance.as_str())
             .bind(new.handoff)
             .bind(new.trace_context.as_ref().map(ToString::to_string))
+            .bind(new.limits.concurrency.as_ref().map(|key| key.name()))
+            .bind(
+                new.limits
+                    .concurrency
+                    .as_ref()
+                    .map(|key| i32::try_from(key.limit()).unwrap_or(i32::MAX)),
+            )
+            .bind(new.limits.bucket.as_deref())
             .fetch_optional(&mut *conn)
             .await
             .map_err(db)?;
@@ -93,8 +110,9 @@ pub(crate) async fn claim(
 ) -> Result<Claim> {
     let attempt_id = AttemptId::new();
     // Most claims are a task's first: a statement that writes only an
-    // available row holding no attempt and returns nothing otherwise.
-    if let Some(row) = claim_row(conn, &sql.claim_fresh, id, attempt_id, &request).await? {
+    // available row holding no attempt and naming no limit, and returns
+    // nothing otherwise.
+    if let Some(row) = claim_row(conn, &sql.claim_fresh, id, attempt_id, &request, false).await? {
         return taken(&row, attempt_id, &request);
     }
     for _ in 0..RACE_RETRIES {
@@ -106,28 +124,46 @@ pub(crate) async fn claim(
                 if let ClaimRule::Answer(claim) = rules::claim(&task, now) {
                     return Ok(claim);
                 }
+                if !task.limits.is_none() {
+                    return super::limits::claim(sql, conn, id, &task.limits, &request).await;
+                }
             }
         }
         // Available: a retry or a takeover. The full statement moves the
         // replaced attempt to the journal; it leaves the row only if it
         // changed while the statement waited for its lock.
-        if let Some(claim) = claim_full(sql, conn, id, attempt_id, &request).await? {
+        if let Some(claim) = claim_full(sql, conn, id, attempt_id, &request, false).await? {
             return Ok(claim);
         }
     }
     Err(Error::storage(Raced("claim")))
 }
 
-/// The full claim statement: the claim it decides, or `None` when it left
-/// a row its snapshot shows available.
-async fn claim_full(
+/// The full claim statement of a task whose limits are decided (under
+/// their locks, by `ops::limits`): the claim it decides, or `None` when it
+/// left a row its snapshot shows available.
+pub(super) async fn claim_full_decided(
     sql: &Statements,
     conn: &mut PgConnection,
     id: TaskId,
     attempt_id: AttemptId,
     request: &ClaimRequest,
 ) -> Result<Option<Claim>> {
-    let Some(row) = claim_row(conn, &sql.claim, id, attempt_id, request).await? else {
+    claim_full(sql, conn, id, attempt_id, request, true).await
+}
+
+/// The full claim statement: the claim it decides, or `None` when it left
+/// a row its snapshot shows available. `decided`: the task's limits are
+/// decided (otherwise a task naming one is left alone).
+async fn claim_full(
+    sql: &Statements,
+    conn: &mut PgConnection,
+    id: TaskId,
+    attempt_id: AttemptId,
+    request: &ClaimRequest,
+    decided: bool,
+) -> Result<Option<Claim>> {
+    let Some(row) = claim_row(conn, &sql.claim, id, attempt_id, request, decided).await? else {
         return Ok(Some(Claim::NotFound));
     };
     if row.try_get::<bool, _>("written").map_err(db)? {
@@ -143,13 +179,15 @@ async fn claim_full(
     })
 }
 
-/// Runs a claim statement (both take the same parameters).
+/// Runs a claim statement (both take the same parameters); `decided`: the
+/// task's limits are decided, so a task naming one may be taken.
 async fn claim_row(
     conn: &mut PgConnection,
     sql: &Sql,
     id: TaskId,
     attempt_id: AttemptId,
     request: &ClaimRequest,
+    decided: bool,
 ) -> Result<Option<PgRow>> {
     sql.query()
         .bind(id.as_uuid())
@@ -158,6 +196,7 @@ async fn claim_row(
         .bind(&request.worker)
         .bind(StopReason::AttemptsExhausted.as_str())
         .bind(StopReason::DeadlineExhausted.as_str())
+        .bind(decided)
         .fetch_optional(&mut *conn)
         .await
         .map_err(db)

@@ -198,6 +198,7 @@ async fn report<S: Source, F>(shared: &Shared<S, F>, lease: Lease, mut failure: 
         failure.message = fit(&failure.message);
     }
     let id = lease.task_id();
+    crate::runtime::failure::drain_bucket(&*shared.store, &lease, &failure).await;
     match shared.store.fail(lease, failure).await {
         Ok(Fenced::Accepted(Retry::Scheduled {
             not_before,

@@ -12,18 +12,22 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 use crate::policy::AcceptanceRule;
 use crate::store::Lease;
 
+mod limits;
+
+pub(crate) use limits::Limits;
+
 /// The task columns, in the order [`super::row::task`] reads them by name.
 const TASK_COLUMNS: &str = "id, scope, operation, request_key, input_hash, payload, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
      acceptance, lease_until, not_before, response, last_error, created_at, finished_at, expires_at, \
-     budget_base, budget_started_at, trace_context";
+     budget_base, budget_started_at, trace_context, concurrency_key, concurrency_limit, rate_bucket";
 
 /// The columns of a listing's row ([`super::row::summary`]): the task's
 /// without `payload` and `response`, which a page never loads.
 const SUMMARY_COLUMNS: &str = "id, scope, operation, request_key, input_hash, status, version, \
      max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter, deadline_ns, on_ambiguous, \
      acceptance, lease_until, not_before, last_error, created_at, finished_at, expires_at, \
-     budget_base, budget_started_at, trace_context";
+     budget_base, budget_started_at, trace_context, concurrency_key, concurrency_limit, rate_bucket";
 
 /// The latest attempt's columns in the task row, in the journal's order
 /// (`attempts`: id, worker, started_at, finished_at, outcome, operation_id, error).
@@ -109,6 +113,8 @@ pub(crate) struct Statements {
     pub(crate) stranded: Sql,
     /// Each operation's queue (`Inspect::depth`).
     pub(crate) depth: Sql,
+    /// The limits: see [`Limits`].
+    pub(crate) limits: Limits,
     /// The newest applied migration.
     pub(crate) schema_version: Sql,
 }
@@ -195,7 +201,7 @@ fn list_sql(s: &str, shape: ListShape) -> String {
 impl Statements {
     /// Every statement by operation name, for `EXPLAIN` and review.
     pub(crate) fn all(&self) -> Vec<(&'static str, &str)> {
-        vec![
+        let mut all = vec![
             ("submit", self.submit.as_str()),
             ("submit_many", self.submit_many.as_str()),
             ("get", self.get.as_str()),
@@ -281,7 +287,9 @@ impl Statements {
             ("story", self.story.as_str()),
             ("stranded", self.stranded.as_str()),
             ("depth", self.depth.as_str()),
-        ]
+        ];
+        all.extend(self.limits.all());
+        all
     }
 
     /// The completion statement of a batch: a current-assignment lease holds
@@ -393,6 +401,10 @@ impl Statements {
             "((t.status = 'pending' AND (t.not_before IS NULL OR t.not_before <= {s}.store_clock()))
                         OR (t.status = 'running' AND t.lease_until <= {s}.store_clock()))"
         );
+        // A row the plain claims may take: one naming no limit. A task naming
+        // a concurrency key or a rate bucket is claimed only under its locks
+        // (`ops::limits`), which pass `$7` true once its limits are decided.
+        let unlimited = "t.concurrency_key IS NULL AND t.rate_bucket IS NULL";
         // The task columns of `t`, where another relation has some of the same names.
         let t_cols = TASK_COLUMNS
             .split(", ")
@@ -561,7 +573,7 @@ impl Statements {
                 UPDATE {s}.tasks AS t
                 {}
                 WHERE t.id = (SELECT id FROM locked)
-                  AND {claim_available}
+                  AND {claim_available} AND ($7 OR ({unlimited}))
                 RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
             ),
             {}
@@ -583,7 +595,7 @@ impl Statements {
             "UPDATE {s}.tasks AS t
             {}
             WHERE t.id = $1
-              AND {claim_available} AND t.attempt_id IS NULL
+              AND {claim_available} AND t.attempt_id IS NULL AND ($7 OR ({unlimited}))
             RETURNING {cols}",
             claim_set("$2::uuid"),
         );
@@ -598,7 +610,10 @@ impl Statements {
         Self {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule,
-            // $17 whether a handoff goes with it, $18 the submitter's trace context (or NULL).
+            // $17 whether a handoff goes with it, $18 the submitter's trace context (or NULL),
+            // $19/$20 the concurrency key and its limit, $21 the rate bucket (NULL: none;
+            // a key's submission takes the key's lock first, so the place
+            // after its last is this one's alone).
             // ON CONFLICT DO NOTHING never raises a unique violation. A new
             // task returns only what the server chose (its clock's instants;
             // the caller has every other value), the rest of its row NULL; a
@@ -610,9 +625,14 @@ impl Statements {
                     INSERT INTO {s}.tasks AS t (id, scope, operation, request_key, input_hash, payload, status,
                         version, max_attempts, initial_backoff_ns, max_backoff_ns, multiplier, jitter,
                         deadline_ns, on_ambiguous, deadline_at, created_at, expires_at, acceptance,
-                        budget_started_at, handoff, trace_context)
+                        budget_started_at, handoff, trace_context, concurrency_key, concurrency_limit,
+                        key_order, rate_bucket)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
-                           c.now + $14, c.now, c.now + $15, $16, c.now, $17, $18
+                           c.now + $14, c.now, c.now + $15, $16, c.now, $17, $18, $19::text, $20::int4,
+                           CASE WHEN $19::text IS NOT NULL THEN
+                               (SELECT coalesce(max(o.key_order), 0) + 1 FROM {s}.tasks AS o
+                                WHERE o.concurrency_key = $19::text) END,
+                           $21::text
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING
                     RETURNING created_at, expires_at
@@ -877,7 +897,7 @@ impl Statements {
                     FROM req
                     WHERE t.id = req.rid
                       AND t.id = ANY(ARRAY(SELECT id FROM locked_all))
-                      AND {claim_available}
+                      AND {claim_available} AND {unlimited}
                     RETURNING true AS written, {cols}, {s}.store_clock() AS store_now
                 ),
                 {}
@@ -899,22 +919,35 @@ impl Statements {
             // first are taken (the rest are let go when the statement ends),
             // each by `claim`'s own SET and WHERE: taken, or failed when its
             // budget is spent; the replaced attempt moves to the journal.
+            //
+            // While a task naming a limit is unfinished (`limited`: one step
+            // into `tasks_limited_unfinished`), the statement takes nothing
+            // and answers one row with a NULL id and `limited` true: the
+            // caller then decides limits and fairness (`ops::limits`). Every
+            // other answer's rows carry `limited` false.
             claim_next: Sql::from(format!(
-                "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() AS now),
+                "WITH clock AS MATERIALIZED (
+                    SELECT {s}.store_clock() AS now,
+                           EXISTS (SELECT 1 FROM {s}.tasks AS l
+                                   WHERE l.status IN ('pending', 'running')
+                                     AND (l.concurrency_key IS NOT NULL OR l.rate_bucket IS NOT NULL)) AS limited),
                 fresh AS MATERIALIZED (
                     SELECT id, version, {ATTEMPT_COLUMNS}, created_at AS due_at FROM {s}.tasks AS t
                     WHERE t.status = 'pending' AND t.version = 0 AND t.not_before IS NULL AND {wanted}
+                      AND {unlimited} AND NOT (SELECT limited FROM clock)
                     ORDER BY t.created_at, t.id LIMIT $1
                     FOR NO KEY UPDATE SKIP LOCKED),
                 waiting AS MATERIALIZED (
                     SELECT id, version, {ATTEMPT_COLUMNS}, not_before AS due_at FROM {s}.tasks AS t
                     WHERE t.status = 'pending' AND t.not_before IS NOT NULL
                       AND t.not_before <= (SELECT now FROM clock) AND {wanted}
+                      AND {unlimited} AND NOT (SELECT limited FROM clock)
                     ORDER BY t.not_before LIMIT $1
                     FOR NO KEY UPDATE SKIP LOCKED),
                 expired AS MATERIALIZED (
                     SELECT id, version, {ATTEMPT_COLUMNS}, lease_until AS due_at FROM {s}.tasks AS t
                     WHERE t.status = 'running' AND t.lease_until <= (SELECT now FROM clock) AND {wanted}
+                      AND {unlimited} AND NOT (SELECT limited FROM clock)
                     ORDER BY t.lease_until LIMIT $1
                     FOR NO KEY UPDATE SKIP LOCKED),
                 picked AS MATERIALIZED (
@@ -929,7 +962,8 @@ impl Statements {
                     RETURNING {t_cols}, p.n
                 ),
                 {}
-                SELECT * FROM claimed ORDER BY n",
+                SELECT c.*, k.limited FROM (SELECT limited FROM clock) AS k
+                LEFT JOIN claimed AS c ON true ORDER BY c.n",
                 claim_set("($2::uuid[])[p.n]"),
                 moved("picked"),
             )),
@@ -1123,6 +1157,7 @@ impl Statements {
                         min(due_since) AS oldest_due_at
                  FROM live GROUP BY operation ORDER BY operation"
             )),
+            limits: Limits::new(s, &wanted.replace("$7", "$2").replace("$8", "$3")),
         }
     }
 }
