@@ -441,17 +441,19 @@ impl DynamoStore {
     }
 
     /// Who holds the slots of `key` now (its key item's live holders, by
-    /// task id), and how many of its tasks are pending (its member items).
+    /// task id), and how many of its tasks are pending (its member items
+    /// from `first_from` on).
     pub(super) async fn key_slots(&self, key: &str) -> Result<KeySlots> {
         let now = self.now();
         let key_item = item::key_of(item::conc_pk(key), item::CONC_SK);
         let found = self
             .transact_get("concurrency", std::slice::from_ref(&key_item))
             .await?;
-        let holders = match found.into_iter().next().flatten() {
-            Some(found) => item::key_item(&found).map_err(Error::storage)?.holders,
-            None => Vec::new(),
+        let read = match found.into_iter().next().flatten() {
+            Some(found) => item::key_item(&found).map_err(Error::storage)?,
+            None => item::KeyItem::default(),
         };
+        let holders = read.holders;
         let mut running: Vec<TaskId> = self
             .live_holders(holders, now)
             .await?
@@ -462,7 +464,8 @@ impl DynamoStore {
         let mut waiting = 0;
         let mut start = None;
         loop {
-            let (page, more) = self.member_page(key, 0, start).await?;
+            // Below `first_from` every task is finished: none waits there.
+            let (page, more) = self.member_page(key, read.first_from, start).await?;
             waiting += page
                 .iter()
                 .filter(|(_, _, status)| *status == Some(Status::Pending))

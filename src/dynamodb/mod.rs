@@ -7,7 +7,7 @@
 //! configuration of its own. Create the table with [`create_table`] or the
 //! definition in `docs/DYNAMODB.md`.
 //!
-//! - **One table, six kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//! - **One table, nine kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
 //!   with many attempts never nears the 400 KB item limit), its reopenings
 //!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), its
