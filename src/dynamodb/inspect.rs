@@ -16,6 +16,7 @@ use crate::inspect::{
     CappedCounts, Count, Counts, Cursor, Order, Page, QueueDepth, Story, TaskQuery, TaskSummary,
 };
 use crate::task::{Status, TaskId};
+use crate::throttle::{BucketState, KeySlots};
 
 use super::bounded::{MAX_EXAMINED, too_broad};
 use super::effect::effects_of;
@@ -137,6 +138,16 @@ impl DynamoStore {
 
 #[async_trait]
 impl InspectBackend for DynamoStore {
+    /// Every bucket: one consistent query of the buckets' partition.
+    async fn buckets(&self) -> Result<Vec<BucketState>> {
+        self.all_buckets().await
+    }
+
+    /// The key item's live holders, and its member items' pending tasks.
+    async fn concurrency(&self, key: &str) -> Result<KeySlots> {
+        self.key_slots(key).await
+    }
+
     /// The status index's pending and running entries, on the store's clock.
     async fn depth(&self) -> Result<Vec<QueueDepth>> {
         crate::backend::depth_from_listings(self, self.now()).await

@@ -15,7 +15,7 @@ use crate::inspect::Handoff;
 use crate::policy::{AcceptanceRule, OnAmbiguous, RetryPolicy};
 use crate::store::{Attempt, AttemptOutcome, Reopening};
 use crate::task::{AttemptId, InputHash, RequestKey, Response, Status, Task, TaskId};
-use crate::throttle::TaskLimits;
+use crate::throttle::{BucketState, ConcurrencyKey, RateBucket, TaskLimits};
 
 use super::table::{
     DUE_AT, DUE_SHARD, PARTITION_KEY, SORT_KEY, UNCLAIMED_AT, UNCLAIMED_INDEX, UNCLAIMED_SHARD,
@@ -103,6 +103,33 @@ pub(crate) const REFERENCE: &str = "reference";
 pub(crate) const AMBIGUOUS: &str = "ambiguous";
 pub(crate) const INTENDED_AT: &str = "intended_at";
 pub(crate) const SETTLED_AT: &str = "settled_at";
+// Limits. On a task item: its concurrency key, the key's limit, its rate
+// bucket and its place in the key's submission order.
+pub(crate) const CONCURRENCY_KEY: &str = "concurrency_key";
+pub(crate) const CONCURRENCY_LIMIT: &str = "concurrency_limit";
+pub(crate) const RATE_BUCKET: &str = "rate_bucket";
+pub(crate) const KEY_ORDER: &str = "key_order";
+// On a key item: the last submission order given, the holders of its slots
+// (task id -> the version that holds it), and the order from which its
+// unfinished tasks start (every task of a lower order is finished). The
+// key item's `version` rises with every claim of the key.
+pub(crate) const NEXT_ORDER: &str = "next_order";
+pub(crate) const HOLDERS: &str = "holders";
+pub(crate) const FIRST_FROM: &str = "first_from";
+// On a bucket item (and `name`).
+pub(crate) const RATE: &str = "rate";
+pub(crate) const PERIOD: &str = "period_ns";
+pub(crate) const BURST: &str = "burst";
+pub(crate) const SCHEDULE: &str = "schedule";
+
+/// Sort key of a concurrency key's item (partition [`conc_pk`]).
+pub(crate) const CONC_SK: &str = "C";
+/// Sort key prefix of a concurrency key's member items: one per task of
+/// the key, by submission order ([`member_sk`]).
+pub(crate) const MEMBER_PREFIX: &str = "O#";
+/// Partition key of every bucket item (sort key: the bucket's name), so
+/// `buckets` is one query of one partition.
+pub(crate) const BUCKETS_PK: &str = "B";
 
 /// An item that does not read back as what it should be.
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +152,17 @@ pub(crate) fn key_pk(key: &RequestKey) -> String {
         key.operation,
         key.key
     )
+}
+
+/// Partition key of a concurrency key's item and its member items.
+pub(crate) fn conc_pk(key: &str) -> String {
+    format!("C#{key}")
+}
+
+/// Sort key of the member item of the task at `order` in its key's
+/// submission order: zero-padded so they sort in order.
+pub(crate) fn member_sk(order: u64) -> String {
+    format!("{MEMBER_PREFIX}{order:020}")
 }
 
 /// Sort key of attempt `number`: zero-padded so they sort in number order.
@@ -235,6 +273,13 @@ pub(crate) fn new_items(task: &Task) -> (Item, Item) {
     );
     if let Some(cx) = &task.trace_context {
         item.insert(TRACE_CONTEXT.into(), s(cx.to_string()));
+    }
+    if let Some(key) = &task.limits.concurrency {
+        item.insert(CONCURRENCY_KEY.into(), s(key.name()));
+        item.insert(CONCURRENCY_LIMIT.into(), n(key.limit()));
+    }
+    if let Some(bucket) = &task.limits.bucket {
+        item.insert(RATE_BUCKET.into(), s(bucket));
     }
     (key, item)
 }
@@ -476,9 +521,99 @@ pub(crate) fn task(item: &Item) -> Result<Task, BadItem> {
             .opt_s(TRACE_CONTEXT)
             .map(|cx| cx.parse().map_err(|e| BadItem(format!("trace_context: {e}"))))
             .transpose()?,
-        // Submissions naming limits are refused until this backend stores them.
-        limits: TaskLimits::default(),
+        // Absent on items written before limits: none.
+        limits: TaskLimits {
+            concurrency: match r.opt_s(CONCURRENCY_KEY) {
+                Some(key) => Some(ConcurrencyKey::new(key, r.n(CONCURRENCY_LIMIT)?)),
+                None => None,
+            },
+            bucket: r.opt_s(RATE_BUCKET).map(str::to_owned),
+        },
     })
+}
+
+/// A task item's place in its key's submission order (absent: no key).
+pub(crate) fn key_order(item: &Item) -> Result<Option<u64>, BadItem> {
+    Reader(item).opt_n(KEY_ORDER)
+}
+
+/// A bucket's item: its definition, keyed in the buckets' partition (the
+/// schedule is the claims' and drains' to write).
+pub(crate) fn bucket_key(name: &str) -> Item {
+    key_of(BUCKETS_PK.to_owned(), name)
+}
+
+/// A bucket item as a [`BucketState`].
+pub(crate) fn bucket(item: &Item) -> Result<BucketState, BadItem> {
+    let r = Reader(item);
+    let period = r.duration(PERIOD)?.ok_or_else(|| Reader::missing(PERIOD))?;
+    Ok(BucketState {
+        bucket: RateBucket::new(r.s(NAME)?, r.n(RATE)?, period).burst(r.n(BURST)?),
+        schedule: r.opt_at(SCHEDULE)?,
+    })
+}
+
+/// A concurrency key's item as read.
+#[derive(Debug, Default)]
+pub(crate) struct KeyItem {
+    /// Raised by every claim of the key's tasks (0: never claimed).
+    pub(crate) version: u64,
+    /// The holders of its slots: task id and the version that claimed it, by id.
+    pub(crate) holders: Vec<(TaskId, u64)>,
+    /// Every task of the key below this order is finished.
+    pub(crate) first_from: u64,
+    /// The last submission order given (0: none).
+    pub(crate) next_order: u64,
+}
+
+/// A key item as a [`KeyItem`].
+pub(crate) fn key_item(item: &Item) -> Result<KeyItem, BadItem> {
+    let r = Reader(item);
+    let mut holders = Vec::new();
+    if let Some(map) = item.get(HOLDERS).and_then(|v| v.as_m().ok()) {
+        for (id, version) in map {
+            let id = id
+                .parse()
+                .map_err(|_| BadItem(format!("holder {id} is not a task id")))?;
+            let version = version
+                .as_n()
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| Reader::missing(HOLDERS))?;
+            holders.push((id, version));
+        }
+    }
+    holders.sort_unstable();
+    Ok(KeyItem {
+        version: r.opt_n(VERSION)?.unwrap_or(0),
+        holders,
+        first_from: r.opt_n(FIRST_FROM)?.unwrap_or(0),
+        next_order: r.opt_n(NEXT_ORDER)?.unwrap_or(0),
+    })
+}
+
+/// What decides whether a task item, read with [`SLOT_ATTRIBUTES`] only,
+/// holds a slot: its id, status and lease expiry.
+pub(crate) fn slot(item: &Item) -> Result<(TaskId, Status, Option<OffsetDateTime>), BadItem> {
+    let r = Reader(item);
+    let pk = r.s(PARTITION_KEY)?;
+    Ok((
+        task_id_of_pk(pk)?,
+        r.s(STATUS)?
+            .parse::<Status>()
+            .map_err(|e| BadItem(e.to_string()))?,
+        r.opt_at(LEASE_UNTIL)?,
+    ))
+}
+
+/// The attributes [`slot`] reads.
+pub(crate) const SLOT_ATTRIBUTES: [&str; 3] = [PARTITION_KEY, STATUS, LEASE_UNTIL];
+
+/// A member item's order and task id.
+pub(crate) fn member(item: &Item) -> Result<(u64, TaskId), BadItem> {
+    let r = Reader(item);
+    let id = r.s(TASK_ID)?.parse().map_err(|_| Reader::missing(TASK_ID))?;
+    Ok((r.n(KEY_ORDER)?, id))
 }
 
 /// An attempt item as an [`Attempt`]. No `outcome` attribute means it is still running.
@@ -625,6 +760,38 @@ mod tests {
         let old = self::task(&old).unwrap();
         assert_eq!((old.budget_base, old.budget_started_at), (0, old.created_at));
         assert_eq!(reopenings(&item).unwrap(), 0);
+
+        // A task's limits read back; a key item and a bucket item read back.
+        let mut keyed = task.clone();
+        keyed.limits = TaskLimits {
+            concurrency: Some(ConcurrencyKey::new("conversation-7", 1)),
+            bucket: Some("provider".into()),
+        };
+        let (_, item) = new_items(&keyed);
+        assert_eq!(self::task(&item).unwrap(), keyed);
+        assert!(member_sk(2) < member_sk(10) && member_sk(u64::MAX).len() == member_sk(0).len());
+        let holder = TaskId::new();
+        let key = HashMap::from([
+            (VERSION.to_owned(), n(3)),
+            (
+                HOLDERS.to_owned(),
+                AttributeValue::M(HashMap::from([(holder.to_string(), n(2))])),
+            ),
+            (NEXT_ORDER.to_owned(), n(7)),
+        ]);
+        let read = key_item(&key).unwrap();
+        assert_eq!(
+            (read.version, read.holders, read.first_from, read.next_order),
+            (3, vec![(holder, 2)], 0, 7)
+        );
+        let mut bucket_item = bucket_key("provider");
+        bucket_item.insert(NAME.into(), s("provider"));
+        bucket_item.insert(RATE.into(), n(60));
+        bucket_item.insert(PERIOD.into(), nanos(Duration::from_secs(60)));
+        bucket_item.insert(BURST.into(), n(2));
+        let state = bucket(&bucket_item).unwrap();
+        assert_eq!(state.bucket, RateBucket::per_minute("provider", 60).burst(2));
+        assert_eq!(state.schedule, None);
 
         // The unclaimed index's order is (created_at, id), its bound exact.
         let later = Task {

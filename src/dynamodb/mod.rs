@@ -7,13 +7,22 @@
 //! configuration of its own. Create the table with [`create_table`] or the
 //! definition in `docs/DYNAMODB.md`.
 //!
-//! - **One table, six kinds of item.** A task (`pk = T#<id>`, `sk = T`),
+//! - **One table, nine kinds of item.** A task (`pk = T#<id>`, `sk = T`),
 //!   its attempts (`pk = T#<id>`, `sk = A#<number>`, one item each, so a task
 //!   with many attempts never nears the 400 KB item limit), its reopenings
 //!   by [`reopen`](crate::TaskStore::reopen) (`sk = R#<number>`), its
 //!   handoffs (`sk = H#<instant>#<uuid>`, the outbox), its
 //!   [effect journal](crate::effect) (`sk = E#<effect name>`, one item per
 //!   effect), and its dedup record (`pk = K#<scope, operation, key>`, `sk = K`).
+//!   Limits add three more (`docs/LIMITS.md`, "On DynamoDB"): a concurrency
+//!   key's item (`pk = C#<key>`, `sk = C`: its claims' `version`, its slots'
+//!   holders, its submission order), a member item per task of a key
+//!   (`sk = O#<order>`), and a rate bucket's item (`pk = B`, `sk = <name>`).
+//! - **Limits in the claim's transaction.** A claim of a task naming a
+//!   concurrency key or a rate bucket reads their items, decides with
+//!   [`rules::within_limits`](crate::backend::rules::within_limits), and
+//!   writes them back with the claim on the condition that they are as
+//!   read: two racing claims of one key cannot both pass on one count.
 //! - **Every decision one conditional request.** A fenced write is one
 //!   `UpdateItem` or `TransactWriteItems` whose `ConditionExpression` is the
 //!   guard: version, status, the lease against the writer's clock (a running
@@ -87,6 +96,7 @@
 //! | `reopen` | an operator's reopening: the task, its dedup record and the reopening item in one transaction |
 //! | `purge` | retention: `purge_expired`, each task claimed before it is deleted |
 //! | `dispatch` | the outbox: the [`OutboxBackend`](crate::backend::OutboxBackend) steps under [`Outbox`](crate::dispatch::Outbox) (`dispatch`, `dispatch_batches`, `redispatch`) |
+//! | `limits` | concurrency keys and rate buckets: what a claim reads, the key and bucket items it writes, submission order, `define_bucket`, `drain_bucket`, `buckets`, `concurrency` |
 //! | `effect` | the effect journal: `begin_effect`, `finish_effect`, `effects`, each a snapshot read and one conditional transaction |
 //! | `inspect` | [`Inspect`](crate::inspect::Inspect): listings, counts, stories, stranded tasks |
 //! | `with` | [`WithItems`] (a `TaskStore` whose next write carries the application's items), [`ExtraRefused`] |
@@ -99,6 +109,7 @@ mod effect;
 mod expr;
 mod inspect;
 pub(crate) mod item;
+mod limits;
 mod purge;
 mod read;
 mod reopen;
@@ -107,6 +118,7 @@ mod table;
 mod tx;
 mod with;
 
+pub use limits::MAX_CONCURRENCY;
 pub use store::{DynamoStore, DynamoStoreBuilder};
 pub use table::{
     DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, PURGE_AT, PURGE_INDEX, PURGE_SHARD, SORT_KEY, STATUS_INDEX,

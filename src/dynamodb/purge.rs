@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{DeleteRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{DeleteRequest, ReturnValue, WriteRequest};
 use time::OffsetDateTime;
 
 use crate::error::{Error, Result};
@@ -88,10 +88,16 @@ impl DynamoStore {
             .expression_attribute_values(":failed", s(Status::Failed.as_str()))
             .expression_attribute_values(":cancelled", s(Status::Cancelled.as_str()))
             .expression_attribute_values(":now", at(now))
+            .return_values(ReturnValue::AllNew)
             .send()
             .await;
-        match claimed {
-            Ok(_) => {}
+        // A task of a concurrency key: its member item goes with its attempts.
+        let member = match claimed {
+            Ok(out) => out.attributes().and_then(|task| {
+                let key = task.get(item::CONCURRENCY_KEY)?.as_s().ok()?;
+                let order = item::key_order(task).ok()??;
+                Some(item::key_of(item::conc_pk(key), &item::member_sk(order)))
+            }),
             // Reopened (or purged) since the index listed it: not expired work.
             Err(SdkError::ServiceError(service))
                 if matches!(service.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
@@ -99,7 +105,7 @@ impl DynamoStore {
                 return Ok(false);
             }
             Err(err) => return Err(sdk(err)),
-        }
+        };
         let dedup = self
             .client
             .delete_item()
@@ -119,7 +125,8 @@ impl DynamoStore {
                 return Err(sdk(err));
             }
         }
-        let children = self.child_items(id).await?;
+        let mut children = self.child_items(id).await?;
+        children.extend(member);
         for chunk in children.chunks(BATCH_DELETE) {
             let mut requests: Vec<WriteRequest> = chunk
                 .iter()

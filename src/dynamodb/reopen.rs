@@ -108,6 +108,20 @@ impl DynamoStore {
                 // A fresh handoff, so the dispatcher publishes the task again.
                 items.push(self.handoff_put(id, now));
             }
+            if let Some(key) = &task.limits.concurrency {
+                // Unfinished again, in its old place: a limit-1 key's walk
+                // starts from the beginning again, and a claim of the key
+                // decided before this reopening does not commit.
+                items.push(
+                    Expr::default()
+                        .add_to(item::VERSION, 1)
+                        .set(item::FIRST_FROM, n(0))
+                        .update(
+                            &self.table,
+                            item::key_of(item::conc_pk(key.name()), item::CONC_SK),
+                        ),
+                );
+            }
             match self.transact("reopen", items, Layout::key_at(1)).await? {
                 Tx::Written => return Ok(Fenced::Accepted(next)),
                 Tx::Refused(None) => return Err(Error::NotFound(id)),

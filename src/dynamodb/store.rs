@@ -26,9 +26,11 @@ use crate::store::{
     Attempt, AttemptOutcome, Claim, ClaimNext, ClaimRequest, Fenced, Lease, ReopenRequest, Retry, Submitted,
 };
 use crate::task::{AttemptId, NewTask, RequestKey, Response, Status, Task, TaskId};
+use crate::throttle::{BucketState, RateBucket};
 
 use super::expr::{Expr, attempt_update, claimable, fence, finish_if_running, terminal, unchanged};
 use super::item::{self, Item, at, b, n, s};
+use super::limits::{LIMIT_RACES, check_concurrency};
 use super::table::{DUE_AT, DUE_INDEX, DUE_SHARD, PARTITION_KEY, TTL, UNCLAIMED_AT, UNCLAIMED_SHARD};
 use super::tx::{CONFLICT_RETRIES, Layout, RACE_RETRIES, Raced, Tx, pause, sdk};
 use super::with::WithItems;
@@ -242,14 +244,21 @@ impl DynamoStore {
         new: NewTask,
         extra: Vec<TransactWriteItem>,
     ) -> Result<Submitted> {
+        check_concurrency(new.limits.concurrency.as_ref())?;
+        if let Some(bucket) = &new.limits.bucket
+            && self.read_bucket(bucket).await?.is_none()
+        {
+            // Buckets are never removed: defined now, defined at the write.
+            return Err(InvalidInput::UnknownBucket {
+                bucket: bucket.clone(),
+            }
+            .into());
+        }
         let now = self.now();
         let expires_at = now + new.retention;
         let handoff = new.handoff && self.handoffs;
         let task = new_task(TaskId::new(), new, now, expires_at);
-        let (key_item, mut task_item) = item::new_items(&task);
-        if !handoff {
-            item::set_without_handoff(&mut task_item);
-        }
+        let (key_item, task_item) = item::new_items(&task);
         let put = |item: Item| {
             let put = Put::builder()
                 .table_name(&*self.table)
@@ -261,23 +270,38 @@ impl DynamoStore {
                 .expect("table and item are set");
             TransactWriteItem::builder().put(put).build()
         };
-        let mut items = vec![put(key_item), put(task_item)];
-        if handoff {
-            // The outbox: published by `dispatch` (see `dispatch.rs`).
-            items.push(self.handoff_put(task.id, now));
-        }
-        let own = items.len();
-        items.extend(extra);
-        for _ in 0..RACE_RETRIES {
-            match self
-                .transact("submit", items.clone(), Layout::extra_from(own))
-                .await?
-            {
+        let mut tries = 0;
+        let mut changed = 0;
+        while tries < RACE_RETRIES {
+            let mut task_item = task_item.clone();
+            if !handoff {
+                item::set_without_handoff(&mut task_item);
+            }
+            // A keyed task takes the next place in its key's submission order.
+            let member = match &task.limits.concurrency {
+                Some(key) => {
+                    let (order, items) = self.member_items(key.name(), task.id).await?;
+                    task_item.insert(item::KEY_ORDER.into(), n(order));
+                    items
+                }
+                None => Vec::new(),
+            };
+            let mut items = vec![put(key_item.clone()), put(task_item)];
+            let records = (items.len(), items.len() + member.len());
+            items.extend(member);
+            if handoff {
+                // The outbox: published by `dispatch` (see `dispatch.rs`).
+                items.push(self.handoff_put(task.id, now));
+            }
+            let own = items.len();
+            items.extend(extra.iter().cloned());
+            let layout = Layout::extra_from(own).records(records.0, records.1);
+            match self.transact("submit", items, layout).await? {
                 Tx::Written => {
                     tracing::Span::current().record("task_id", tracing::field::display(task.id));
                     return Ok(Submitted::Created(task));
                 }
-                Tx::Refused(None) => continue, // the record went away: try again
+                Tx::Refused(None) => tries += 1, // the record went away: try again
                 Tx::Refused(Some(old)) => {
                     let (existing, hash) = item::dedup(&old).map_err(Error::storage)?;
                     if hash != task.input_hash {
@@ -285,10 +309,16 @@ impl DynamoStore {
                     }
                     match self.read_task(existing).await? {
                         Some(found) => return Ok(Submitted::Existing(found)),
-                        None => continue, // purged between the two requests
+                        None => tries += 1, // purged between the two requests
                     }
                 }
-                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
+                // Another submission took the key's next place: read it again.
+                Tx::RecordChanged if changed < LIMIT_RACES => {
+                    changed += 1;
+                    tokio::time::sleep(pause(changed)).await;
+                }
+                Tx::RecordChanged => break,
+                Tx::KeyTaken(_) => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("submit")))
@@ -306,7 +336,8 @@ impl DynamoStore {
     async fn claim_read(&self, id: TaskId, mut task: Task, request: ClaimRequest) -> Result<Claim> {
         let attempt_id = AttemptId::new();
         let pk = item::task_pk(id);
-        for _ in 0..RACE_RETRIES {
+        let (mut races, mut changed) = (0, 0);
+        while races < RACE_RETRIES {
             let now = self.now();
             let mut items = Vec::new();
             let mut next = task.clone();
@@ -326,6 +357,18 @@ impl DynamoStore {
                     None
                 }
                 ClaimRule::Take => {
+                    // Within its limits, decided on its key and bucket items
+                    // as read; the claim's transaction writes them back on
+                    // the condition that they are still as read.
+                    let limits = if task.limits.is_none() {
+                        Vec::new()
+                    } else {
+                        let state = self.limit_state(&task, now).await?;
+                        match state.decide(&task, now) {
+                            Ok(schedule) => state.writes(&self.table, id, task.version + 1, schedule),
+                            Err(why) => return Ok(Claim::Throttled(why)),
+                        }
+                    };
                     let until = now + request.lease_duration;
                     next.version += 1;
                     next.status = Status::Running;
@@ -362,16 +405,21 @@ impl DynamoStore {
                         .build()
                         .expect("table and item are set");
                     items.push(TransactWriteItem::builder().put(put).build());
+                    items.extend(limits);
                     Some(until)
                 }
             };
+            let records = (2, items.len());
             if task.status == Status::Running {
                 // The previous assignment, taken over or out of budget, ends as
                 // expired. (A pending task's last attempt has ended already.)
                 let key = item::key_of(pk.clone(), &item::attempt_sk(task.version));
                 items.push(finish_if_running(AttemptOutcome::Expired, now).update(&self.table, key));
             }
-            match self.transact("claim", items, Layout::OWN).await? {
+            match self
+                .transact("claim", items, Layout::OWN.records(records.0, records.1))
+                .await?
+            {
                 Tx::Written => {
                     return Ok(match decided {
                         Some(until) => {
@@ -385,8 +433,18 @@ impl DynamoStore {
                 }
                 Tx::Refused(None) => return Ok(Claim::NotFound),
                 // Decide again on the item as it is now: no extra read.
-                Tx::Refused(Some(old)) => task = item::task(&old).map_err(Error::storage)?,
-                Tx::KeyTaken(_) | Tx::RecordChanged => unreachable!("this layout names no other item"),
+                Tx::Refused(Some(old)) => {
+                    task = item::task(&old).map_err(Error::storage)?;
+                    races += 1;
+                }
+                // Another claim of the key (or the bucket) committed first:
+                // read the limits again and decide again.
+                Tx::RecordChanged if changed < LIMIT_RACES => {
+                    changed += 1;
+                    tokio::time::sleep(pause(changed)).await;
+                }
+                Tx::RecordChanged => break,
+                Tx::KeyTaken(_) => unreachable!("this layout names no other item"),
             }
         }
         Err(Error::storage(Raced("claim")))
@@ -927,7 +985,16 @@ impl Backend for DynamoStore {
                 candidates.push((since, id, task));
             }
         }
-        candidates.sort_unstable_by_key(|(since, id, _)| (*since, *id));
+        // Round-robin by concurrency key; a candidate its limits refuse is
+        // answered `Throttled` by its claim, writes nothing, and is skipped.
+        let order = rules::fair_order(
+            &candidates
+                .iter()
+                .map(|(since, _, task)| (task, *since))
+                .collect::<Vec<_>>(),
+        );
+        let mut slots: Vec<Option<_>> = candidates.into_iter().map(Some).collect();
+        let candidates: Vec<_> = order.into_iter().filter_map(|i| slots[i].take()).collect();
         let mut candidates = candidates.into_iter();
         let mut leases = Vec::with_capacity(request.limit);
         while leases.len() < request.limit {
@@ -939,14 +1006,37 @@ impl Backend for DynamoStore {
             if round.is_empty() {
                 break;
             }
-            let mut round: Vec<_> = round.into_iter().map(Some).collect();
-            let claims = Self::concurrently(round.len(), |i| {
+            // Tasks without limits are claimed side by side; tasks naming a
+            // limit one after another, in the fair order, so a key's slot
+            // or a bucket's token goes to the candidate offered first.
+            let (limited, free): (Vec<_>, Vec<_>) =
+                round.into_iter().partition(|(_, task)| !task.limits.is_none());
+            let mut lanes: Vec<Option<Vec<(TaskId, Task)>>> =
+                free.into_iter().map(|c| Some(vec![c])).collect();
+            if !limited.is_empty() {
+                lanes.push(Some(limited));
+            }
+            let claims = Self::concurrently(lanes.len(), |i| {
                 let (store, claim) = (self.clone(), request.request());
-                let (id, task) = round[i].take().expect("each candidate is claimed once");
-                async move { store.claim_read(id, task, claim).await }
-                    .instrument(entry::span("claim", Some(id)))
+                let lane = lanes[i].take().expect("each lane is claimed once");
+                async move {
+                    let mut out = Vec::with_capacity(lane.len());
+                    for (id, task) in lane {
+                        let answer = store
+                            .claim_read(id, task, claim.clone())
+                            .instrument(entry::span("claim", Some(id)))
+                            .await;
+                        let failed = answer.is_err();
+                        out.push(answer);
+                        if failed {
+                            break;
+                        }
+                    }
+                    out
+                }
             })
             .await?;
+            let claims = claims.into_iter().flatten();
             let mut failed = None;
             for claim in claims {
                 match claim {
@@ -965,6 +1055,20 @@ impl Backend for DynamoStore {
 
     async fn purge_expired(&self, limit: usize) -> Result<u64> {
         self.purge(limit).await
+    }
+
+    /// Concurrency keys and rate buckets are decided in the claim's own
+    /// transaction (see `docs/LIMITS.md`, "On DynamoDB").
+    fn decides_limits(&self) -> bool {
+        true
+    }
+
+    async fn define_bucket(&self, bucket: RateBucket) -> Result<()> {
+        self.put_bucket(&bucket).await
+    }
+
+    async fn drain_bucket(&self, name: &str, retry_after: Duration) -> Result<Option<BucketState>> {
+        self.drain(name, retry_after).await
     }
 }
 

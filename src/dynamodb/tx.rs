@@ -92,6 +92,9 @@ pub(super) struct Layout {
     pub(super) extra_from: usize,
     pub(super) key_at: Option<usize>,
     pub(super) record_at: Option<usize>,
+    /// Records conditioned on their state as read, at `start..end` (a
+    /// claim's or submission's concurrency key and bucket items).
+    pub(super) records: Option<(usize, usize)>,
 }
 
 impl Layout {
@@ -100,6 +103,7 @@ impl Layout {
         extra_from: usize::MAX,
         key_at: None,
         record_at: None,
+        records: None,
     };
 
     /// The application's items from `extra_from` on.
@@ -115,6 +119,14 @@ impl Layout {
         Self {
             key_at: Some(key_at),
             ..Self::OWN
+        }
+    }
+
+    /// Records conditioned on their state as read at `start..end`.
+    pub(super) fn records(self, start: usize, end: usize) -> Self {
+        Self {
+            records: (start < end).then_some((start, end)),
+            ..self
         }
     }
 
@@ -167,7 +179,11 @@ impl DynamoStore {
                 if layout.key_at == Some(i) {
                     return Ok(Tx::KeyTaken(image));
                 }
-                if layout.record_at == Some(i) {
+                if layout.record_at == Some(i)
+                    || layout
+                        .records
+                        .is_some_and(|(start, end)| (start..end).contains(&i))
+                {
                     return Ok(Tx::RecordChanged);
                 }
                 if i >= layout.extra_from {

@@ -9,6 +9,7 @@ mod dispatch;
 mod effects;
 mod faults;
 mod inspection;
+mod limits;
 mod model;
 mod races;
 mod refusals;

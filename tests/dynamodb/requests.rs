@@ -429,3 +429,91 @@ async fn an_effect_step_is_a_snapshot_read_and_at_most_one_transaction() {
         "an expired lease's begin_effect: rejected from the read, nothing sent"
     );
 }
+
+/// What limits add to a submission and a claim, as `docs/DYNAMODB.md`
+/// ("Concurrency keys and rate buckets") states it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_add_their_reads_to_submit_and_claim() {
+    use taskfence::throttle::{ConcurrencyKey, RateBucket};
+    let counter = RequestCounter::new();
+    let f: DynamoFixture = DynamoFixture::new(dynamo::counted_client(&counter)).await;
+    let store = f.store();
+    requests(&counter); // table creation
+    let tx = |k: u32| ("TransactWriteItems", k);
+
+    store
+        .define_bucket(RateBucket::per_minute("provider", 60).burst(2))
+        .await
+        .unwrap();
+    assert_eq!(requests(&counter), expect(&[("UpdateItem", 1)]), "define_bucket");
+    let in_order = ConcurrencyKey::new("conversation-7", 1);
+    let first = store
+        .submit(
+            new_task("m1")
+                .concurrency(in_order.clone())
+                .rate_bucket("provider"),
+        )
+        .await
+        .unwrap()
+        .into_task();
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1), ("TransactGetItems", 1), tx(1)]),
+        "submit naming a bucket (is it defined?) and a key (its next place)"
+    );
+    let second = store
+        .submit(new_task("m2").concurrency(in_order))
+        .await
+        .unwrap()
+        .into_task();
+    requests(&counter);
+
+    let lease = acquire(&*store, first.id, "w").await;
+    assert_eq!(
+        requests(&counter),
+        expect(&[
+            ("GetItem", 1),
+            ("TransactGetItems", 1),
+            ("Query", 1),
+            ("BatchGetItem", 1),
+            tx(1)
+        ]),
+        "claim: the task, the key and bucket items, the walk of a limit-1 key, the transaction"
+    );
+    let refused = store
+        .claim(second.id, ClaimRequest::new("w", LEASE))
+        .await
+        .unwrap();
+    assert!(matches!(refused, Claim::Throttled(_)));
+    assert_eq!(
+        requests(&counter),
+        expect(&[
+            ("GetItem", 1),
+            ("TransactGetItems", 1),
+            ("BatchGetItem", 2),
+            ("Query", 1)
+        ]),
+        "refused: the reads only (the holders' tasks, the walk), nothing written"
+    );
+    assert!(
+        store
+            .complete(lease, Response::from("1"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        requests(&counter),
+        expect(&[tx(1)]),
+        "a completion touches no limit item"
+    );
+    store
+        .drain_bucket("provider", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        requests(&counter),
+        expect(&[("GetItem", 1), tx(1)]),
+        "drain_bucket: the bucket, then its schedule on condition"
+    );
+}
