@@ -12,9 +12,10 @@
 ALTER TABLE tasks
     ADD COLUMN concurrency_key text,
     ADD COLUMN concurrency_limit integer,
-    -- The task's place in its key's submission order: one more than the
-    -- key's last, given under the key's lock, so limit 1 runs a key's tasks
-    -- in the order their submissions committed.
+    -- The task's place in its key's submission order (from
+    -- `tasks_key_order_seq`): a submission that returned before another
+    -- began has the smaller place, so limit 1 runs a key's tasks in the
+    -- order they were submitted.
     ADD COLUMN key_order bigint,
     ADD COLUMN rate_bucket text;
 ALTER TABLE tasks ADD CONSTRAINT tasks_concurrency_check
@@ -36,9 +37,13 @@ CREATE INDEX IF NOT EXISTS tasks_key_lease ON tasks (concurrency_key, lease_unti
 -- Unfinished tasks naming a limit: whether `claim_next` must decide limits
 -- at all (one step into it), and a limit-1 key's first unfinished task.
 CREATE INDEX IF NOT EXISTS tasks_limited_unfinished ON tasks (concurrency_key, key_order) WHERE status IN ('pending', 'running') AND (concurrency_key IS NOT NULL OR rate_bucket IS NOT NULL);
--- Every task of a key by submission order: the next submission's place,
--- and each place given once.
+-- Every task of a key by submission order: each place given once.
 CREATE UNIQUE INDEX IF NOT EXISTS tasks_key_order ON tasks (concurrency_key, key_order) WHERE concurrency_key IS NOT NULL;
+
+-- Places in the keys' submission orders: one sequence for every key (a
+-- place is only ever compared with places of the same key), drawn without
+-- a lock, so submissions naming one key never wait for each other.
+CREATE SEQUENCE tasks_key_order_seq AS bigint;
 
 -- The rate buckets: the definition, and the one instant the generic cell
 -- rate algorithm keeps (`schedule_ns`, nanoseconds since the Unix epoch,

@@ -135,6 +135,45 @@ async fn depth_shows_each_operations_queue_and_never_the_finished_tasks() {
     assert!(text.contains(" ago)"), "the oldest due one's wait: {text}");
 }
 
+/// `limits` on PostgreSQL: each bucket with the tokens available on the
+/// server's clock, and who holds a key's slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_show_each_bucket_and_who_holds_a_keys_slots() {
+    use taskfence::throttle::{ConcurrencyKey, RateBucket};
+
+    let f = fixture().await;
+    let store = f.store();
+    assert_eq!(pg(&f, &["limits"]).ok(), "no rate buckets\n");
+    store
+        .define_bucket(RateBucket::per_minute("openai-key-1", 500).burst(50))
+        .await
+        .unwrap();
+    let keyed =
+        |key: &str| taskfence::testing::new_task(key).concurrency(ConcurrencyKey::new("conversation-7", 1));
+    let first = store.submit(keyed("m1")).await.unwrap().into_task();
+    store.submit(keyed("m2")).await.unwrap();
+    acquire(&*store, first.id, "worker-1").await;
+
+    let json = pg(&f, &["--json", "limits", "--key", "conversation-7"]).json();
+    let bucket = &json["buckets"][0];
+    assert_eq!(
+        (
+            &bucket["name"],
+            &bucket["rate"],
+            &bucket["burst"],
+            &bucket["available"]
+        ),
+        (&"openai-key-1".into(), &500.into(), &50.into(), &50.into())
+    );
+    assert_eq!(json["key"]["running"], serde_json::json!([first.id.to_string()]));
+    assert_eq!(json["key"]["waiting"], 1);
+    let text = pg(&f, &["limits", "--key", "conversation-7"]).ok();
+    assert!(
+        text.contains("key conversation-7: 1 running, 1 waiting"),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_filters_and_pages_through_the_printed_cursor() {
     let f = fixture().await;

@@ -124,7 +124,7 @@ pub(crate) fn summary(row: &PgRow) -> Result<TaskSummary, sqlx::Error> {
 }
 
 /// The limits a task row names (its concurrency key with its limit, its rate bucket).
-fn limits(row: &PgRow) -> Result<TaskLimits, sqlx::Error> {
+pub(crate) fn limits(row: &PgRow) -> Result<TaskLimits, sqlx::Error> {
     let key: Option<String> = row.try_get("concurrency_key")?;
     let limit: Option<i32> = row.try_get("concurrency_limit")?;
     let concurrency = match (key, limit) {

@@ -405,6 +405,7 @@ macro_rules! __limits_suite {
             a_slot_comes_back_when_its_lease_expires,
             a_superseded_worker_frees_no_slot,
             an_in_order_key_runs_in_submission_order_through_a_retry,
+            a_reopened_task_goes_before_its_keys_younger_tasks,
             claim_next_is_fair_across_keys,
             a_rate_bucket_gives_its_burst_then_its_rate,
             a_drained_bucket_stops_every_worker_until_retry_after,

@@ -1,7 +1,7 @@
 //! Concurrency keys and rate buckets decided by `DynamoStore`: the limits
 //! suite, each test on a fresh table; and what the suite leaves to each
-//! backend: claims of one key racing by id, a reopened task's place in its
-//! key's order, a limit above this backend's, old items without limits.
+//! backend: claims of one key racing by id, a limit above this backend's,
+//! old items without limits.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -55,65 +55,6 @@ async fn racing_claims_by_id_of_one_key_never_pass_its_limit() {
     let running: HashSet<TaskId> = slots.running.into_iter().collect();
     assert_eq!(running, granted.into_iter().collect::<HashSet<_>>());
     assert_eq!(slots.waiting, 4);
-}
-
-/// A reopened task of a limit-1 key is unfinished again: it goes before the
-/// younger task of its key that has not started.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reopened_task_goes_before_younger_unstarted_tasks_of_its_key() {
-    let f = dynamo::fixture().await;
-    let store = f.store();
-    let key = ConcurrencyKey::new("conversation-7", 1);
-    let mut ids = Vec::new();
-    for k in ["m1", "m2", "m3"] {
-        ids.push(
-            store
-                .submit(new_task(k).concurrency(key.clone()))
-                .await
-                .unwrap()
-                .into_task()
-                .id,
-        );
-    }
-    let first = acquire(&*store, ids[0], "w").await;
-    assert!(
-        store
-            .fail(first, Failure::permanent("bad input"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    let second = acquire(&*store, ids[1], "w").await;
-    assert!(
-        store
-            .complete(second, Response::from("2"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    assert!(
-        store
-            .reopen(ids[0], ReopenRequest::new("ops", "input fixed"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    match store.claim(ids[2], request("w")).await.unwrap() {
-        Claim::Throttled(why) => assert_eq!(
-            why,
-            Throttled::InOrder {
-                key: "conversation-7".into(),
-                behind: ids[0]
-            },
-            "the reopened task first"
-        ),
-        other => panic!("expected the key's order to refuse, got {}", other.label()),
-    }
-    let next = store
-        .claim_next(ClaimNext::new("w", Duration::from_secs(30), 10))
-        .await
-        .unwrap();
-    assert_eq!(next.iter().map(Lease::task_id).collect::<Vec<_>>(), [ids[0]]);
 }
 
 /// A concurrency limit above this backend's (the key item lists its

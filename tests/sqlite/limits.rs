@@ -1,8 +1,8 @@
 //! Concurrency keys and rate buckets decided by `SqliteStore`: the limits
 //! suite, each test in a fresh file on a manual clock; and a file made by
 //! the previous migration upgraded in place, its tasks kept; and what the
-//! suite leaves to each backend: a reopened task's place in its key's
-//! order, a bucket emptied by a `claim_next` batch itself.
+//! suite leaves to each backend: a bucket emptied by a `claim_next` batch
+//! itself.
 
 use std::time::Duration;
 
@@ -118,62 +118,6 @@ async fn a_file_of_the_previous_migration_upgrades_in_place_and_keeps_its_tasks(
     store.pool().close().await;
     pool.close().await;
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// A reopened task of a limit-1 key is unfinished again: it goes before the
-/// younger task of its key that has not started.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reopened_task_goes_before_younger_unstarted_tasks_of_its_key() {
-    let f = SqliteFixture::new().await;
-    let store = f.store();
-    let key = ConcurrencyKey::new("conversation-7", 1);
-    let mut ids = Vec::new();
-    for k in ["m1", "m2", "m3"] {
-        ids.push(
-            store
-                .submit(new_task(k).concurrency(key.clone()))
-                .await
-                .unwrap()
-                .into_task()
-                .id,
-        );
-    }
-    let first = acquire(&*store, ids[0], "w").await;
-    assert!(
-        store
-            .fail(first, Failure::permanent("bad input"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    let second = acquire(&*store, ids[1], "w").await;
-    assert!(
-        store
-            .complete(second, Response::from("2"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    assert!(
-        store
-            .reopen(ids[0], ReopenRequest::new("ops", "input fixed"))
-            .await
-            .unwrap()
-            .is_accepted()
-    );
-    assert_eq!(
-        store.claim(ids[2], request("w")).await.unwrap().throttled(),
-        Some(&Throttled::InOrder {
-            key: "conversation-7".into(),
-            behind: ids[0]
-        }),
-        "the reopened task first"
-    );
-    let next = store
-        .claim_next(ClaimNext::new("w", Duration::from_secs(30), 10))
-        .await
-        .unwrap();
-    assert_eq!(next.iter().map(Lease::task_id).collect::<Vec<_>>(), [ids[0]]);
 }
 
 /// A bucket emptied by a `claim_next` batch itself: the batch's other

@@ -7,9 +7,8 @@
 //! key's advisory lock, then the bucket's row — so two decisions on one key
 //! or one bucket never interleave and never deadlock:
 //!
-//! - a **submission** takes its key's lock, then places the task after the
-//!   key's last (`key_order`): a key's submission order is the order in
-//!   which its submissions committed;
+//! - a **submission** naming a bucket checks it is defined; a task naming
+//!   a key takes its place in the key's order from a sequence (no lock);
 //! - a **claim** takes the locks, then reads the task and the store clock,
 //!   decides with [`rules::claim`] and [`rules::within_limits`] on the
 //!   key's live leases and the bucket's schedule as the locks left them,
@@ -41,8 +40,8 @@ use crate::postgres::row::{self, epoch_nanos, nanos};
 use crate::postgres::sql::Statements;
 
 /// Submits `new`, which names a limit: its bucket must be defined
-/// ([`InvalidInput::UnknownBucket`] otherwise, nothing written), and a task
-/// naming a key is placed after the key's last under the key's lock.
+/// ([`InvalidInput::UnknownBucket`] otherwise, nothing written). Buckets are
+/// never removed, so one defined now still is when the task commits.
 pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTask) -> Result<Submitted> {
     if let Some(bucket) = &new.limits.bucket {
         let defined: bool = sql
@@ -62,14 +61,7 @@ pub(crate) async fn submit(sql: &Statements, conn: &mut PgConnection, new: NewTa
             .into());
         }
     }
-    let Some(key) = new.limits.concurrency.clone() else {
-        return submit_row(sql, conn, new).await;
-    };
-    let mut tx = conn.begin().await.map_err(db)?;
-    lock_key(sql, &mut tx, key.name()).await?;
-    let submitted = submit_row(sql, &mut tx, new).await?;
-    tx.commit().await.map_err(db)?;
-    Ok(submitted)
+    submit_row(sql, conn, new).await
 }
 
 /// Claims the task `id`, which names `limits`, under their locks (see the
@@ -145,7 +137,7 @@ pub(crate) async fn claim_next(
     let page = request.limit.saturating_mul(2).saturating_add(8);
     let mut leases = Vec::with_capacity(request.limit);
     loop {
-        let ids: Vec<uuid::Uuid> = sql
+        let candidates: Vec<(TaskId, TaskLimits)> = sql
             .limits
             .needing_worker
             .query()
@@ -156,15 +148,22 @@ pub(crate) async fn claim_next(
             .await
             .map_err(db)?
             .iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, _>>()
+            .map(|r| Ok((TaskId::from_uuid(r.try_get("id")?), row::limits(r)?)))
+            .collect::<Result<_, sqlx::Error>>()
             .map_err(db)?;
         let mut progress = false;
-        for id in &ids {
+        for (id, limits) in &candidates {
             if leases.len() == request.limit {
                 break;
             }
-            match super::claim(sql, conn, TaskId::from_uuid(*id), claim_request.clone()).await? {
+            // A task naming a limit goes straight to its locks; another
+            // takes the plain claim.
+            let claimed = if limits.is_none() {
+                super::claim(sql, conn, *id, claim_request.clone()).await?
+            } else {
+                claim(sql, conn, *id, limits, &claim_request).await?
+            };
+            match claimed {
                 Claim::Acquired(lease) => {
                     leases.push(lease);
                     progress = true;
@@ -173,7 +172,7 @@ pub(crate) async fn claim_next(
                 _ => progress = true,
             }
         }
-        if leases.len() == request.limit || ids.len() < page || !progress {
+        if leases.len() == request.limit || candidates.len() < page || !progress {
             return Ok(leases);
         }
     }

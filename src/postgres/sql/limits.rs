@@ -12,11 +12,11 @@
 use super::Sql;
 
 /// How many times its page `claim_next`'s scan reads of each kind of due
-/// task (never claimed, backoff passed, lease expired) that its limits
-/// allow, oldest first: the window the round-robin by key ranks. It bounds
-/// the scan's cost whatever the backlog; a key whose oldest allowed task is
-/// younger than a whole window of another key's waits for that window to
-/// drain.
+/// task naming no key (never claimed, backoff passed, lease expired) that
+/// its limits allow, oldest first: it bounds the scan's cost whatever the
+/// backlog of tasks without a key. Tasks naming a key are read key by key,
+/// up to a page of each, so a key with a thousand due tasks never hides a
+/// key with one.
 const WINDOW: u32 = 8;
 
 /// The limits' statements of one store, for one schema.
@@ -47,13 +47,17 @@ pub(crate) struct Limits {
     /// The store's clock.
     pub(crate) store_now: Sql,
     /// $1 page, $2 operations, $3 scopes (empty: any). `claim_next`'s scan
-    /// while tasks naming limits are unfinished: the ids of the tasks that
+    /// while tasks naming limits are unfinished: the tasks (id and limits) that
     /// need a worker, less those their limits refuse now (their key has as
     /// many live leases as its limit, a limit-1 key's older task is
-    /// unfinished, their bucket has no token), of each kind the oldest
-    /// [`WINDOW`] pages, offered round-robin by key (`rules::fair_order`:
+    /// unfinished, their bucket has no token): of each key with unfinished
+    /// tasks (found one index step per key) up to a page of its due tasks by
+    /// submission order, and of the tasks naming no key the oldest [`WINDOW`]
+    /// pages of each kind; offered round-robin by key (`rules::fair_order`:
     /// each ranked by its turn within its key, then by how long it has been
     /// due). No row is locked: each is then claimed alone, under its locks.
+    /// Its cost grows with the number of keys that have unfinished tasks,
+    /// not with their backlogs.
     pub(crate) needing_worker: Sql,
 }
 
@@ -68,15 +72,21 @@ impl Limits {
               OR {s}.limits_allow(t.concurrency_key, t.concurrency_limit, t.key_order, t.rate_bucket,
                                   (SELECT now FROM clock)))"
         );
-        // One kind of due task, oldest first along its partial index, the
-        // ones their limits allow, up to the window.
+        // One kind of due task naming no key (a bucket at most), oldest
+        // first along its partial index, the ones their limits allow, up to
+        // the window.
         let branch = |due_at: &str, condition: &str, order: &str| {
             format!(
-                "(SELECT t.id, {due_at} AS due_at, t.concurrency_key FROM {s}.tasks AS t
-                  WHERE {condition} AND {wanted} AND {allowed}
+                "(SELECT t.id, {due_at} AS due_at, t.concurrency_key, t.concurrency_limit, t.rate_bucket
+                  FROM {s}.tasks AS t
+                  WHERE {condition} AND t.concurrency_key IS NULL AND {wanted} AND {allowed}
                   ORDER BY {order} LIMIT $1 * {WINDOW})"
             )
         };
+        // An unfinished task naming a limit: the predicate of
+        // `tasks_limited_unfinished`, so the keys' scans read that index.
+        let unfinished = "t.status IN ('pending', 'running') \
+                          AND (t.concurrency_key IS NOT NULL OR t.rate_bucket IS NOT NULL)";
         Self {
             lock_key: Sql::from(format!(
                 "SELECT pg_advisory_xact_lock(hashtextextended('taskfence {s} ' || $1::text, 0))"
@@ -115,13 +125,36 @@ impl Limits {
             )),
             store_now: Sql::from(format!("SELECT {s}.store_clock() AS store_now")),
             needing_worker: Sql::from(format!(
-                "WITH clock AS MATERIALIZED (SELECT {s}.store_clock() AS now)
-                SELECT id FROM (
-                    SELECT due.id, due.due_at,
+                "WITH RECURSIVE clock AS MATERIALIZED (SELECT {s}.store_clock() AS now),
+                keys AS (
+                    (SELECT t.concurrency_key AS k FROM {s}.tasks AS t
+                     WHERE {unfinished} AND t.concurrency_key IS NOT NULL
+                     ORDER BY t.concurrency_key LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT t.concurrency_key FROM {s}.tasks AS t
+                            WHERE {unfinished} AND t.concurrency_key > keys.k
+                            ORDER BY t.concurrency_key LIMIT 1)
+                    FROM keys WHERE keys.k IS NOT NULL),
+                keyed AS (
+                    SELECT d.* FROM keys, LATERAL (
+                        SELECT t.id,
+                               CASE WHEN t.status = 'running' THEN t.lease_until
+                                    ELSE coalesce(t.not_before, t.created_at) END AS due_at,
+                               t.concurrency_key, t.concurrency_limit, t.rate_bucket
+                        FROM {s}.tasks AS t
+                        WHERE t.concurrency_key = keys.k AND {unfinished}
+                          AND ((t.status = 'pending' AND t.version = 0 AND t.not_before IS NULL)
+                               OR (t.status = 'pending' AND t.not_before <= (SELECT now FROM clock))
+                               OR (t.status = 'running' AND t.lease_until <= (SELECT now FROM clock)))
+                          AND {wanted} AND {allowed}
+                        ORDER BY t.key_order LIMIT $1) AS d
+                    WHERE keys.k IS NOT NULL)
+                SELECT id, concurrency_key, concurrency_limit, rate_bucket FROM (
+                    SELECT due.*,
                            CASE WHEN due.concurrency_key IS NULL THEN 1
                                 ELSE row_number() OVER (PARTITION BY due.concurrency_key
                                                         ORDER BY due.due_at, due.id) END AS turn
-                    FROM ({fresh} UNION ALL {waiting} UNION ALL {expired}) AS due
+                    FROM (SELECT * FROM keyed UNION ALL {fresh} UNION ALL {waiting} UNION ALL {expired}) AS due
                 ) AS ranked
                 ORDER BY turn, due_at, id LIMIT $1",
                 fresh = branch(

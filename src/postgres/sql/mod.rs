@@ -611,9 +611,10 @@ impl Statements {
             // $1 id, $2 scope, $3 operation, $4 key, $5 input hash, $6 payload,
             // $7..$13 policy, $14 deadline interval, $15 retention interval, $16 acceptance rule,
             // $17 whether a handoff goes with it, $18 the submitter's trace context (or NULL),
-            // $19/$20 the concurrency key and its limit, $21 the rate bucket (NULL: none;
-            // a key's submission takes the key's lock first, so the place
-            // after its last is this one's alone).
+            // $19/$20 the concurrency key and its limit, $21 the rate bucket (NULL: none).
+            // A task naming a key takes its place in the key's order from a
+            // sequence: a submission that returned before another began has
+            // the smaller place.
             // ON CONFLICT DO NOTHING never raises a unique violation. A new
             // task returns only what the server chose (its clock's instants;
             // the caller has every other value), the rest of its row NULL; a
@@ -629,9 +630,7 @@ impl Statements {
                         key_order, rate_bucket)
                     SELECT $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10, $11, $12, $13,
                            c.now + $14, c.now, c.now + $15, $16, c.now, $17, $18, $19::text, $20::int4,
-                           CASE WHEN $19::text IS NOT NULL THEN
-                               (SELECT coalesce(max(o.key_order), 0) + 1 FROM {s}.tasks AS o
-                                WHERE o.concurrency_key = $19::text) END,
+                           CASE WHEN $19::text IS NOT NULL THEN nextval('{s}.tasks_key_order_seq') END,
                            $21::text
                     FROM (SELECT {s}.store_clock() AS now OFFSET 0) AS c
                     ON CONFLICT (scope, operation, request_key) DO NOTHING

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::*;
 use crate::error::{Error, InvalidInput};
 use crate::policy::{Failure, RetryPolicy};
-use crate::store::{ClaimNext, Rejection};
+use crate::store::{ClaimNext, Rejection, ReopenRequest};
 use crate::task::{Response, Status};
 use crate::testing::{Fixture, InspectFixture, race};
 use crate::throttle::{self, ConcurrencyKey, RateBucket, Throttled};
@@ -235,6 +235,45 @@ pub async fn an_in_order_key_runs_in_submission_order_through_a_retry(f: &dyn In
         [ids[2]],
         "a cancelled task lets the next go"
     );
+}
+
+/// A reopened task of a limit-1 key is unfinished again: it keeps its place
+/// in its key's order, so it goes before the younger task of its key that
+/// has not started (a claim of that one is refused behind it, and
+/// `claim_next` offers the reopened one).
+pub async fn a_reopened_task_goes_before_its_keys_younger_tasks(f: &dyn InspectFixture) {
+    let store = f.store();
+    let mut ids = Vec::new();
+    for k in ["m1", "m2", "m3"] {
+        ids.push(submit(&*store, keyed(k, "conversation-7", 1)).await.id);
+    }
+    let first = acquire(&*store, ids[0], "w").await;
+    fail_accepted(&*store, first, Failure::permanent("bad input")).await;
+    let second = acquire(&*store, ids[1], "w").await;
+    assert!(
+        store
+            .complete(second, Response::from("2"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert!(
+        store
+            .reopen(ids[0], ReopenRequest::new("ops", "input fixed"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(
+        throttled(&*store, ids[2]).await,
+        Throttled::InOrder {
+            key: "conversation-7".into(),
+            behind: ids[0]
+        },
+        "the reopened task first"
+    );
+    let next = store.claim_next(next("w", 10)).await.unwrap();
+    assert_eq!(next.iter().map(Lease::task_id).collect::<Vec<_>>(), [ids[0]]);
 }
 
 /// `claim_next` goes round-robin by key: a key with many due tasks and a

@@ -6,6 +6,7 @@
 //! cargo run --release -p taskfence-bench -- [--quick | --long] [--lifecycle | --peers | --holding | --enqueue] [--rounds N] [--out DIR] [--database-url URL]
 //! cargo run --release -p taskfence-bench -- --sustained [--quick] [--phase-secs S] [--rate R] [--out DIR]
 //! cargo run --release -p taskfence-bench --features apalis -- --sqlite [--quick] [--rounds N]
+//! cargo run --release -p taskfence-bench -- --limits [--quick] [--rounds N]
 //! ```
 //!
 //! Prints a Markdown report and writes `DIR/bench-results.md` and
@@ -25,6 +26,7 @@ mod db;
 mod enqueue;
 mod holding;
 mod lifecycle;
+mod limits;
 mod memory;
 mod peers;
 mod report;
@@ -67,6 +69,8 @@ pub struct Config {
     pub enqueue_only: bool,
     /// Run only SQLite beside apalis-sqlite (and MemoryStore, PgStore), and print it.
     pub sqlite_only: bool,
+    /// Run only what deciding limits costs, and print it.
+    pub limits_only: bool,
     /// Concurrent workers of the lifecycle throughput section.
     pub workers: Vec<usize>,
     /// Rounds of each (workers, ours/ceiling) pair, alternating; medians are reported.
@@ -119,6 +123,7 @@ impl Config {
             holding_only: false,
             enqueue_only: false,
             sqlite_only: false,
+            limits_only: false,
             workers: vec![1, 8, 32],
             lifecycle_rounds: if quick { 1 } else { 5 },
             lifecycle_secs: if quick { 0.3 } else { 2.0 },
@@ -148,6 +153,7 @@ impl Config {
         let mut holding_only = false;
         let mut enqueue_only = false;
         let mut sqlite_only = false;
+        let mut limits_only = false;
         let mut rounds = None;
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -164,6 +170,7 @@ impl Config {
                 "--holding" => holding_only = true,
                 "--enqueue" => enqueue_only = true,
                 "--sqlite" => sqlite_only = true,
+                "--limits" => limits_only = true,
                 "--rounds" => rounds = Some(args.next().ok_or("--rounds needs a count")?.parse()?),
                 "--out" => out = args.next().ok_or("--out needs a directory")?.into(),
                 "--database-url" => url = args.next().ok_or("--database-url needs a URL")?,
@@ -189,6 +196,7 @@ impl Config {
                          --holding runs only what a consumer holds (before/after, and one kill) and prints it;\n\
                          --enqueue runs only the bulk enqueue (submit vs submit_many) and prints it;\n\
                          --sqlite runs only SqliteStore beside apalis-sqlite (and MemoryStore, PgStore) and prints it;\n\
+                         --limits runs only what deciding limits costs (no limit, a hot key, many keys, a bucket) and prints it;\n\
                          --rounds N sets the rounds of the peers and --sqlite sections"
                     );
                     std::process::exit(0);
@@ -200,6 +208,7 @@ impl Config {
         Ok(Self {
             peer_rounds: rounds.unwrap_or(base.peer_rounds),
             sqlite_only,
+            limits_only,
             lifecycle_only,
             peers_only,
             sustained,
@@ -269,6 +278,13 @@ async fn run() -> Res<()> {
     }
     if cfg.sqlite_only {
         sqlite::run(&cfg, &pool, &mut report).await?;
+        report.finish(started.elapsed());
+        println!("{}", report.markdown());
+        pool.close().await;
+        return Ok(());
+    }
+    if cfg.limits_only {
+        limits::run(&cfg, &pool, &mut report).await?;
         report.finish(started.elapsed());
         println!("{}", report.markdown());
         pool.close().await;

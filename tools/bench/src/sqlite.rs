@@ -97,10 +97,10 @@ impl Commits {
 }
 
 /// A temporary directory for the run's database files, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Res<Self> {
+    pub(crate) fn new() -> Res<Self> {
         let dir = std::env::temp_dir().join(format!(
             "taskfence-bench-sqlite-{}-{}",
             std::process::id(),
@@ -112,7 +112,7 @@ impl TempDir {
     }
 
     /// A fresh file name in it.
-    fn file(&self, system: &str) -> PathBuf {
+    pub(crate) fn file(&self, system: &str) -> PathBuf {
         self.0
             .join(format!("{system}-{}.db", uuid::Uuid::now_v7().simple()))
     }
@@ -127,7 +127,12 @@ impl Drop for TempDir {
 /// The consumer as the docs show it, on `store`: `concurrency = W` and the
 /// defaults otherwise. Returns the processing rate once `completed` counts
 /// `n`, and checks the consumer completed them all.
-async fn consume<F, Fut>(store: Arc<dyn TaskStore>, workers: usize, n: u64, completed: F) -> Res<f64>
+pub(crate) async fn consume<F, Fut>(
+    store: Arc<dyn TaskStore>,
+    workers: usize,
+    n: u64,
+    completed: F,
+) -> Res<f64>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Res<i64>>,
