@@ -167,7 +167,8 @@ async fn limits_show_each_bucket_and_who_holds_a_keys_slots() {
     );
     assert_eq!(json["key"]["running"], serde_json::json!([first.id.to_string()]));
     assert_eq!(json["key"]["waiting"], 1);
-    let text = pg(&f, &["limits", "--key", "conversation-7"]).ok();
+    let shown = pg(&f, &["limits", "--key", "conversation-7"]);
+    let text = shown.ok();
     assert!(
         text.contains("key conversation-7: 1 running, 1 waiting"),
         "{text}"
