@@ -7,10 +7,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use taskfence::store::ReopenRequest;
 use taskfence::testing::{Fixture, InspectFixture, acquire, new_task, race, request};
 use taskfence::throttle::{ConcurrencyKey, Throttled};
-use taskfence::{Claim, ClaimNext, Error, Failure, Lease, Response, TaskId, TaskStore};
+use taskfence::{Claim, Error, Response, TaskId, TaskStore};
 use taskfence_test_support::dynamo;
 
 taskfence::testing::limits_suite!(dynamo::fixture());

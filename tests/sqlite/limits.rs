@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use sqlx::SqlitePool;
-use taskfence::store::ReopenRequest;
-use taskfence::testing::{Fixture, SqliteFixture, acquire, new_task, request};
+use taskfence::testing::{Fixture, SqliteFixture, new_task};
 use taskfence::throttle::{ConcurrencyKey, RateBucket, Throttled};
 use taskfence::{
-    Claim, ClaimNext, ClaimRequest, Error, Failure, InputHash, Lease, NewTask, RequestKey, Response,
-    SqliteStore, Status, TaskId, TaskStore,
+    Claim, ClaimNext, ClaimRequest, Error, InputHash, Lease, NewTask, RequestKey, SqliteStore, Status,
+    TaskId, TaskStore,
 };
 
 taskfence::testing::limits_suite!(taskfence::testing::SqliteFixture::new());
