@@ -71,8 +71,7 @@ pub(crate) async fn claim_many(
 /// the later one finds the task the earlier one created. A place the
 /// statement left without a row (a racing insert committed after its
 /// snapshot) is submitted alone. A batch holding a task that names a limit
-/// is submitted one task at a time, in order (each such task under its
-/// key's lock).
+/// is submitted one task at a time, in order, as `submit` submits each.
 pub(crate) async fn submit_many(
     sql: &Statements,
     conn: &mut PgConnection,

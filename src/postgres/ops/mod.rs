@@ -15,7 +15,7 @@
 //! | `effect` | the effect journal: begin_effect, finish_effect, effects |
 //! | `batch` | submit_many, claim_many, claim_next, renew_many, complete_many |
 //! | `maintenance` | due, purge_expired, redispatch |
-//! | `limits` | tasks naming a concurrency key or a rate bucket: their submissions and claims under the limits' locks, `claim_next` while they wait, the buckets |
+//! | `limits` | tasks naming a concurrency key or a rate bucket: their submissions, their claims under the limits' locks, `claim_next` while they wait, the buckets |
 //! | `inspect` | the operator's queries: list, counts, story, stranded |
 
 mod batch;
