@@ -143,7 +143,8 @@ impl BenchSchema {
                 .bind(lease)
                 .bind("w")
                 .bind("exhausted")
-                .bind("deadline"),
+                .bind("deadline")
+                .bind(false),
             "complete" | "complete_current" => {
                 q.bind(id).bind(1_i64).bind(&RESPONSE[..]).bind(Uuid::now_v7())
             }
