@@ -1,11 +1,11 @@
 //! Concurrency keys and rate buckets on PostgreSQL: each submission and
 //! claim of a task naming a limit, and the operations on buckets.
 //!
-//! The plain statements leave such tasks alone (their `unlimited`
-//! condition); they are written here, each in a transaction of its own (a
-//! savepoint inside the caller's), under locks taken in one order — the
-//! key's advisory lock, then the bucket's row — so two decisions on one key
-//! or one bucket never interleave and never deadlock:
+//! The plain claim statements leave such tasks alone (their `unlimited`
+//! condition); they are claimed here, each claim in a transaction of its
+//! own (a savepoint inside the caller's), under locks taken in one order —
+//! the key's advisory lock, then the bucket's row — so two decisions on one
+//! key or one bucket never interleave and never deadlock:
 //!
 //! - a **submission** naming a bucket checks it is defined; a task naming
 //!   a key takes its place in the key's order from a sequence (no lock);
