@@ -4,21 +4,11 @@
 //! files' directory is gone afterwards. Figures are not asserted: speed
 //! belongs in the benchmark, not in a test.
 
+mod common;
+
+use common::{cells, number};
+
 use std::process::Command;
-
-fn cells(row: &str) -> Vec<&str> {
-    row.trim_matches('|').split('|').map(str::trim).collect()
-}
-
-fn number(cell: &str, row: &str) -> f64 {
-    let v: f64 = cell
-        .strip_suffix('×')
-        .unwrap_or(cell)
-        .parse()
-        .unwrap_or_else(|_| panic!("figure {cell:?} in {row:?}"));
-    assert!(v > 0.0, "figure {cell:?} in {row:?}");
-    v
-}
 
 #[test]
 fn limits_mode_reports_every_store_and_shape() {

@@ -4,6 +4,10 @@
 //! directory, the PostgreSQL schemas). Figures are not asserted: speed
 //! belongs in the benchmark, not in a test.
 
+mod common;
+
+use common::{cells, number};
+
 use std::process::Command;
 
 const SYSTEMS: [&str; 4] = [
@@ -12,20 +16,6 @@ const SYSTEMS: [&str; 4] = [
     "taskfence consumer, MemoryStore",
     "taskfence consumer, PgStore",
 ];
-
-fn cells(row: &str) -> Vec<&str> {
-    row.trim_matches('|').split('|').map(str::trim).collect()
-}
-
-fn number(cell: &str, row: &str) -> f64 {
-    let v: f64 = cell
-        .strip_suffix('×')
-        .unwrap_or(cell)
-        .parse()
-        .unwrap_or_else(|_| panic!("figure {cell:?} in {row:?}"));
-    assert!(v > 0.0, "figure {cell:?} in {row:?}");
-    v
-}
 
 #[test]
 fn sqlite_mode_reports_every_system_and_leaves_nothing_behind() {

@@ -5,6 +5,10 @@
 //! none over its retry budget, through connection kills and a server
 //! restart. Speed is not asserted.
 
+mod common;
+
+use common::cells;
+
 use std::process::Command;
 
 const SYSTEMS: [&str; 2] = ["taskfence consumer", "awa"];
@@ -20,10 +24,6 @@ const PHASES: [&str; 9] = [
     "server restart",
     "recovery after restart",
 ];
-
-fn cells(row: &str) -> Vec<&str> {
-    row.trim_matches('|').split('|').map(str::trim).collect()
-}
 
 #[test]
 fn every_phase_runs_on_every_system_and_taskfence_loses_nothing() {
