@@ -2,7 +2,9 @@
 //! one batched write ([`TaskStore::complete_many`]), each still fenced on
 //! its own; each caller hears its own answer once the batch is durable.
 //! Up to [`LANES`] batches are written at once, so a batch gathers while the
-//! one before it waits for its commit.
+//! one before it waits for its commit. A batch waits (up to its window) for
+//! the completions still on their way: each work function is [`Expected`]
+//! from its start until its completion is queued or it ends otherwise.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,33 +36,52 @@ struct BatchFailed(String);
 #[derive(Clone)]
 pub(crate) struct Committer {
     queue: mpsc::UnboundedSender<Pending>,
+    /// Completions that may still come: see [`Expected`].
+    expected: Arc<AtomicUsize>,
 }
 
 impl Committer {
     /// Starts the loop on `store`: a batch is what is queued when the
-    /// previous one is done, up to `max`; while fewer completions are queued
-    /// than work functions run (`running`), it waits up to `window` for more.
+    /// previous one is done, up to `max`; while a completion is still
+    /// [`Expected`], it waits up to `window` for more.
     pub(crate) fn start(
         store: Arc<dyn TaskStore>,
         max: usize,
         window: Duration,
-        running: Arc<AtomicUsize>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (queue, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(batches(store, rx, max, window, running));
-        (Self { queue }, task)
+        let expected = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(batches(store, rx, max, window, Arc::clone(&expected)));
+        (Self { queue, expected }, task)
+    }
+
+    /// Counts a work function that has started: until it is done, a batch
+    /// waits for it rather than closing without its completion.
+    pub(crate) fn expect(&self) -> Expected {
+        self.expected.fetch_add(1, Ordering::AcqRel);
+        Expected {
+            count: Arc::clone(&self.expected),
+            counted: true,
+        }
     }
 
     /// Saves `response` for `lease` in the next batch; resolves once that
-    /// batch is durable (or failed).
-    pub(crate) async fn complete(&self, lease: Lease, response: Response) -> Result<Fenced<Task>> {
+    /// batch is durable (or failed). `expected` is done once it is queued.
+    pub(crate) async fn complete(
+        &self,
+        lease: Lease,
+        response: Response,
+        mut expected: Expected,
+    ) -> Result<Fenced<Task>> {
         let (answer, heard) = oneshot::channel();
         let pending = Pending {
             lease,
             response,
             answer,
         };
-        if self.queue.send(pending).is_err() {
+        let queued = self.queue.send(pending);
+        expected.done();
+        if queued.is_err() {
             return Err(Error::storage(BatchFailed("the committer stopped".into())));
         }
         heard
@@ -69,12 +90,37 @@ impl Committer {
     }
 }
 
+/// A work function whose completion may still come, from its start until
+/// its completion is queued or it ends another way ([`done`](Self::done),
+/// or dropped): a batch waits for these. Counting only the functions still
+/// running would let a batch close between a function's end and its
+/// completion's arrival, leaving that completion a batch of its own.
+pub(crate) struct Expected {
+    count: Arc<AtomicUsize>,
+    counted: bool,
+}
+
+impl Expected {
+    /// No completion will come from this one (or it is queued).
+    pub(crate) fn done(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
 async fn batches(
     store: Arc<dyn TaskStore>,
     mut rx: mpsc::UnboundedReceiver<Pending>,
     max: usize,
     window: Duration,
-    running: Arc<AtomicUsize>,
+    expected: Arc<AtomicUsize>,
 ) {
     let lanes = Arc::new(tokio::sync::Semaphore::new(LANES));
     while let Some(first) = rx.recv().await {
@@ -87,8 +133,8 @@ async fn batches(
                     Err(_) => break,
                 }
             }
-            // More may come soon: others are still working.
-            let more_coming = running.load(Ordering::Acquire) > batch.len();
+            // More may come soon: work functions are still running.
+            let more_coming = expected.load(Ordering::Acquire) > 0;
             if batch.len() >= max || !more_coming || window.is_zero() {
                 break;
             }

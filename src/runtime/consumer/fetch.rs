@@ -34,6 +34,8 @@ where
     let wake = shared.source.wake();
     let mut phase = shared.stop.watch();
     let mut idle = config.idle_min;
+    // Whether the last fetch came back full: more is likely waiting.
+    let mut backlog = false;
     loop {
         while runs.try_join_next().is_some() {}
         let first = tokio::select! {
@@ -47,10 +49,14 @@ where
                 Err(_) => break,
             }
         }
-        // While work runs, slots come back one by one: wait a moment for
-        // half of them rather than fetching a task at a time.
-        let refill = ((config.concurrency + config.prefetch) / 2).clamp(1, config.fetch);
-        if permits.len() < refill
+        // Under a backlog (the last fetch came back full), wait a moment
+        // for every slot: work that ends within the wait gives its slot to
+        // this fetch, so one fetch and one commit serve them all instead
+        // of the slots splitting into halves that fetch in turn. Without a
+        // backlog, fetch at once: waiting would only delay the pickup.
+        let refill = (config.concurrency + config.prefetch).clamp(1, config.fetch);
+        if backlog
+            && permits.len() < refill
             && let Ok(Ok(more)) = tokio::time::timeout(
                 REFILL_WAIT,
                 Arc::clone(&slots)
@@ -80,6 +86,7 @@ where
                 Vec::new()
             }
         };
+        backlog = deliveries.len() >= permits.len();
         if deliveries.is_empty() {
             drop(permits);
             tokio::select! {
@@ -169,7 +176,8 @@ where
     leased
 }
 
-/// How long a fetch waits for half the slots to come back while work runs.
+/// How long a fetch under a backlog waits for the slots of work still
+/// running to come back.
 const REFILL_WAIT: Duration = Duration::from_millis(2);
 
 /// One permit of several as one permit each.

@@ -19,7 +19,6 @@ mod task;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -268,13 +267,8 @@ impl<S: Source> Consumer<S> {
         S::Receipt: Clone,
     {
         let config = Arc::clone(&self.config);
-        let running = Arc::new(AtomicUsize::new(0));
-        let (committer, commit_loop) = Committer::start(
-            Arc::clone(&self.store),
-            config.commit_batch,
-            config.commit_window,
-            Arc::clone(&running),
-        );
+        let (committer, commit_loop) =
+            Committer::start(Arc::clone(&self.store), config.commit_batch, config.commit_window);
         let held = Arc::new(HeldLeases::new());
         // In a set, so dropping `run` (aborted, say) stops the renewals too:
         // a consumer that is gone must not keep its leases alive.
@@ -293,7 +287,6 @@ impl<S: Source> Consumer<S> {
             config: Arc::clone(&config),
             clock: Arc::clone(&self.clock),
             held,
-            running,
             committer,
             tally: Tally::default(),
             stop: self.stop.clone(),

@@ -2,7 +2,7 @@
 //! settled with the source or a lease given back.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -28,8 +28,6 @@ pub(super) struct Shared<S: Source, F> {
     pub(super) config: Arc<ConsumerConfig>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) held: Arc<HeldLeases<S::Receipt>>,
-    /// Work functions running now (what the committer waits for).
-    pub(super) running: Arc<AtomicUsize>,
     pub(super) committer: Committer,
     pub(super) tally: Tally,
     pub(super) stop: Stop,

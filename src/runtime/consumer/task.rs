@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::shared::{Shared, give_back};
 use crate::backend::rules::Work;
 use crate::policy::Failure;
+use crate::runtime::commit::Expected;
 use crate::runtime::disposition::{rejected, terminal_ack};
 use crate::runtime::failure::{fit, panic_failure};
 use crate::runtime::held::HeldLeases;
@@ -63,7 +64,7 @@ pub(super) async fn run_task<S, F, Fut>(
     // Started: the next round of renewals lengthens the ready lease to the
     // full one.
     shared.held.start(id);
-    shared.running.fetch_add(1, Ordering::AcqRel);
+    let mut expected = shared.committer.expect();
     // The work and its outcome in the task's `process` span (see `crate::trace`).
     let span = crate::trace::process_span(&lease);
     let ctx = WorkContext {
@@ -88,11 +89,14 @@ pub(super) async fn run_task<S, F, Fut>(
         () = reached(&mut phase, Phase::Now) => Ended::Stopping,
     };
     work.abort();
-    shared.running.fetch_sub(1, Ordering::AcqRel);
+    // Only a returned response goes to the committer.
+    if !matches!(ended, Ended::Returned(Ok(Ok(_)))) {
+        expected.done();
+    }
     // The work is over: its slots go to the next tasks while the outcome is
     // saved (the lease stays held, and renewed, until then).
     drop((slot, held_slot));
-    let disposition = outcome(&shared, lease, ended, &span)
+    let disposition = outcome(&shared, lease, ended, expected, &span)
         .instrument(span.clone())
         .await;
     let Some(disposition) = disposition else { return };
@@ -109,6 +113,7 @@ async fn outcome<S, F, Fut>(
     shared: &Arc<Shared<S, F>>,
     lease: Lease,
     ended: Ended,
+    expected: Expected,
     span: &tracing::Span,
 ) -> Option<Disposition>
 where
@@ -134,7 +139,8 @@ where
                 None => Disposition::Leave(LeaveReason::LeaseLost(None)),
             }
         }
-        Ended::Returned(Ok(Ok(response))) => match shared.committer.complete(lease, response).await {
+        Ended::Returned(Ok(Ok(response))) => match shared.committer.complete(lease, response, expected).await
+        {
             Ok(Fenced::Accepted(_)) => {
                 crate::trace::record_ok(span);
                 Disposition::Ack(AckReason::Completed)
