@@ -196,3 +196,93 @@ async fn commit(store: &dyn TaskStore, batch: Vec<Pending>) {
         let _ = answer.send(store.complete(lease, response).await);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+
+    use super::Committer;
+    use crate::error::Result;
+    use crate::intercept::{Intercept, Intercepted};
+    use crate::store::{Claim, ClaimRequest, Fenced, Lease, TaskStore};
+    use crate::task::{InputHash, NewTask, RequestKey, Response, Task};
+    use crate::{MemoryStore, Submitted};
+
+    /// Records the size of every `complete_many` the committer makes.
+    struct Batches(Arc<Mutex<Vec<usize>>>);
+
+    #[async_trait]
+    impl Intercept for Batches {
+        async fn complete_many(
+            &self,
+            inner: &dyn TaskStore,
+            completions: Vec<(Lease, Response)>,
+        ) -> Result<Vec<Result<Fenced<Task>>>> {
+            self.0.lock().unwrap().push(completions.len());
+            inner.complete_many(completions).await
+        }
+    }
+
+    /// A store recording its batches, and `n` leases claimed on it.
+    async fn leased(n: usize) -> (Arc<dyn TaskStore>, Arc<Mutex<Vec<usize>>>, Vec<Lease>) {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let store: Arc<dyn TaskStore> = Arc::new(Intercepted::new(
+            Arc::new(MemoryStore::new()),
+            Batches(sizes.clone()),
+        ));
+        let mut leases = Vec::new();
+        for i in 0..n {
+            let new = NewTask::new(RequestKey::new("u", "op", format!("k{i}")), InputHash::of(["x"]));
+            let Submitted::Created(task) = store.submit(new).await.unwrap() else {
+                panic!("a new key")
+            };
+            let request = ClaimRequest::new("w", Duration::from_secs(30));
+            let Claim::Acquired(lease) = store.claim(task.id, request).await.unwrap() else {
+                panic!("a pending task")
+            };
+            leases.push(lease);
+        }
+        (store, sizes, leases)
+    }
+
+    #[tokio::test]
+    async fn a_batch_waits_for_a_completion_still_expected() {
+        let (store, sizes, leases) = leased(2).await;
+        let (committer, _batches) = Committer::start(store, 64, Duration::from_secs(30));
+        let (first, second) = (committer.expect(), committer.expect());
+        let early = {
+            let (committer, lease) = (committer.clone(), leases[0].clone());
+            tokio::spawn(async move { committer.complete(lease, Response::from("a"), first).await })
+        };
+        // The first completion is queued and waiting; the second work function still runs.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let late = committer
+            .complete(leases[1].clone(), Response::from("b"), second)
+            .await
+            .unwrap();
+        assert!(late.is_accepted());
+        assert!(early.await.unwrap().unwrap().is_accepted());
+        assert_eq!(*sizes.lock().unwrap(), vec![2], "one batch for both");
+    }
+
+    #[tokio::test]
+    async fn a_batch_does_not_wait_for_work_that_ended_without_a_response() {
+        let (store, sizes, leases) = leased(1).await;
+        let (committer, _batches) = Committer::start(store, 64, Duration::from_secs(30));
+        let (first, mut second) = (committer.expect(), committer.expect());
+        // The second work function failed: no completion will come from it.
+        second.done();
+        let saved = tokio::time::timeout(
+            Duration::from_secs(10),
+            committer.complete(leases[0].clone(), Response::from("a"), first),
+        )
+        .await
+        .expect("the batch closed without waiting out its 30 s window")
+        .unwrap();
+        assert!(saved.is_accepted());
+        assert_eq!(*sizes.lock().unwrap(), vec![1]);
+    }
+}
