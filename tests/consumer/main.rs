@@ -76,6 +76,7 @@ on_every_backend!(
     a_stop_lets_running_work_finish_and_fetches_no_more,
     work_past_the_grace_is_released_for_another_process,
     a_second_stop_request_releases_at_once,
+    a_claim_on_its_way_at_the_stop_is_given_back,
     a_store_that_stops_answering_never_holds_the_stop_past_its_deadline,
     a_lost_lease_stops_the_work_and_saves_nothing,
     broker_deliveries_are_claimed_together_and_settled_after_the_store,

@@ -517,6 +517,103 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
     assert_eq!(task(&*store, t.id).await.status, Status::Pending);
 }
 
+/// A claim already on its way to the store when the stop comes is made
+/// even if its caller gives up on it (a statement sent to a server runs
+/// on). The stop waits for that fetch, within the release deadline, and
+/// gives back what it took: here the very task a run of the stop just
+/// released, which must end pending, not leased to a consumer that is gone.
+pub(crate) async fn a_claim_on_its_way_at_the_stop_is_given_back(store: Arc<dyn TaskStore>) {
+    let t = store
+        .submit(task_in("tenant-1", "stuck").without_handoff())
+        .await
+        .unwrap()
+        .into_task();
+    let late = LateClaims::new(store.clone());
+    let observed: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), late.clone()));
+    let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(30));
+    let consumer = StoreQueue::new(observed).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Response::from("never"))
+    }));
+    eventually(WITHIN, || async {
+        (task(&*store, t.id).await.status == Status::Running).then_some(())
+    })
+    .await;
+    // The consumer polls every 100 ms at most: its next fetch is held on its way.
+    late.hold.store(true, Ordering::SeqCst);
+    eventually(WITHIN, || async {
+        (late.held.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    stop.request();
+    stop.request();
+    // The run releases its task while the fetch is still on its way...
+    eventually(WITHIN, || async {
+        (task(&*store, t.id).await.status == Status::Pending).then_some(())
+    })
+    .await;
+    // ...and then the fetch arrives, and claims it.
+    late.gate.notify_one();
+    eventually(WITHIN, || async {
+        (late.made.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    let stopped = tokio::time::timeout(WITHIN, running)
+        .await
+        .expect("the stop ended")
+        .unwrap()
+        .unwrap();
+    let after = task(&*store, t.id).await;
+    assert_eq!(after.status, Status::Pending, "the late claim was given back");
+    assert_eq!(stopped.returned_unstarted, 1, "given back unstarted: {stopped:?}");
+    assert_eq!(after.attempts(), 2, "the run's claim and the late one");
+    assert_eq!(after.attempts_in_budget(), 1, "only the run that started counts");
+}
+
+/// Holds each fetch made once `hold` is set until `gate` opens, then makes
+/// its claim on a task of its own, so the claim is made even if the
+/// fetch's caller has gone; `made` counts the claims made that way.
+#[derive(Clone)]
+struct LateClaims {
+    store: Arc<dyn TaskStore>,
+    hold: Arc<AtomicBool>,
+    held: Arc<AtomicUsize>,
+    made: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl LateClaims {
+    fn new(store: Arc<dyn TaskStore>) -> Self {
+        Self {
+            store,
+            hold: Arc::default(),
+            held: Arc::default(),
+            made: Arc::default(),
+            gate: Arc::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Intercept for LateClaims {
+    async fn claim_next(&self, inner: &dyn TaskStore, request: ClaimNext) -> Result<Vec<Lease>> {
+        if !self.hold.swap(false, Ordering::SeqCst) {
+            return inner.claim_next(request).await;
+        }
+        self.held.fetch_add(1, Ordering::SeqCst);
+        let late = self.clone();
+        let claim = tokio::spawn(async move {
+            late.gate.notified().await;
+            let leases = late.store.claim_next(request).await;
+            late.made.fetch_add(1, Ordering::SeqCst);
+            leases
+        });
+        claim.await.expect("the late claim's task")
+    }
+}
+
 /// A store that stops answering (every fetch and write hangs) cannot hold
 /// the stop: a fetch under way is dropped when the grace is over, releasing
 /// and the last saves get the release deadline, and the consumer returns.

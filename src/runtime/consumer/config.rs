@@ -74,7 +74,9 @@ pub struct ConsumerConfig {
     /// After the grace (or on a second stop request), how long releasing
     /// the remaining leases and saving the last completions may take before
     /// the consumer returns regardless: a slow store or broker never holds
-    /// the process past `grace + release_deadline`. Default 5 s.
+    /// the process past `grace + release_deadline`. A fetch still under way
+    /// gets this long too, and what it took is given back: its claim may
+    /// reach the store even if the consumer gave up on it. Default 5 s.
     pub release_deadline: Duration,
     /// After a lease is lost, how long its work function may take to notice
     /// [`WorkContext::lease_lost`] before it is dropped. Default 5 s.

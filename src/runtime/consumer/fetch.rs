@@ -5,8 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::shared::{Shared, give_back};
 use super::task::run_task;
@@ -19,8 +20,13 @@ use crate::runtime::{AckReason, Disposition, LeaveReason, WorkContext};
 use crate::store::Lease;
 use crate::task::{Response, TaskId};
 
-/// Fetches and starts work until a stop is requested.
-pub(super) async fn fetch_loop<S, F, Fut>(shared: &Arc<Shared<S, F>>, runs: &mut JoinSet<()>)
+/// Fetches and starts work until a stop is requested. Returns the release
+/// deadline when the stop found a fetch under way past the grace (see
+/// [`within_stop`]): the rest of the stop keeps to it.
+pub(super) async fn fetch_loop<S, F, Fut>(
+    shared: &Arc<Shared<S, F>>,
+    runs: &mut JoinSet<()>,
+) -> Option<Instant>
 where
     S: Source,
     S::Receipt: Clone,
@@ -40,7 +46,7 @@ where
         while runs.try_join_next().is_some() {}
         let first = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = reached(&mut phase, Phase::Draining) => return,
+            () = reached(&mut phase, Phase::Draining) => return None,
         };
         let mut permits = vec![first];
         while permits.len() < config.fetch {
@@ -67,16 +73,12 @@ where
             permits.extend(split(more));
         }
         if shared.stop.phase() >= Phase::Draining {
-            return;
+            return None;
         }
-        // A fetch under way when a stop comes may finish within the grace;
-        // past it (or on a second request) it is dropped, so a slow source
-        // never holds the stop: what it took then waits for its own timer
-        // (a lease, a message's visibility).
-        let fetched = tokio::select! {
-            fetched = shared.source.fetch(permits.len(), &claim) => fetched,
-            () = reached(&mut phase, Phase::Now) => return,
-            () = shared.stop.grace_over(config.grace) => return,
+        let mut releasing = None;
+        let fetch = shared.source.fetch(permits.len(), &claim);
+        let Some(fetched) = within_stop(shared, &mut phase, &mut releasing, fetch).await else {
+            return releasing;
         };
         let deliveries = match fetched {
             Ok(deliveries) if !deliveries.is_empty() => deliveries,
@@ -92,16 +94,15 @@ where
             tokio::select! {
                 () = tokio::time::sleep(idle) => {}
                 () = async { match &wake { Some(wake) => wake.woken().await, None => std::future::pending().await } } => {}
-                () = reached(&mut phase, Phase::Draining) => return,
+                () = reached(&mut phase, Phase::Draining) => return releasing,
             }
             idle = (idle * 2).min(config.idle_max);
             continue;
         }
         idle = config.idle_min;
-        let leased = tokio::select! {
-            leased = acquire(shared, deliveries) => leased,
-            () = reached(&mut phase, Phase::Now) => return,
-            () = shared.stop.grace_over(config.grace) => return,
+        let claimed = acquire(shared, deliveries);
+        let Some(leased) = within_stop(shared, &mut phase, &mut releasing, claimed).await else {
+            return releasing;
         };
         if shared.stop.phase() >= Phase::Draining {
             // Fetched as the stop began: give them back untouched (their
@@ -110,10 +111,11 @@ where
                 .into_iter()
                 .map(|(lease, receipt)| give_back(shared, lease, receipt, Work::NotStarted));
             let all = futures_util::future::join_all(giving_back);
-            if tokio::time::timeout(config.release_deadline, all).await.is_err() {
+            let until = releasing.unwrap_or_else(|| Instant::now() + config.release_deadline);
+            if tokio::time::timeout_at(until, all).await.is_err() {
                 tracing::warn!("giving back a fetch timed out; its leases expire on their own");
             }
-            return;
+            return releasing;
         }
         for (lease, receipt) in leased {
             let permit = permits
@@ -122,6 +124,42 @@ where
             runs.spawn(run_task(Arc::clone(shared), lease, receipt, permit));
         }
     }
+}
+
+/// `step` (a fetch, or the claims of its deliveries) to its end, unless
+/// the stop passes its grace or is asked for twice and `step` then does
+/// not end within the release deadline (`None`: it is dropped, so a slow
+/// source never holds the stop, and what it took waits for its own timer,
+/// a lease or a message's visibility). Past the grace the stop becomes
+/// [`Phase::Now`] for every run at once, and `releasing` holds the release
+/// deadline the stop keeps to from then on.
+///
+/// A step under way is waited for rather than dropped at once: a claim
+/// already on its way to the store may be made even if its caller is
+/// gone, and would then leave its task unreachable until its lease runs
+/// out, where a finished step's leases are given back at once.
+async fn within_stop<S, F, T>(
+    shared: &Shared<S, F>,
+    phase: &mut watch::Receiver<Phase>,
+    releasing: &mut Option<Instant>,
+    step: impl Future<Output = T>,
+) -> Option<T>
+where
+    S: Source,
+{
+    tokio::pin!(step);
+    let until = match *releasing {
+        Some(until) => until,
+        None => {
+            tokio::select! {
+                done = &mut step => return Some(done),
+                () = reached(phase, Phase::Now) => {}
+                () = shared.stop.grace_over(shared.config.grace) => shared.stop.now(),
+            }
+            *releasing.insert(Instant::now() + shared.config.release_deadline)
+        }
+    };
+    tokio::time::timeout_at(until, step).await.ok()
 }
 
 /// The leases of a fetch: the source's own, and those its task ids got in

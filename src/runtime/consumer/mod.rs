@@ -294,7 +294,7 @@ impl<S: Source> Consumer<S> {
         });
 
         let mut runs = JoinSet::new();
-        fetch_loop(&shared, &mut runs).await;
+        let releasing = fetch_loop(&shared, &mut runs).await;
 
         // Draining: running work may finish within the grace.
         let mut phase = self.stop.watch();
@@ -308,7 +308,9 @@ impl<S: Source> Consumer<S> {
         // Then every run still going releases its lease, and the last
         // completions are saved, within the release deadline.
         self.stop.now();
-        let deadline = Instant::now() + config.release_deadline;
+        // Kept from where the fetch loop set it, if a fetch under way past
+        // the grace began the releasing.
+        let deadline = releasing.unwrap_or_else(|| Instant::now() + config.release_deadline);
         while let Ok(Some(_)) = tokio::time::timeout_at(deadline, runs.join_next()).await {}
         runs.abort_all();
         renewals.abort_all();
