@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use taskfence::intercept::{Intercept, Intercepted};
 use taskfence::runtime::{
-    AckReason, Consumer, ConsumerConfig, Delivery, Disposition, Source, Stopped, StoreQueue,
+    AckReason, Consumer, ConsumerConfig, Delivery, Disposition, Source, Stop, Stopped, StoreQueue,
 };
 use taskfence::store::AttemptOutcome;
 use taskfence::testing::task_in;
@@ -48,6 +48,27 @@ async fn submit_all(store: &dyn TaskStore, keys: impl IntoIterator<Item = String
 
 async fn task(store: &dyn TaskStore, id: TaskId) -> Task {
     store.get(id).await.unwrap().expect("the task exists")
+}
+
+/// A consumer on `queue_store` whose work never ends, once it runs the
+/// task `id` (read on `store`): its stop and its run.
+async fn working_forever(
+    queue_store: Arc<dyn TaskStore>,
+    store: &dyn TaskStore,
+    id: TaskId,
+    config: ConsumerConfig,
+) -> (Stop, tokio::task::JoinHandle<Result<Stopped>>) {
+    let consumer = StoreQueue::new(queue_store).consumer(config).unwrap();
+    let stop = consumer.stop().clone();
+    let running = tokio::spawn(consumer.run(|_ctx| async move {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Response::from("never"))
+    }));
+    eventually(WITHIN, || async {
+        (task(store, id).await.status == Status::Running).then_some(())
+    })
+    .await;
+    (stop, running)
 }
 
 /// Runs `consumer` on work that counts its starts and takes `takes` to
@@ -496,16 +517,7 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
         .unwrap()
         .into_task();
     let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(5));
-    let consumer = StoreQueue::new(store.clone()).consumer(config).unwrap();
-    let stop = consumer.stop().clone();
-    let running = tokio::spawn(consumer.run(|_ctx| async move {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok(Response::from("never"))
-    }));
-    eventually(WITHIN, || async {
-        (task(&*store, t.id).await.status == Status::Running).then_some(())
-    })
-    .await;
+    let (stop, running) = working_forever(store.clone(), &*store, t.id, config).await;
     stop.request();
     stop.request();
     let stopped = tokio::time::timeout(Duration::from_secs(30), running)
@@ -531,16 +543,7 @@ pub(crate) async fn a_claim_on_its_way_at_the_stop_is_given_back(store: Arc<dyn 
     let late = LateClaims::new(store.clone());
     let observed: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), late.clone()));
     let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(30));
-    let consumer = StoreQueue::new(observed).consumer(config).unwrap();
-    let stop = consumer.stop().clone();
-    let running = tokio::spawn(consumer.run(|_ctx| async move {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok(Response::from("never"))
-    }));
-    eventually(WITHIN, || async {
-        (task(&*store, t.id).await.status == Status::Running).then_some(())
-    })
-    .await;
+    let (stop, running) = working_forever(observed, &*store, t.id, config).await;
     // The consumer polls every 100 ms at most: its next fetch is held on its way.
     late.hold.store(true, Ordering::SeqCst);
     eventually(WITHIN, || async {
@@ -632,16 +635,7 @@ pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_d
     let grace = Duration::from_millis(200);
     let deadline = Duration::from_millis(500);
     let config = config().stop_after(grace, deadline);
-    let consumer = StoreQueue::new(hanging).consumer(config).unwrap();
-    let stop = consumer.stop().clone();
-    let running = tokio::spawn(consumer.run(|_ctx| async move {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok(Response::from("never"))
-    }));
-    eventually(WITHIN, || async {
-        (task(&*store, t.id).await.status == Status::Running).then_some(())
-    })
-    .await;
+    let (stop, running) = working_forever(hanging, &*store, t.id, config).await;
     hang.store(true, Ordering::SeqCst);
     // The consumer polls every 100 ms at most: wait for its next fetch to hang.
     eventually(WITHIN, || async {
