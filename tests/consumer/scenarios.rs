@@ -525,7 +525,9 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
         .expect("the second request does not wait for the hour of grace")
         .unwrap()
         .unwrap();
-    assert_eq!(stopped.released, 1);
+    // The started task's lease; a fetch under way at the stop may have
+    // claimed the task again once released, and gave it back unstarted.
+    assert_eq!(stopped.released - stopped.returned_unstarted, 1, "{stopped:?}");
     assert_eq!(task(&*store, t.id).await.status, Status::Pending);
 }
 
