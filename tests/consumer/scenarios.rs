@@ -34,17 +34,20 @@ fn config() -> ConsumerConfig {
     ConsumerConfig::new("consumer-1", LEASE).idle(Duration::from_millis(10), Duration::from_millis(100))
 }
 
+/// One fresh task without a handoff (the consumer claims it with `claim_next`).
+async fn submit_one(store: &dyn TaskStore, key: &str) -> Task {
+    store
+        .submit(task_in("tenant-1", key).without_handoff())
+        .await
+        .unwrap()
+        .into_task()
+}
+
+/// A fresh task per key, as [`submit_one`]; their ids.
 async fn submit_all(store: &dyn TaskStore, keys: impl IntoIterator<Item = String>) -> Vec<TaskId> {
     let mut ids = Vec::new();
     for key in keys {
-        ids.push(
-            store
-                .submit(task_in("tenant-1", &key).without_handoff())
-                .await
-                .unwrap()
-                .into_task()
-                .id,
-        );
+        ids.push(submit_one(store, &key).await.id);
     }
     ids
 }
@@ -438,11 +441,7 @@ pub(crate) async fn a_requested_retry_delay_replaces_the_backoff(store: Arc<dyn 
 /// work function is told (`lease_lost`); one that ignores it is dropped
 /// after the lost grace, and nothing is saved.
 pub(crate) async fn a_lost_lease_stops_the_work_and_saves_nothing(store: Arc<dyn TaskStore>) {
-    let t = store
-        .submit(task_in("tenant-1", "cancelled-midway").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let t = submit_one(&*store, "cancelled-midway").await;
     let config = ConsumerConfig::new("consumer-1", Duration::from_secs(3))
         .renew_every(Duration::from_millis(100))
         .lost_grace(Duration::from_millis(200))
@@ -521,16 +520,8 @@ impl Source for Messages {
 pub(crate) async fn broker_deliveries_are_claimed_together_and_settled_after_the_store(
     store: Arc<dyn TaskStore>,
 ) {
-    let fresh = store
-        .submit(task_in("tenant-1", "fresh").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
-    let done = store
-        .submit(task_in("tenant-1", "done").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let fresh = submit_one(&*store, "fresh").await;
+    let done = submit_one(&*store, "done").await;
     let lease = match store
         .claim(done.id, ClaimRequest::new("earlier", LEASE))
         .await

@@ -13,11 +13,7 @@ pub(crate) async fn a_stop_lets_running_work_finish_and_fetches_no_more(store: A
     let stop = consumer.stop().clone();
     let (running, started) = start_counted(consumer, 4, Duration::from_millis(500)).await;
     stop.request();
-    let late = store
-        .submit(task_in("tenant-1", "after-the-stop").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let late = submit_one(&*store, "after-the-stop").await;
     let stopped = running.await.unwrap().unwrap();
 
     assert_eq!(stopped.completed, 4, "nothing was cut short");
@@ -83,11 +79,7 @@ pub(crate) async fn work_past_the_grace_is_released_for_another_process(store: A
 /// A second stop request does not wait for the grace: the work is dropped
 /// and its lease released at once.
 pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskStore>) {
-    let t = store
-        .submit(task_in("tenant-1", "stuck").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let t = submit_one(&*store, "stuck").await;
     let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(5));
     let (stop, running) = working_forever(store.clone(), &*store, t.id, config).await;
     stop.request();
@@ -109,11 +101,7 @@ pub(crate) async fn a_second_stop_request_releases_at_once(store: Arc<dyn TaskSt
 /// gives back what it took: here the very task a run of the stop just
 /// released, which must end pending, not leased to a consumer that is gone.
 pub(crate) async fn a_claim_on_its_way_at_the_stop_is_given_back(store: Arc<dyn TaskStore>) {
-    let t = store
-        .submit(task_in("tenant-1", "stuck").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let t = submit_one(&*store, "stuck").await;
     let late = LateClaims::new(store.clone());
     let observed: Arc<dyn TaskStore> = Arc::new(Intercepted::new(store.clone(), late.clone()));
     let config = config().stop_after(Duration::from_secs(3600), Duration::from_secs(30));
@@ -197,11 +185,7 @@ impl Intercept for LateClaims {
 pub(crate) async fn a_store_that_stops_answering_never_holds_the_stop_past_its_deadline(
     store: Arc<dyn TaskStore>,
 ) {
-    let t = store
-        .submit(task_in("tenant-1", "hung").without_handoff())
-        .await
-        .unwrap()
-        .into_task();
+    let t = submit_one(&*store, "hung").await;
     let hang = Arc::new(AtomicBool::new(false));
     let fetches_hung = Arc::new(AtomicUsize::new(0));
     let hangs = Hangs(hang.clone(), fetches_hung.clone());
