@@ -204,6 +204,8 @@ mod tests {
 
     use async_trait::async_trait;
 
+    use std::sync::atomic::Ordering;
+
     use super::Committer;
     use crate::error::Result;
     use crate::intercept::{Intercept, Intercepted};
@@ -257,8 +259,11 @@ mod tests {
             let (committer, lease) = (committer.clone(), leases[0].clone());
             tokio::spawn(async move { committer.complete(lease, Response::from("a"), first).await })
         };
-        // The first completion is queued and waiting; the second work function still runs.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Once the first completion is queued (only the second is still
+        // expected), its batch is waiting; the second work function still runs.
+        while committer.expected.load(Ordering::Acquire) != 1 {
+            tokio::task::yield_now().await;
+        }
         let late = committer
             .complete(leases[1].clone(), Response::from("b"), second)
             .await
