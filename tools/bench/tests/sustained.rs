@@ -62,18 +62,15 @@ fn every_phase_runs_on_every_system_and_taskfence_loses_nothing() {
     }
     let check = md
         .lines()
-        .find(|l| {
-            l.starts_with("| taskfence consumer | ") && cells(l).len() == 8 && !PHASES.contains(&cells(l)[1])
-        })
+        .find(|l| l.starts_with("| taskfence consumer | ") && cells(l).len() == 7)
         .unwrap_or_else(|| panic!("no check row for taskfence in:\n{md}"));
     let cells = cells(check);
     let enqueued: u64 = cells[1].parse().expect("enqueued");
     assert!(enqueued > 0, "the load enqueued something: {check}");
-    assert_eq!(cells[2], cells[1], "every enqueued task completed: {check}");
     assert_eq!(
-        &cells[3..6],
+        &cells[2..5],
         ["0", "0", "0"],
-        "none lost, saved twice or over budget: {check}"
+        "none left uncompleted, saved twice or over budget: {check}"
     );
 
     for chart in ["sustained-depth.svg", "sustained-p99.svg"] {

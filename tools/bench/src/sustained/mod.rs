@@ -2,15 +2,17 @@
 //! PostgreSQL fail, run on a private cluster with PostgreSQL's default
 //! settings (autovacuum on), the same phases for every system in one run.
 //!
-//! First each system's peak is measured on a backlog; the offered rate is
-//! 70 % of the lowest peak (`--rate` sets it), so that every system can keep
+//! First each system's end-to-end peak is measured (its workers running
+//! while its producers enqueue a backlog as fast as they can); the offered
+//! rate is 70 % of the lowest peak (`--rate` sets it), so that every system can keep
 //! up with the clean load. Then per system, in a database of its own, with
 //! `W` workers: clean load; 1.5× overload; recovery; a transaction holding
 //! an xid (xmin pinned); the time after its release; four `REPEATABLE READ`
 //! readers; connections terminated every second; a server restart; recovery.
 //! Every second: work started, pickup latency (enqueue to the work
-//! function's start) p50/p99, queue depth (enqueued − started) and dead
-//! tuples. Afterwards the load stops, the queue drains, and the database is
+//! function's start) p50/p99, queue depth (enqueued − started: a task run
+//! twice, after a lost completion, counts twice, so after a kill or the
+//! restart the depth reads low) and dead tuples. Afterwards the load stops, the queue drains, and the database is
 //! checked: every enqueued task completed, and (taskfence) no task saved
 //! twice, no task over its retry budget.
 
@@ -109,7 +111,7 @@ pub(crate) struct Run {
     pub(crate) seconds: Vec<Second>,
     pickups: Vec<Samples>,
     enqueued: u64,
-    completed: i64,
+    not_completed: i64,
     enqueue_errors: u64,
     violations: Option<(i64, i64)>,
 }
@@ -143,7 +145,7 @@ pub(crate) async fn run(cfg: &Config) -> Res<Report> {
     let mut peaks = Vec::new();
     for kind in Kind::all() {
         eprintln!(
-            "[bench] sustained: {}'s peak on a backlog of {}",
+            "[bench] sustained: {}'s peak: {} tasks enqueued while its workers run",
             kind.name(),
             sizes.backlog
         );
@@ -154,7 +156,9 @@ pub(crate) async fn run(cfg: &Config) -> Res<Report> {
     let mut runs = Vec::new();
     for kind in Kind::all() {
         eprintln!("[bench] sustained: {} at {rate:.0} tasks/s", kind.name());
-        runs.push(phases(&server, kind, rate, &sizes).await?);
+        let run = phases(&server, kind, rate, &sizes).await?;
+        eprintln!("[bench] sustained: {}", check_row(&run).join(" | "));
+        runs.push(run);
     }
     drop(server);
 
@@ -183,11 +187,18 @@ async fn harness_pool(options: &PgConnectOptions) -> Res<PgPool> {
         .await?)
 }
 
-/// `kind`'s processing rate on a backlog: `backlog` tasks enqueued, then
-/// `W` workers started and timed until every one has started.
+/// `kind`'s end-to-end peak: `W` workers running while `W` producers
+/// enqueue `backlog` tasks as fast as they can, timed until every one has
+/// started. Producers and workers share the machine and the server, as the
+/// offered load and the workers do in the phases; a peak measured on a
+/// backlog enqueued beforehand (processing alone) is one no system reaches
+/// while it is also taking enqueues.
 async fn peak(server: &PrivateServer, kind: Kind, sizes: &Sizes) -> Res<f64> {
     let db = TempDatabase::create_at(&server.url()).await;
     let mut system = System::set_up(kind, &db.options(), sizes.workers).await?;
+    let probe = Arc::new(Probe::default());
+    system.start(sizes.workers, probe.clone()).await?;
+    let start = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let producers: Vec<_> = (0..sizes.workers)
         .map(|_| {
@@ -206,9 +217,6 @@ async fn peak(server: &PrivateServer, kind: Kind, sizes: &Sizes) -> Res<f64> {
     for p in producers {
         p.await??;
     }
-    let probe = Arc::new(Probe::default());
-    let start = Instant::now();
-    system.start(sizes.workers, probe.clone()).await?;
     let limit = Duration::from_secs(60 + sizes.backlog / 10);
     while probe.count() < sizes.backlog {
         if start.elapsed() > limit {
@@ -223,6 +231,7 @@ async fn peak(server: &PrivateServer, kind: Kind, sizes: &Sizes) -> Res<f64> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let rate = sizes.backlog as f64 / start.elapsed().as_secs_f64();
+    eprintln!("[bench] sustained: {}'s peak: {rate:.0} tasks/s", kind.name());
     system.stop().await?;
     system.close().await;
     drop(db);
@@ -334,6 +343,10 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
             last_started = started;
         }
         applied.end().await?;
+        eprintln!(
+            "[bench] sustained: {}",
+            phase_row(kind, index, rate, &seconds, &samples).join(" | ")
+        );
         pickups.push(samples);
     }
     load.stop.store(1, Ordering::Relaxed);
@@ -341,10 +354,10 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
     let enqueued = load.enqueued.load(Ordering::Relaxed);
     // Drain: every enqueued task durably completed.
     let limit = Instant::now() + sizes.drain;
-    let completed = loop {
-        let completed = system.completed().await?;
-        if u64::try_from(completed).unwrap_or(0) >= enqueued || Instant::now() > limit {
-            break completed;
+    let not_completed = loop {
+        let not_completed = system.not_completed(enqueued).await?;
+        if not_completed <= 0 || Instant::now() > limit {
+            break not_completed;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -358,7 +371,7 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
         seconds,
         pickups,
         enqueued,
-        completed,
+        not_completed,
         enqueue_errors: load.errors.load(Ordering::Relaxed),
         violations,
     })
@@ -375,17 +388,20 @@ fn describe(report: &mut Report, sizes: &Sizes, rate: f64, peaks: &[(Kind, f64)]
         &format!(
             "A private PostgreSQL cluster started by the harness (`initdb`, `pg_ctl`) with \
              PostgreSQL's default settings (autovacuum on) except: {}. Each system in a database \
-             of its own, with its own migrations, {} workers, a no-op work function. Peaks, each on \
-             a backlog of {} tasks: {peaks}; offered rate {rate:.0} tasks/s (70 % of the lowest \
+             of its own, with its own migrations, {} workers, a no-op work function. Peaks, each with \
+             its workers running while its producers enqueue {} tasks as fast as they can: \
+             {peaks}; offered rate {rate:.0} tasks/s (70 % of the lowest \
              peak), 1.5× in the overload phase. Phases of {:.0} s each, in order: {}. Per second: \
              work functions started, pickup latency (enqueue to the work function's start, the \
-             enqueue's own commit included), queue depth (enqueued − started), dead tuples of the \
-             system's tables (`pg_stat_user_tables`). Enqueues that fail (a killed connection, \
+             enqueue's own commit included), queue depth (enqueued − started; a task run again after a \
+             lost completion counts twice, so after kills and the restart it reads low), dead \
+             tuples of the system's tables (`pg_stat_user_tables`). Enqueues that fail (a killed connection, \
              the restart) are retried until they succeed; taskfence's retry is the same request \
              key, so it cannot make a second task. Charts: `sustained-depth.svg`, \
              `sustained-p99.svg`. Afterwards the load stops and the queue has {} s to drain; \
-             then the check, from each system's tables: tasks not completed, and for taskfence \
-             (whose tables record them) tasks with two completed attempts and tasks over their \
+             then the check, from each system's tables: tasks not completed (awa: its jobs in \
+             any other state, as its `admin::state_counts` reports them, since it truncates \
+             finished ones), and for taskfence (whose tables record them) tasks with two completed attempts and tasks over their \
              retry budget.",
             taskfence_test_support::private_server::NON_DEFAULT.join(" "),
             sizes.workers,
@@ -397,77 +413,85 @@ fn describe(report: &mut Report, sizes: &Sizes, rate: f64, peaks: &[(Kind, f64)]
     );
 }
 
+const PHASE_COLUMNS: [&str; 8] = [
+    "system",
+    "phase",
+    "offered (tasks/s)",
+    "started (tasks/s)",
+    "pickup p50 (ms)",
+    "pickup p99 (ms)",
+    "max depth",
+    "dead tuples at the end",
+];
+
+/// One phase of one system's run as a row of [`PHASE_COLUMNS`]: the table's,
+/// and the progress line printed as the phase ends (a long run's figures
+/// survive an interrupted run).
+fn phase_row(kind: Kind, index: usize, rate: f64, seconds: &[Second], samples: &Samples) -> Vec<String> {
+    let phase = &PHASES[index];
+    let seconds: Vec<&Second> = seconds.iter().filter(|s| s.phase == index).collect();
+    let secs = seconds.len().max(1) as f64;
+    let started: u64 = seconds.iter().map(|s| s.started).sum();
+    let (p50, p99) = if samples.len() > 0 {
+        (ms(samples.p50()), ms(samples.p99()))
+    } else {
+        ("–".to_owned(), "–".to_owned())
+    };
+    vec![
+        kind.name().to_owned(),
+        phase.name.to_owned(),
+        format!("{:.0}", rate * phase.load),
+        format!("{:.0}", started as f64 / secs),
+        p50,
+        p99,
+        seconds.iter().map(|s| s.depth).max().unwrap_or(0).to_string(),
+        seconds.last().map_or(0, |s| s.dead).to_string(),
+    ]
+}
+
 fn tables(report: &mut Report, runs: &[Run], rate: f64) {
     let mut rows = Vec::new();
     for run in runs {
-        for (index, phase) in PHASES.iter().enumerate() {
-            let seconds: Vec<&Second> = run.seconds.iter().filter(|s| s.phase == index).collect();
-            let secs = seconds.len().max(1) as f64;
-            let started: u64 = seconds.iter().map(|s| s.started).sum();
-            let samples = &run.pickups[index];
-            let (p50, p99) = if samples.len() > 0 {
-                (ms(samples.p50()), ms(samples.p99()))
-            } else {
-                ("–".to_owned(), "–".to_owned())
-            };
-            rows.push(vec![
-                run.kind.name().to_owned(),
-                phase.name.to_owned(),
-                format!("{:.0}", rate * phase.load),
-                format!("{:.0}", started as f64 / secs),
-                p50,
-                p99,
-                seconds.iter().map(|s| s.depth).max().unwrap_or(0).to_string(),
-                seconds.last().map_or(0, |s| s.dead).to_string(),
-            ]);
+        for index in 0..PHASES.len() {
+            rows.push(phase_row(
+                run.kind,
+                index,
+                rate,
+                &run.seconds,
+                &run.pickups[index],
+            ));
         }
     }
-    report.table(
-        &[
-            "system",
-            "phase",
-            "offered (tasks/s)",
-            "started (tasks/s)",
-            "pickup p50 (ms)",
-            "pickup p99 (ms)",
-            "max depth",
-            "dead tuples at the end",
-        ],
-        rows,
-    );
+    report.table(&PHASE_COLUMNS, rows);
 
-    let mut checks = Vec::new();
-    for run in runs {
-        let (twice, over) = run.violations.map_or(
-            ("not recorded".to_owned(), "not recorded".to_owned()),
-            |(t, o)| (t.to_string(), o.to_string()),
-        );
-        checks.push(vec![
-            run.kind.name().to_owned(),
-            run.enqueued.to_string(),
-            run.completed.to_string(),
-            (i64::try_from(run.enqueued).unwrap_or(i64::MAX) - run.completed)
-                .max(0)
-                .to_string(),
-            twice,
-            over,
-            run.enqueue_errors.to_string(),
-            recovery(run).map_or("not within the phase".to_owned(), |s| format!("{s:.0} s")),
-        ]);
-    }
-    report.table(
-        &[
-            "system",
-            "enqueued",
-            "completed",
-            "not completed after the drain",
-            "saved twice",
-            "over budget",
-            "enqueue errors retried",
-            "recovery after the xmin release",
-        ],
-        checks,
+    report.table(&CHECK_COLUMNS, runs.iter().map(check_row).collect());
+}
+
+const CHECK_COLUMNS: [&str; 7] = [
+    "system",
+    "enqueued",
+    "not completed after the drain",
+    "saved twice",
+    "over budget",
+    "enqueue errors retried",
+    "recovery after the xmin release",
+];
+
+/// One system's check after the drain, as a row of [`CHECK_COLUMNS`].
+fn check_row(run: &Run) -> Vec<String> {
+    let (twice, over) = run.violations.map_or(
+        ("not recorded".to_owned(), "not recorded".to_owned()),
+        |(t, o)| (t.to_string(), o.to_string()),
     );
+    vec![
+        run.kind.name().to_owned(),
+        run.enqueued.to_string(),
+        run.not_completed.max(0).to_string(),
+        twice,
+        over,
+        run.enqueue_errors.to_string(),
+        recovery(run).map_or("not within the phase".to_owned(), |s| format!("{s:.0} s")),
+    ]
 }
 
 /// Seconds from the held transaction's release until the queue depth is

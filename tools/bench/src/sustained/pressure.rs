@@ -28,8 +28,9 @@ pub(crate) enum Pressure {
     /// Four sessions, each scanning every table of the system in one
     /// `REPEATABLE READ` transaction after another.
     Readers,
-    /// `pg_terminate_backend` on every connection of the system's database
-    /// (the harness's own excepted), every second.
+    /// `pg_terminate_backend` on every client connection of the system's
+    /// database (the harness's own excepted; never autovacuum's workers),
+    /// every second.
     Terminations,
     /// An immediate-mode restart of the server (a crash and WAL replay)
     /// halfway through the phase.
@@ -86,7 +87,7 @@ impl Applied {
                         sqlx::query(
                             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                              WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                               AND application_name <> $1",
+                               AND backend_type = 'client backend' AND application_name <> $1",
                         )
                         .bind(HARNESS)
                         .execute(&mut conn)

@@ -270,26 +270,38 @@ impl System {
         Ok(())
     }
 
-    /// Durable completions, counted in the system's own tables (awa: its
-    /// `admin::state_counts`).
-    pub(crate) async fn completed(&self) -> Res<i64> {
+    /// Enqueued tasks not durably completed, from the system's own tables.
+    /// taskfence and apalis keep every task's row: `enqueued` less the rows
+    /// completed. awa moves finished jobs out of its hot tables into
+    /// partitions it rotates and truncates, and its completion count
+    /// (`terminal_jobs`) does not see every one (compact receipt batches), so
+    /// for awa this is what its `admin::state_counts` reports in every other
+    /// state: scheduled, available, running, retryable, waiting, failed or
+    /// cancelled.
+    pub(crate) async fn not_completed(&self, enqueued: u64) -> Res<i64> {
+        let enqueued = i64::try_from(enqueued)?;
         Ok(match &self.producer {
             Producer::Taskfence(_) => {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                let completed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
                     "SELECT count(*) FROM {DEFAULT_SCHEMA}.tasks WHERE status = 'completed'"
                 )))
                 .fetch_one(&self.pool)
+                .await?;
+                enqueued - completed
+            }
+            Producer::Awa(pool) => awa::admin::state_counts(pool)
                 .await?
-            }
-            Producer::Awa(pool) => {
-                let counts = awa::admin::state_counts(pool).await?;
-                counts.get(&awa::JobState::Completed).copied().unwrap_or(0)
-            }
+                .iter()
+                .filter(|(state, _)| **state != awa::JobState::Completed)
+                .map(|(_, n)| n)
+                .sum(),
             #[cfg(feature = "apalis")]
             Producer::Apalis(_) => {
-                sqlx::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
-                    .fetch_one(&self.pool)
-                    .await?
+                let completed: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
+                        .fetch_one(&self.pool)
+                        .await?;
+                enqueued - completed
             }
         })
     }
