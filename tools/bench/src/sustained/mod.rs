@@ -4,17 +4,18 @@
 //!
 //! First each system's end-to-end peak is measured (its workers running
 //! while its producers enqueue a backlog as fast as they can); the offered
-//! rate is 70 % of the lowest peak (`--rate` sets it), so that every system can keep
-//! up with the clean load. Then per system, in a database of its own, with
-//! `W` workers: clean load; 1.5× overload; recovery; a transaction holding
-//! an xid (xmin pinned); the time after its release; four `REPEATABLE READ`
-//! readers; connections terminated every second; a server restart; recovery.
-//! Every second: work started, pickup latency (enqueue to the work
-//! function's start) p50/p99, queue depth (enqueued − started: a task run
-//! twice, after a lost completion, counts twice, so after a kill or the
-//! restart the depth reads low) and dead tuples. Afterwards the load stops, the queue drains, and the database is
-//! checked: every enqueued task completed, and (taskfence) no task saved
-//! twice, no task over its retry budget.
+//! rate is 70 % of the lowest peak (`--rate` sets it), so that every system
+//! can keep up with the clean load. Then per system, in a database of its
+//! own, with `W` workers: clean load; 1.5× overload; recovery; a transaction
+//! holding an xid (xmin pinned); the time after its release; four
+//! `REPEATABLE READ` readers; client connections terminated every second; a
+//! server restart; recovery. Every second: work started, pickup latency
+//! (enqueue to the work function's start) p50/p99, queue depth (enqueued −
+//! started: a task run again after a lost completion counts twice, so after
+//! a kill or the restart the depth reads low) and dead tuples. Afterwards the
+//! load stops, the queue drains, and the database is checked: every enqueued
+//! task completed, and (taskfence) no task saved twice, no task over its
+//! retry budget.
 
 mod chart;
 mod pressure;
@@ -401,8 +402,8 @@ fn describe(report: &mut Report, sizes: &Sizes, rate: f64, peaks: &[(Kind, f64)]
              `sustained-p99.svg`. Afterwards the load stops and the queue has {} s to drain; \
              then the check, from each system's tables: tasks not completed (awa: its jobs in \
              any other state, as its `admin::state_counts` reports them, since it truncates \
-             finished ones), and for taskfence (whose tables record them) tasks with two completed attempts and tasks over their \
-             retry budget.",
+             finished ones), and for taskfence (whose tables record them) tasks with two \
+             completed attempts and tasks over their retry budget.",
             taskfence_test_support::private_server::NON_DEFAULT.join(" "),
             sizes.workers,
             sizes.backlog,
