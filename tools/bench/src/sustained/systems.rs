@@ -279,31 +279,25 @@ impl System {
     /// state: scheduled, available, running, retryable, waiting, failed or
     /// cancelled.
     pub(crate) async fn not_completed(&self, enqueued: u64) -> Res<i64> {
-        let enqueued = i64::try_from(enqueued)?;
-        Ok(match &self.producer {
+        let completed = match &self.producer {
             Producer::Taskfence(_) => {
-                let completed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                    "SELECT count(*) FROM {DEFAULT_SCHEMA}.tasks WHERE status = 'completed'"
-                )))
-                .fetch_one(&self.pool)
-                .await?;
-                enqueued - completed
+                format!("SELECT count(*) FROM {DEFAULT_SCHEMA}.tasks WHERE status = 'completed'")
             }
-            Producer::Awa(pool) => awa::admin::state_counts(pool)
-                .await?
-                .iter()
-                .filter(|(state, _)| **state != awa::JobState::Completed)
-                .map(|(_, n)| n)
-                .sum(),
+            Producer::Awa(pool) => {
+                return Ok(awa::admin::state_counts(pool)
+                    .await?
+                    .iter()
+                    .filter(|(state, _)| **state != awa::JobState::Completed)
+                    .map(|(_, n)| n)
+                    .sum());
+            }
             #[cfg(feature = "apalis")]
-            Producer::Apalis(_) => {
-                let completed: i64 =
-                    sqlx::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
-                        .fetch_one(&self.pool)
-                        .await?;
-                enqueued - completed
-            }
-        })
+            Producer::Apalis(_) => "SELECT count(*) FROM apalis.jobs WHERE status = 'Done'".to_owned(),
+        };
+        let completed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(completed))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(i64::try_from(enqueued)? - completed)
     }
 
     /// taskfence only: tasks with more than one completed attempt (two saved
