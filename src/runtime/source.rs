@@ -89,6 +89,23 @@ pub trait Source: Send + Sync + 'static {
     fn wake(&self) -> Option<Wake> {
         None
     }
+
+    /// Whether a fetch that returns fewer deliveries than asked for took all
+    /// the source had. The consumer then waits
+    /// [`idle_min`](super::ConsumerConfig::idle_min) before it asks again,
+    /// instead of asking at once only to find nothing: under a trickle of
+    /// work, one fetch (one round trip) per look instead of two. False by
+    /// default, since a broker may answer short while more waits (an SQS
+    /// receive returns at most ten messages, sampled from its servers).
+    ///
+    /// ```
+    /// use taskfence::runtime::{Source, StoreQueue};
+    /// # let store: std::sync::Arc<dyn taskfence::TaskStore> = std::sync::Arc::new(taskfence::MemoryStore::new());
+    /// assert!(StoreQueue::new(store).short_fetch_drains());
+    /// ```
+    fn short_fetch_drains(&self) -> bool {
+        false
+    }
 }
 
 /// Wakes a consumer waiting for work. Cheap to clone.
@@ -275,6 +292,11 @@ impl Source for StoreQueue {
 
     fn wake(&self) -> Option<Wake> {
         Some(self.wake.clone())
+    }
+
+    /// `claim_next` takes every due task up to its limit.
+    fn short_fetch_drains(&self) -> bool {
+        true
     }
 }
 

@@ -81,6 +81,7 @@ on_every_backend!(
     a_lost_lease_stops_the_work_and_saves_nothing,
     broker_deliveries_are_claimed_together_and_settled_after_the_store,
     a_submission_wakes_an_idle_consumer,
+    a_fetch_that_drains_the_store_waits_before_the_next,
     a_dropped_consumer_stops_renewing_its_leases,
     a_deploy_loop_spends_no_budget_on_prefetched_tasks,
 );

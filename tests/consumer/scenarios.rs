@@ -614,6 +614,65 @@ pub(crate) async fn a_submission_wakes_an_idle_consumer(store: Arc<dyn TaskStore
     running.await.unwrap().unwrap();
 }
 
+/// The store as the queue, its fetches counted.
+struct CountedFetches {
+    queue: StoreQueue,
+    fetches: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Source for CountedFetches {
+    type Receipt = ();
+
+    async fn fetch(&self, max: usize, claim: &ClaimRequest) -> Result<Vec<Delivery<()>>> {
+        self.fetches.fetch_add(1, Ordering::SeqCst);
+        self.queue.fetch(max, claim).await
+    }
+
+    fn wake(&self) -> Option<taskfence::runtime::Wake> {
+        self.queue.wake()
+    }
+
+    fn short_fetch_drains(&self) -> bool {
+        self.queue.short_fetch_drains()
+    }
+}
+
+/// A fetch that comes back short from the store (it took every due task)
+/// is followed by the idle wait, not at once by a fetch that finds
+/// nothing: one task on an otherwise empty queue costs one fetch until
+/// `idle_min` has passed. A stop ends that wait at once.
+pub(crate) async fn a_fetch_that_drains_the_store_waits_before_the_next(store: Arc<dyn TaskStore>) {
+    let id = submit_one(&*store, "only").await.id;
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let source = CountedFetches {
+        queue: StoreQueue::new(store.clone()),
+        fetches: fetches.clone(),
+    };
+    let idle = Duration::from_secs(60);
+    let config = ConsumerConfig::new("consumer-1", LEASE).idle(idle, idle);
+    let consumer = Consumer::new(store.clone(), source, config).unwrap();
+    let stop = consumer.stop().clone();
+    let began = Instant::now();
+    let running = tokio::spawn(consumer.run(|_ctx| async { Ok(Response::from("done")) }));
+    all_reach(&*store, &[id], Status::Completed).await;
+    // Long enough for a fetch at once to have come and gone.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(began.elapsed() < idle, "the idle wait outlasts the test's steps");
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "the fetch drained the store: the next one waits for idle_min"
+    );
+    stop.request();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the stop ends the idle wait after a short fetch")
+        .unwrap()
+        .unwrap();
+    assert_eq!((stopped.completed, fetches.load(Ordering::SeqCst)), (1, 1));
+}
+
 /// A consumer dropped without a stop (its task aborted, its runtime shut
 /// down) takes its renewals with it: the leases it held lapse and another
 /// consumer takes the work over, rather than a process-long renewal loop

@@ -62,8 +62,14 @@ pub struct ConsumerConfig {
     /// functions still run (a batch never waits when none do). Default 2 ms.
     pub commit_window: Duration,
     /// The first wait after a fetch found nothing; each empty fetch doubles
-    /// it up to [`idle_max`](Self::idle_max). A submission through
-    /// [`StoreQueue::submitter`] ends the wait at once. Default 50 ms.
+    /// it up to [`idle_max`](Self::idle_max). A fetch that drained the store
+    /// (it came back short: [`Source::short_fetch_drains`](crate::runtime::Source::short_fetch_drains)) waits this long
+    /// too before the next. A submission through
+    /// [`StoreQueue::submitter`] ends the wait at once. Default 5 ms: a task
+    /// submitted by another process waits at most about this long for a
+    /// look under a steady trickle, at the price of a fetch this often while
+    /// work trickles in (an idle queue's waits reach `idle_max` within
+    /// about 2 s).
     pub idle_min: Duration,
     /// The longest wait between empty fetches. Default 1 s.
     pub idle_max: Duration,
@@ -99,7 +105,7 @@ impl ConsumerConfig {
             renew_every: lease_duration / 3,
             commit_batch: 64,
             commit_window: Duration::from_millis(2),
-            idle_min: Duration::from_millis(50),
+            idle_min: Duration::from_millis(5),
             idle_max: Duration::from_secs(1),
             grace: Duration::from_secs(30),
             release_deadline: Duration::from_secs(5),

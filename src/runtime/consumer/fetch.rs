@@ -14,7 +14,7 @@ use super::task::run_task;
 use crate::backend::rules::Work;
 use crate::policy::Failure;
 use crate::runtime::disposition::settled;
-use crate::runtime::source::{Delivery, Source};
+use crate::runtime::source::{Delivery, Source, Wake};
 use crate::runtime::stop::{Phase, reached};
 use crate::runtime::{AckReason, Disposition, LeaveReason, WorkContext};
 use crate::store::Lease;
@@ -91,15 +91,16 @@ where
         backlog = deliveries.len() >= permits.len();
         if deliveries.is_empty() {
             drop(permits);
-            tokio::select! {
-                () = tokio::time::sleep(idle) => {}
-                () = async { match &wake { Some(wake) => wake.woken().await, None => std::future::pending().await } } => {}
-                () = reached(&mut phase, Phase::Draining) => return releasing,
+            if idle_wait(idle, wake.as_ref(), &mut phase).await {
+                return releasing;
             }
             idle = (idle * 2).min(config.idle_max);
             continue;
         }
         idle = config.idle_min;
+        // A short fetch from a source it drained: nothing more is there
+        // now, so the next look waits as after an empty one (not doubling).
+        let drained = !backlog && shared.source.short_fetch_drains();
         let claimed = acquire(shared, deliveries);
         let Some(leased) = within_stop(shared, &mut phase, &mut releasing, claimed).await else {
             return releasing;
@@ -123,6 +124,20 @@ where
                 .expect("a fetch asks for no more than the free slots");
             runs.spawn(run_task(Arc::clone(shared), lease, receipt, permit));
         }
+        drop(permits);
+        if drained && idle_wait(idle, wake.as_ref(), &mut phase).await {
+            return releasing;
+        }
+    }
+}
+
+/// Waits `idle` for work to arrive, ended early by the source's wake-up.
+/// True when the stop reached [`Phase::Draining`] meanwhile.
+async fn idle_wait(idle: Duration, wake: Option<&Wake>, phase: &mut watch::Receiver<Phase>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(idle) => false,
+        () = async { match wake { Some(wake) => wake.woken().await, None => std::future::pending().await } } => false,
+        () = reached(phase, Phase::Draining) => true,
     }
 }
 

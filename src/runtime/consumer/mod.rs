@@ -47,7 +47,8 @@ use stopped::Tally;
 /// - **Fetch** up to the free slots of the concurrency limit; when nothing
 ///   comes, wait (doubling from [`idle_min`](ConsumerConfig::idle_min) to
 ///   [`idle_max`](ConsumerConfig::idle_max)), woken at once by a submission
-///   in this process. A broker's task ids are claimed together
+///   in this process; after a short fetch that drained the store, wait
+///   `idle_min` too rather than asking again at once. A broker's task ids are claimed together
 ///   ([`claim_many`](TaskStore::claim_many)); a delivery that needs no work
 ///   (done, busy, backing off) is settled without calling the work function.
 /// - **Work**: each task's work function runs as its own tokio task with a

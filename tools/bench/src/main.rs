@@ -101,6 +101,10 @@ pub struct Config {
     pub phase_secs: Option<f64>,
     /// The sustained run's offered rate (default: 70 % of the lowest measured peak).
     pub rate: Option<f64>,
+    /// The sustained run's systems, by name (`taskfence`, `awa`, `apalis`; default: every one).
+    pub systems: Vec<String>,
+    /// How many of the sustained phases to run, from the first (default: all nine).
+    pub phases: Option<usize>,
 }
 
 impl Config {
@@ -139,6 +143,8 @@ impl Config {
             sustained: false,
             phase_secs: None,
             rate: None,
+            systems: Vec::new(),
+            phases: None,
         }
     }
 
@@ -150,6 +156,7 @@ impl Config {
         let mut lifecycle_only = false;
         let mut peers_only = false;
         let (mut sustained, mut phase_secs, mut rate) = (false, None, None);
+        let (mut systems, mut phases) = (Vec::new(), None);
         let mut holding_only = false;
         let mut enqueue_only = false;
         let mut sqlite_only = false;
@@ -167,6 +174,8 @@ impl Config {
                     phase_secs = Some(args.next().ok_or("--phase-secs needs seconds")?.parse()?);
                 }
                 "--rate" => rate = Some(args.next().ok_or("--rate needs tasks per second")?.parse()?),
+                "--system" => systems.push(args.next().ok_or("--system needs taskfence, awa or apalis")?),
+                "--phases" => phases = Some(args.next().ok_or("--phases needs a count")?.parse()?),
                 "--holding" => holding_only = true,
                 "--enqueue" => enqueue_only = true,
                 "--sqlite" => sqlite_only = true,
@@ -192,7 +201,9 @@ impl Config {
                          --peers runs only the peers and the idle-queue latency and prints them;\n\
                          --sustained runs the sustained-load phases on a private cluster and writes\n\
                          DIR/sustained-results.md, DIR/sustained-depth.svg and DIR/sustained-p99.svg\n\
-                         (--phase-secs S per phase, default 300; --rate R tasks/s, default 70 % of the lowest peak);\n\
+                         (--phase-secs S per phase, default 300; --rate R tasks/s, default 70 % of the lowest peak;\n\
+                         --system NAME, repeated, runs only those systems: taskfence, awa, apalis;\n\
+                         --phases N runs only the first N of the nine phases);\n\
                          --holding runs only what a consumer holds (before/after, and one kill) and prints it;\n\
                          --enqueue runs only the bulk enqueue (submit vs submit_many) and prints it;\n\
                          --sqlite runs only SqliteStore beside apalis-sqlite (and MemoryStore, PgStore) and prints it;\n\
@@ -214,6 +225,8 @@ impl Config {
             sustained,
             phase_secs,
             rate,
+            systems,
+            phases,
             holding_only,
             enqueue_only,
             ..base

@@ -95,46 +95,114 @@ struct Rates {
 
 /// What one task cost the cluster from its enqueue to its completion,
 /// averaged over a measurement: WAL bytes (`pg_current_wal_lsn` before and
-/// after) and write transactions (transaction ids assigned: every
-/// transaction that wrote, committed or not; read-only ones take none).
-/// Both are cluster-wide and exact, so a measurement includes whatever else
-/// the server did meanwhile: run the harness on a quiet server.
+/// after), write transactions (transaction ids assigned: every transaction
+/// that wrote, committed or not; read-only ones take none), index entries
+/// written (the B-tree insert and split records of that WAL, read with
+/// `pg_walinspect`) and dead tuples left in the database's tables (counted
+/// page by page: on a server without autovacuum, what vacuum would have to
+/// reclaim). The WAL figures are cluster-wide and exact, so a
+/// measurement includes whatever else the server did meanwhile: run the
+/// harness on a quiet server. The last two are `None` where the server
+/// lacks those contrib extensions.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Cost {
     wal_bytes: f64,
     pub(crate) write_transactions: f64,
+    index_entries: Option<f64>,
+    dead_tuples: Option<f64>,
 }
 
 /// The cluster's WAL position and next transaction id when a measurement
-/// began (the peers run in other databases; both counters span the cluster).
+/// began (the peers run in other databases; both counters span the
+/// cluster), and the dead tuples of the measured database then.
 pub(crate) struct Meter {
     lsn: String,
     next_xid: i64,
+    dead: Option<i64>,
 }
+
+/// B-tree WAL records that write an index entry into a leaf: an insert
+/// (into a posting list too) or a page split, which carries the new entry.
+const INDEX_ENTRY_RECORDS: &str =
+    "('Btree/INSERT_LEAF', 'Btree/INSERT_POST', 'Btree/SPLIT_L', 'Btree/SPLIT_R')";
 
 impl Meter {
     pub(crate) async fn start(pool: &PgPool) -> Res<Self> {
+        let extensions = sqlx::raw_sql(
+            "CREATE EXTENSION IF NOT EXISTS pg_walinspect; CREATE EXTENSION IF NOT EXISTS pgstattuple; \
+             CREATE EXTENSION IF NOT EXISTS pageinspect",
+        )
+        .execute(pool)
+        .await;
+        if let Err(error) = &extensions {
+            eprintln!("[bench] no index entries or dead tuples per task: {error}");
+        }
+        let dead = match extensions {
+            Ok(_) => Some(dead_tuples(pool).await?),
+            Err(_) => None,
+        };
         let (lsn, next_xid): (String, i64) =
             sqlx::query_as("SELECT pg_current_wal_lsn()::text, txid_snapshot_xmax(txid_current_snapshot())")
                 .fetch_one(pool)
                 .await?;
-        Ok(Self { lsn, next_xid })
+        Ok(Self { lsn, next_xid, dead })
     }
 
     /// The cost per task of the `n` tasks measured since [`Meter::start`].
     pub(crate) async fn per_task(&self, pool: &PgPool, n: u64) -> Res<Cost> {
-        let (wal, next_xid): (f64, i64) = sqlx::query_as(
+        // The flushed end: `pg_walinspect` reads only WAL already flushed
+        // (every measured commit is: `synchronous_commit` is on).
+        let (wal, next_xid, end): (f64, i64, String) = sqlx::query_as(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8, \
-                    txid_snapshot_xmax(txid_current_snapshot())",
+                    txid_snapshot_xmax(txid_current_snapshot()), pg_current_wal_flush_lsn()::text",
         )
         .bind(&self.lsn)
         .fetch_one(pool)
         .await?;
+        let n_f = n as f64;
+        let (index_entries, dead_tuples) = match self.dead {
+            Some(before) => {
+                let records = format!(
+                    "SELECT coalesce(sum(count), 0)::bigint FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true) \
+                     WHERE \"resource_manager/record_type\" IN {INDEX_ENTRY_RECORDS}"
+                );
+                let entries: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(records))
+                    .bind(&self.lsn)
+                    .bind(&end)
+                    .fetch_one(pool)
+                    .await?;
+                let dead = dead_tuples(pool).await?;
+                (Some(entries as f64 / n_f), Some((dead - before) as f64 / n_f))
+            }
+            None => (None, None),
+        };
         Ok(Cost {
-            wal_bytes: wal / n as f64,
-            write_transactions: (next_xid - self.next_xid) as f64 / n as f64,
+            wal_bytes: wal / n_f,
+            write_transactions: (next_xid - self.next_xid) as f64 / n_f,
+            index_entries,
+            dead_tuples,
         })
     }
+}
+
+/// Dead tuples in every table of the database outside the catalogs, counted
+/// page by page, not estimated: dead versions still holding their space
+/// (`pgstattuple`) and those a page prune already cut to a dead line pointer
+/// (`pageinspect`), which vacuum must still visit, with their index entries.
+async fn dead_tuples(pool: &PgPool) -> Res<i64> {
+    Ok(sqlx::query_scalar(
+        "WITH t AS (
+             SELECT c.oid FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+             WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+               AND n.nspname NOT LIKE 'pg_toast%')
+         SELECT (SELECT coalesce(sum((pgstattuple(t.oid)).dead_tuple_count), 0) FROM t)::bigint
+              + (SELECT count(*)
+                 FROM t, generate_series(0, pg_relation_size(t.oid) / current_setting('block_size')::bigint - 1) AS b,
+                      heap_page_items(get_raw_page(t.oid::regclass::text, b)) AS i
+                 WHERE i.lp_flags = 3)::bigint",
+    )
+    .fetch_one(pool)
+    .await?)
 }
 
 /// Runs `n` calls of `step(i)`, `i` in `0..n`, on `workers` concurrent
@@ -762,6 +830,15 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
     let proc_ = |r: &Rates| r.process;
     let wal = |r: &Rates| r.cost.wal_bytes;
     let writes = |r: &Rates| r.cost.write_transactions;
+    let entries = |r: &Rates| r.cost.index_entries.unwrap_or(f64::NAN);
+    let dead = |r: &Rates| r.cost.dead_tuples.unwrap_or(f64::NAN);
+    let per_task = |v: f64| {
+        if v.is_nan() {
+            "–".to_owned()
+        } else {
+            format!("{v:.2}")
+        }
+    };
 
     report.section(
         "Peers: enqueue and processing throughput",
@@ -790,9 +867,12 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              `QueueConfig` otherwise (a fresh temporary database; completions counted by \
              `admin::state_counts`). Every system gets its own pool of W + 4 connections (awa W + 8: \
              its listener, heartbeat and maintenance take their own). Per task, from the first \
-             enqueue to the last completion: WAL bytes (`pg_current_wal_lsn` before and after) and \
-             write transactions (transaction ids assigned, committed or not), cluster-wide: the \
-             server ran nothing else. N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
+             enqueue to the last completion: WAL bytes (`pg_current_wal_lsn` before and after), \
+             write transactions (transaction ids assigned, committed or not) and index entries \
+             written (B-tree insert and split records of that WAL, `pg_walinspect`), cluster-wide: \
+             the server ran nothing else; and dead tuples left in the system's tables (counted \
+             page by page with `pgstattuple` and `pageinspect`, dead line pointers included; the \
+             shared server runs without autovacuum, so this is what vacuum would have to reclaim). N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
              the order of systems rotated per round; medians. Ratios are to the fastest peer \
              (apalis, River tuned, River default, awa) at that worker count.",
             tasks(cfg, 1),
@@ -822,6 +902,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
                     "–".into(),
                     "–".into(),
                     "–".into(),
+                    "–".into(),
+                    "–".into(),
                 ]);
                 continue;
             }
@@ -835,6 +917,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
                 ratio(p, best_proc),
                 format!("{:.0}", med(workers, system, wal)),
                 format!("{:.2}", med(workers, system, writes)),
+                per_task(med(workers, system, entries)),
+                per_task(med(workers, system, dead)),
             ]);
         }
     }
@@ -848,6 +932,8 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
             "processing ÷ fastest peer",
             "WAL bytes / task",
             "write transactions / task",
+            "index entries / task",
+            "dead tuples / task",
         ],
         rows,
     );

@@ -36,7 +36,7 @@ fn peers_section_has_every_system_and_figures(md: &str) {
                 .find(|l| l.starts_with(&prefix))
                 .unwrap_or_else(|| panic!("no peers row {prefix} in:\n{section}"));
             let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
-            assert_eq!(cells.len(), 8, "eight columns in {row:?}");
+            assert_eq!(cells.len(), 10, "ten columns in {row:?}");
             if system == "apalis-postgres" && !cfg!(feature = "apalis") {
                 assert!(cells[2].starts_with("not built"), "{row:?}");
                 continue;
@@ -59,6 +59,14 @@ fn peers_section_has_every_system_and_figures(md: &str) {
                     .parse()
                     .unwrap_or_else(|_| panic!("cost per task {per_task:?} in {row:?}"));
                 assert!(v > 0.0, "every system writes: {per_task:?} in {row:?}");
+            }
+            // Index entries and dead tuples: figures where the server has the
+            // contrib extensions that count them, "–" where it has not.
+            for per_task in [cells[8], cells[9]] {
+                assert!(
+                    per_task == "–" || per_task.parse::<f64>().is_ok_and(|v| v >= 0.0),
+                    "cost per task {per_task:?} in {row:?}"
+                );
             }
         }
     }

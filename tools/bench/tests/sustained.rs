@@ -52,7 +52,7 @@ fn every_phase_runs_on_every_system_and_taskfence_loses_nothing() {
                 .find(|l| l.starts_with(&prefix))
                 .unwrap_or_else(|| panic!("no row {prefix} in:\n{md}"));
             let cells = cells(row);
-            assert_eq!(cells.len(), 8, "{row}");
+            assert_eq!(cells.len(), 9, "{row}");
             for figure in [cells[2], cells[3], cells[6], cells[7]] {
                 figure
                     .parse::<f64>()

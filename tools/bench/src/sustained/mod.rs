@@ -12,8 +12,8 @@
 //! server restart; recovery. Every second: work started, pickup latency
 //! (enqueue to the work function's start) p50/p99, queue depth (enqueued −
 //! started: a task run again after a lost completion counts twice, so after
-//! a kill or the restart the depth reads low) and dead tuples. Afterwards the
-//! load stops, the queue drains, and the database is checked: every enqueued
+//! a kill or the restart the depth reads low) and dead tuples; per phase,
+//! write transactions per task started. Afterwards the load stops, the queue drains, and the database is checked: every enqueued
 //! task completed, and (taskfence) no task saved twice, no task over its
 //! retry budget.
 
@@ -111,6 +111,9 @@ pub(crate) struct Run {
     pub(crate) kind: Kind,
     pub(crate) seconds: Vec<Second>,
     pickups: Vec<Samples>,
+    /// Per phase, transaction ids assigned in the cluster (write
+    /// transactions); `None` where a reading failed (the restart).
+    writes: Vec<Option<i64>>,
     enqueued: u64,
     not_completed: i64,
     enqueue_errors: u64,
@@ -124,6 +127,8 @@ struct Sizes {
     backlog: u64,
     /// How long the queue may take to drain once the load stops.
     drain: Duration,
+    /// The phases run: the first this many of [`PHASES`].
+    phases: usize,
 }
 
 fn sizes(cfg: &Config) -> Sizes {
@@ -133,18 +138,20 @@ fn sizes(cfg: &Config) -> Sizes {
         phase_secs: cfg.phase_secs.unwrap_or(if quick { 2.0 } else { 300.0 }),
         backlog: if quick { 100 } else { 20_000 },
         drain: Duration::from_secs(if quick { 30 } else { 300 }),
+        phases: cfg.phases.unwrap_or(PHASES.len()).clamp(1, PHASES.len()),
     }
 }
 
 pub(crate) async fn run(cfg: &Config) -> Res<Report> {
     let sizes = sizes(cfg);
+    let kinds = Kind::selected(&cfg.systems)?;
     let server = Arc::new(PrivateServer::start());
     let admin = harness_pool(&server.url().parse()?).await?;
     let mut report = Report::new(cfg, crate::db::describe(&admin).await?);
     admin.close().await;
 
     let mut peaks = Vec::new();
-    for kind in Kind::all() {
+    for &kind in &kinds {
         eprintln!(
             "[bench] sustained: {}'s peak: {} tasks enqueued while its workers run",
             kind.name(),
@@ -155,7 +162,7 @@ pub(crate) async fn run(cfg: &Config) -> Res<Report> {
     let lowest = peaks.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     let rate = cfg.rate.unwrap_or((0.7 * lowest).max(1.0));
     let mut runs = Vec::new();
-    for kind in Kind::all() {
+    for &kind in &kinds {
         eprintln!("[bench] sustained: {} at {rate:.0} tasks/s", kind.name());
         let run = phases(&server, kind, rate, &sizes).await?;
         eprintln!("[bench] sustained: {}", check_row(&run).join(" | "));
@@ -169,14 +176,17 @@ pub(crate) async fn run(cfg: &Config) -> Res<Report> {
     std::fs::create_dir_all(out)?;
     std::fs::write(
         out.join("sustained-depth.svg"),
-        chart::depth(&runs, phase_names()),
+        chart::depth(&runs, phase_names(&sizes)),
     )?;
-    std::fs::write(out.join("sustained-p99.svg"), chart::p99(&runs, phase_names()))?;
+    std::fs::write(
+        out.join("sustained-p99.svg"),
+        chart::p99(&runs, phase_names(&sizes)),
+    )?;
     Ok(report)
 }
 
-fn phase_names() -> Vec<&'static str> {
-    PHASES.iter().map(|p| p.name).collect()
+fn phase_names(sizes: &Sizes) -> Vec<&'static str> {
+    PHASES[..sizes.phases].iter().map(|p| p.name).collect()
 }
 
 /// A small pool of the harness's own (spared by the terminator).
@@ -286,6 +296,16 @@ impl Load {
     }
 }
 
+/// The cluster's next transaction id: the difference of two readings is the
+/// write transactions between them (read-only ones take no id).
+async fn next_xid(pool: &PgPool) -> Res<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT txid_snapshot_xmax(txid_current_snapshot())")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// Dead tuples in the database's tables (`pg_stat_user_tables`, as fresh as
 /// the statistics are: about a second behind).
 async fn dead_tuples(pool: &PgPool) -> Res<i64> {
@@ -313,12 +333,13 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
     let driving = tokio::spawn(load.clone().drive(system.producer.clone()));
 
     let begun = Instant::now();
-    let (mut seconds, mut pickups) = (Vec::new(), Vec::new());
+    let (mut seconds, mut pickups, mut writes) = (Vec::new(), Vec::new(), Vec::new());
     let (mut last_started, mut dead) = (0u64, 0i64);
-    for (index, phase) in PHASES.iter().enumerate() {
+    for (index, phase) in PHASES[..sizes.phases].iter().enumerate() {
         eprintln!("[bench] sustained: {}, {}", kind.name(), phase.name);
         load.set(rate * phase.load);
         let applied = Applied::start(phase.pressure, &options, server, sizes.phase_secs).await?;
+        let xid_before = next_xid(&monitor).await.ok();
         let mut samples = Samples::default();
         let end = Instant::now() + Duration::from_secs_f64(sizes.phase_secs);
         while Instant::now() < end {
@@ -344,9 +365,11 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
             last_started = started;
         }
         applied.end().await?;
+        let xid_after = next_xid(&monitor).await.ok();
+        writes.push(xid_before.zip(xid_after).map(|(b, a)| a - b));
         eprintln!(
             "[bench] sustained: {}",
-            phase_row(kind, index, rate, &seconds, &samples).join(" | ")
+            phase_row(kind, index, rate, &seconds, &samples, writes[index]).join(" | ")
         );
         pickups.push(samples);
     }
@@ -371,6 +394,7 @@ async fn phases(server: &Arc<PrivateServer>, kind: Kind, rate: f64, sizes: &Size
         kind,
         seconds,
         pickups,
+        writes,
         enqueued,
         not_completed,
         enqueue_errors: load.errors.load(Ordering::Relaxed),
@@ -396,7 +420,9 @@ fn describe(report: &mut Report, sizes: &Sizes, rate: f64, peaks: &[(Kind, f64)]
              work functions started, pickup latency (enqueue to the work function's start, the \
              enqueue's own commit included), queue depth (enqueued − started; a task run again after a \
              lost completion counts twice, so after kills and the restart it reads low), dead \
-             tuples of the system's tables (`pg_stat_user_tables`). Enqueues that fail (a killed connection, \
+             tuples of the system's tables (`pg_stat_user_tables`); per phase, write \
+             transactions per task started (transaction ids the cluster assigned, over the work \
+             started; – where the restart broke a reading). Enqueues that fail (a killed connection, \
              the restart) are retried until they succeed; taskfence's retry is the same request \
              key, so it cannot make a second task. Charts: `sustained-depth.svg`, \
              `sustained-p99.svg`. Afterwards the load stops and the queue has {} s to drain; \
@@ -408,13 +434,13 @@ fn describe(report: &mut Report, sizes: &Sizes, rate: f64, peaks: &[(Kind, f64)]
             sizes.workers,
             sizes.backlog,
             sizes.phase_secs,
-            phase_names().join("; "),
+            phase_names(sizes).join("; "),
             sizes.drain.as_secs(),
         ),
     );
 }
 
-const PHASE_COLUMNS: [&str; 8] = [
+const PHASE_COLUMNS: [&str; 9] = [
     "system",
     "phase",
     "offered (tasks/s)",
@@ -423,12 +449,20 @@ const PHASE_COLUMNS: [&str; 8] = [
     "pickup p99 (ms)",
     "max depth",
     "dead tuples at the end",
+    "write transactions / task",
 ];
 
 /// One phase of one system's run as a row of [`PHASE_COLUMNS`]: the table's,
 /// and the progress line printed as the phase ends (a long run's figures
 /// survive an interrupted run).
-fn phase_row(kind: Kind, index: usize, rate: f64, seconds: &[Second], samples: &Samples) -> Vec<String> {
+fn phase_row(
+    kind: Kind,
+    index: usize,
+    rate: f64,
+    seconds: &[Second],
+    samples: &Samples,
+    writes: Option<i64>,
+) -> Vec<String> {
     let phase = &PHASES[index];
     let seconds: Vec<&Second> = seconds.iter().filter(|s| s.phase == index).collect();
     let secs = seconds.len().max(1) as f64;
@@ -447,19 +481,24 @@ fn phase_row(kind: Kind, index: usize, rate: f64, seconds: &[Second], samples: &
         p99,
         seconds.iter().map(|s| s.depth).max().unwrap_or(0).to_string(),
         seconds.last().map_or(0, |s| s.dead).to_string(),
+        match writes {
+            Some(w) if started > 0 => format!("{:.2}", w as f64 / started as f64),
+            _ => "–".to_owned(),
+        },
     ]
 }
 
 fn tables(report: &mut Report, runs: &[Run], rate: f64) {
     let mut rows = Vec::new();
     for run in runs {
-        for index in 0..PHASES.len() {
+        for index in 0..run.pickups.len() {
             rows.push(phase_row(
                 run.kind,
                 index,
                 rate,
                 &run.seconds,
                 &run.pickups[index],
+                run.writes[index],
             ));
         }
     }
@@ -491,7 +530,11 @@ fn check_row(run: &Run) -> Vec<String> {
         twice,
         over,
         run.enqueue_errors.to_string(),
-        recovery(run).map_or("not within the phase".to_owned(), |s| format!("{s:.0} s")),
+        match recovery(run) {
+            Some(s) => format!("{s:.0} s"),
+            None if run.pickups.len() <= RELEASED => "not run".to_owned(),
+            None => "not within the phase".to_owned(),
+        },
     ]
 }
 

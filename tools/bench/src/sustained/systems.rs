@@ -73,6 +73,35 @@ impl Kind {
         all
     }
 
+    /// The systems `names` asks for (`taskfence`, `awa`, `apalis`), in
+    /// [`Kind::all`]'s order; every one when `names` is empty.
+    pub(crate) fn selected(names: &[String]) -> Res<Vec<Kind>> {
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !Kind::all().iter().any(|k| k.short() == n.as_str()))
+        {
+            return Err(format!(
+                "--system {unknown:?}: this build measures {:?}",
+                Kind::all().iter().map(|k| k.short()).collect::<Vec<_>>()
+            )
+            .into());
+        }
+        Ok(Kind::all()
+            .into_iter()
+            .filter(|k| names.is_empty() || names.iter().any(|n| n == k.short()))
+            .collect())
+    }
+
+    /// The name `--system` takes.
+    fn short(self) -> &'static str {
+        match self {
+            Kind::Taskfence => "taskfence",
+            Kind::Awa => "awa",
+            #[cfg(feature = "apalis")]
+            Kind::Apalis => "apalis",
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Taskfence => "taskfence consumer",
