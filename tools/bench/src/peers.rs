@@ -872,8 +872,9 @@ pub(crate) async fn run(cfg: &Config, pool: &PgPool, report: &mut Report) -> Res
              written (B-tree insert and split records of that WAL, `pg_walinspect`), cluster-wide: \
              the server ran nothing else; and dead tuples left in the system's tables (counted \
              page by page with `pgstattuple` and `pageinspect`, dead line pointers included; the \
-             shared server runs without autovacuum, so this is what vacuum would have to reclaim). N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), \
-             the order of systems rotated per round; medians. Ratios are to the fastest peer \
+             shared server runs without autovacuum, so this is what vacuum would have to \
+             reclaim). N = {} / {} / {} at 1 / 8 / 32 workers; {} round(s), the order of systems \
+             rotated per round; medians. Ratios are to the fastest peer \
              (apalis, River tuned, River default, awa) at that worker count.",
             tasks(cfg, 1),
             tasks(cfg, 8),

@@ -13,9 +13,10 @@
 //! (enqueue to the work function's start) p50/p99, queue depth (enqueued −
 //! started: a task run again after a lost completion counts twice, so after
 //! a kill or the restart the depth reads low) and dead tuples; per phase,
-//! write transactions per task started. Afterwards the load stops, the queue drains, and the database is checked: every enqueued
-//! task completed, and (taskfence) no task saved twice, no task over its
-//! retry budget.
+//! write transactions per task started. Afterwards the load stops, the
+//! queue drains, and the database is checked: every enqueued task
+//! completed, and (taskfence) no task saved twice, no task over its retry
+//! budget.
 
 mod chart;
 mod pressure;
