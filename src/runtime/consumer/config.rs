@@ -63,13 +63,14 @@ pub struct ConsumerConfig {
     pub commit_window: Duration,
     /// The first wait after a fetch found nothing; each empty fetch doubles
     /// it up to [`idle_max`](Self::idle_max). A fetch that drained the store
-    /// (it came back short: [`Source::short_fetch_drains`](crate::runtime::Source::short_fetch_drains)) waits this long
-    /// too before the next. A submission through
-    /// [`StoreQueue::submitter`] ends the wait at once. Default 5 ms: a task
-    /// submitted by another process waits at most about this long for a
-    /// look under a steady trickle, at the price of a fetch this often while
-    /// work trickles in (an idle queue's waits reach `idle_max` within
-    /// about 2 s).
+    /// (it came back short, see
+    /// [`Source::short_fetch_drains`](crate::runtime::Source::short_fetch_drains))
+    /// is followed by this wait too. A submission through
+    /// [`StoreQueue::submitter`] ends the wait at once. Default 5 ms: under a
+    /// steady trickle, a task submitted by another process waits at most
+    /// about this long for a look, at the price of a fetch (and its commit)
+    /// this often while work trickles in; an idle queue's waits reach
+    /// `idle_max` within about 2 s.
     pub idle_min: Duration,
     /// The longest wait between empty fetches. Default 1 s.
     pub idle_max: Duration,
